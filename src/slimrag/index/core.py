@@ -1,0 +1,341 @@
+"""`Index`: the public face of one index folder — build, open, add, remove, compact, search.
+
+Every write follows the same path (see `slimrag.index.layout` for the on-disk rules):
+read and hash files → skip unchanged ones → parse and chunk → embed in batches → in one SQLite
+transaction: replace changed documents, insert chunks → write a delta part → switch the manifest
+→ commit. `build` is "create an empty index, add, compact", so a build and an incremental add
+share one code path and one set of tests.
+
+Search reads vectors from the current generation plus the delta parts; removed chunks are masked
+until `compact` writes a generation holding only live vectors.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from slimrag.catalog import Catalog
+from slimrag.config import IndexConfig, SearchConfig
+from slimrag.embed.base import Embedder
+from slimrag.errors import IndexFormatError, IngestError, SlimragError
+from slimrag.index import layout
+from slimrag.index.flat import FlatVectors
+from slimrag.ingest.chunker import Chunker, load_tokenizer
+from slimrag.ingest.crawl import Skipped
+from slimrag.ingest.source import Inputs, iter_source_docs, parse
+from slimrag.types import Chunk, Document, Hit
+
+log = logging.getLogger("slimrag.index")
+
+#: chunks embedded and committed per transaction during add/build; bounds memory for big folders
+COMMIT_CHUNKS = 2048
+
+
+@dataclass
+class AddReport:
+    """What an `add` (or `build`) did."""
+
+    added: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    chunks: int = 0
+    skipped: list[Skipped] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def embed_input(chunk: Chunk) -> str:
+    """The text the embedder sees for a chunk: its heading (when not already at the start) and text.
+    One function, so the slim index's recomputation embeds exactly what the build embedded."""
+    heading = chunk.metadata.get("heading") or ""
+    if heading and not chunk.text.lstrip("# ").startswith(heading):
+        return f"{heading}\n{chunk.text}"
+    return chunk.text
+
+
+def _embedder_record(embedder: Embedder) -> dict[str, Any]:
+    rec: dict[str, Any] = {"id": embedder.model_id, "dim": int(embedder.dim), "normalized": True,
+                           "kind": "remote" if embedder.model_id.startswith("remote:") else "local"}
+    for attr in ("base_url", "model"):
+        if hasattr(embedder, attr):
+            rec[attr] = getattr(embedder, attr)
+    return rec
+
+
+def _default_embedder(rec: dict[str, Any] | None) -> Embedder:
+    if rec and rec.get("kind") == "remote":
+        from slimrag.embed.remote import RemoteEmbedder
+
+        return RemoteEmbedder(rec["base_url"], rec["model"], dim=rec.get("dim"))
+    from slimrag.embed.local import LocalEmbedder
+
+    return LocalEmbedder()
+
+
+class Index:
+    """One index folder. Not thread-safe for writes; open one `Index` per thread for reads."""
+
+    def __init__(self, root: Path, embedder: Embedder | None = None) -> None:
+        self.root = Path(root)
+        self.manifest = layout.read_manifest(self.root)
+        self.config = IndexConfig(**{k: tuple(v) if k == "ignore" else v
+                                     for k, v in self.manifest["config"].items()})
+        rec = self.manifest["embedder"]
+        self.embedder = embedder if embedder is not None else _default_embedder(rec)
+        if self.embedder.model_id != rec["id"]:
+            raise IndexFormatError(
+                f"{root} was built with embedder {rec['id']!r}, not {self.embedder.model_id!r}; "
+                "open it with the same embedder or rebuild")
+        self.catalog = Catalog(self.root / layout.CATALOG)
+        self._chunker: Chunker | None = None
+        self._load_vectors()
+
+    # -- construction ---------------------------------------------------------------------------
+    @classmethod
+    def create(cls, out: str | Path, *, embedder: Embedder | None = None, config: IndexConfig | None = None,
+               source_root: str | Path | None = None, overwrite: bool = False) -> Index:
+        """Create an empty index folder."""
+        out = Path(out)
+        if out.exists():
+            if not overwrite:
+                raise IndexFormatError(f"{out} already exists; use `add` to update it or overwrite=True")
+            if not (out / layout.MANIFEST).is_file() and any(out.iterdir()):
+                raise IndexFormatError(f"{out} is a non-empty folder that is not an index; refusing to delete it")
+            shutil.rmtree(out)
+        config = config or IndexConfig()
+        if config.storage == "slim":
+            raise SlimragError("storage='slim' is not available yet; use 'flat' (or 'auto')")
+        embedder = embedder or _default_embedder(None)
+        if not embedder.dim:
+            embedder.embed_batch(["dimension probe"])
+        out.mkdir(parents=True)
+        Catalog(out / layout.CATALOG).close()
+        layout.write_generation(out, 0, {"ids": np.zeros(0, np.int64),
+                                         "vectors": np.zeros((0, embedder.dim), config.dtype)})
+        now = time.time()
+        layout.write_json_atomic(out / layout.MANIFEST, {
+            "format": layout.FORMAT_VERSION, "storage": "flat", "embedder": _embedder_record(embedder),
+            "config": asdict(config), "generation": 0, "delta_parts": [], "next_chunk_id": 0, "next_part": 0,
+            "source_root": str(Path(source_root).resolve()) if source_root else None,
+            "created": now, "updated": now,
+        })
+        return cls(out, embedder)
+
+    @classmethod
+    def build(cls, source: Inputs, out: str | Path, *, storage: str = "flat", embedder: Embedder | None = None,
+              config: IndexConfig | None = None, overwrite: bool = False) -> Index:
+        """Build an index at ``out`` from a folder, files, or ``(source, text)`` pairs, then compact it."""
+        config = config or IndexConfig(storage=storage)
+        if storage != config.storage:
+            config = IndexConfig(**{**asdict(config), "storage": storage})
+        root = Path(source) if isinstance(source, (str, Path)) and Path(source).is_dir() else None
+        idx = cls.create(out, embedder=embedder, config=config, source_root=root, overwrite=overwrite)
+        idx.last_report = idx.add(source)
+        idx.compact()
+        return idx
+
+    @classmethod
+    def open(cls, path: str | Path, embedder: Embedder | None = None) -> Index:
+        """Open an existing index folder (vectors are memory-mapped; the embedder loads on first query)."""
+        return cls(Path(path), embedder)
+
+    def close(self) -> None:
+        """Close the catalog."""
+        self.catalog.close()
+
+    def __enter__(self) -> Index:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- vectors --------------------------------------------------------------------------------
+    def _load_vectors(self) -> None:
+        gen = layout.read_generation(self.root, self.manifest["generation"])
+        ids, vecs = gen["ids"], gen["vectors"]
+        d_ids, d_vecs = layout.read_delta_parts(self.root, self.manifest["delta_parts"])
+        if d_vecs is not None:
+            ids = np.concatenate([ids, d_ids])
+            vecs = np.concatenate([np.asarray(vecs), d_vecs.astype(vecs.dtype)])
+        self.vectors = FlatVectors(ids, vecs)
+        self.vectors.set_live(np.asarray(self.catalog.live_ids(), dtype=np.int64))
+
+    @property
+    def chunker(self) -> Chunker:
+        if self._chunker is None:
+            from slimrag.embed.local import default_model_dir
+
+            self._chunker = Chunker(load_tokenizer(str(default_model_dir())),
+                                    self.config.chunk_tokens, self.config.chunk_overlap)
+        return self._chunker
+
+    # -- updates --------------------------------------------------------------------------------
+    def add(self, inputs: Inputs) -> AddReport:
+        """Add or update documents. Unchanged files (same content hash at the same source) are
+        skipped; changed ones are replaced. Bad files are skipped with one warning each."""
+        t0 = time.perf_counter()
+        report = AddReport()
+        root = Path(self.manifest["source_root"]) if self.manifest.get("source_root") else None
+        pending_docs: list[tuple[Document, bool]] = []
+        pending_chunks: list[Chunk] = []
+        next_id = max(self.manifest["next_chunk_id"], self.catalog.max_chunk_id() + 1)
+        seen: set[str] = set()
+        for source, sha, mtime, size, data, path in iter_source_docs(
+                inputs, root, self.config.ignore, self.config.max_file_bytes, report.skipped):
+            if source in seen:
+                continue
+            seen.add(source)
+            old = self.catalog.document(source)
+            if old is not None and old.doc_id == sha:
+                report.unchanged += 1
+                continue
+            try:
+                pieces = self.chunker.chunk(parse(source, data, path))
+            except IngestError as e:
+                log.warning("skipped %s", e)
+                report.skipped.append(Skipped(source, str(e)))
+                continue
+            if not pieces:
+                log.warning("skipped %s: no text", source)
+                report.skipped.append(Skipped(source, "no text"))
+                continue
+            doc = Document(sha, source, mtime, size)
+            pending_docs.append((doc, old is not None))
+            for i, p in enumerate(pieces):
+                pending_chunks.append(Chunk(next_id, sha, source, i, p.text, {**p.metadata, "ordinal": i}))
+                next_id += 1
+            if len(pending_chunks) >= COMMIT_CHUNKS:
+                self._commit(pending_docs, pending_chunks, next_id, report)
+                pending_docs, pending_chunks = [], []
+        if pending_docs:
+            self._commit(pending_docs, pending_chunks, next_id, report)
+        report.seconds = time.perf_counter() - t0
+        return report
+
+    def _commit(self, docs: list[tuple[Document, bool]], chunks: list[Chunk], next_id: int,
+                report: AddReport) -> None:
+        vecs = self.embedder.embed([embed_input(c) for c in chunks], batch_size=self.config.embed_batch)
+        ids = np.array([c.chunk_id for c in chunks], dtype=np.int64)
+        self.catalog.begin()
+        try:
+            for doc, replaced in docs:
+                if replaced:
+                    self.catalog.delete_document(doc.source)
+                self.catalog.put_document(doc)
+            self.catalog.put_chunks(chunks)
+            part = layout.write_delta_part(self.root, self.manifest["next_part"], ids,
+                                           vecs.astype(self.config.dtype))
+            manifest = {**self.manifest, "delta_parts": [*self.manifest["delta_parts"], part],
+                        "next_part": self.manifest["next_part"] + 1, "next_chunk_id": next_id,
+                        "updated": time.time()}
+            layout.write_json_atomic(self.root / layout.MANIFEST, manifest)
+            self.catalog.commit()
+        except BaseException:
+            self.catalog.rollback()
+            raise
+        self.manifest = manifest
+        report.added += sum(1 for _, r in docs if not r)
+        report.updated += sum(1 for _, r in docs if r)
+        report.chunks += len(chunks)
+        self._load_vectors()
+
+    def remove(self, sources: str | Sequence[str]) -> int:
+        """Remove documents by source (as stored, see `documents()`); returns chunks removed.
+        Their vectors are masked at once and dropped at the next `compact`."""
+        sources = [sources] if isinstance(sources, str) else list(sources)
+        removed: list[int] = []
+        self.catalog.begin()
+        try:
+            for s in sources:
+                removed += self.catalog.delete_document(s)
+            self.catalog.commit()
+        except BaseException:
+            self.catalog.rollback()
+            raise
+        self.vectors.set_live(np.asarray(self.catalog.live_ids(), dtype=np.int64))
+        return len(removed)
+
+    def compact(self) -> None:
+        """Write a new generation with only live vectors (current generation + delta), switch the
+        manifest atomically, then delete what the old manifest named."""
+        keep = self.vectors.live
+        ids = self.vectors.ids[keep]
+        vecs = np.asarray(self.vectors.vectors)[keep].astype(self.config.dtype)
+        order = np.argsort(ids, kind="stable")
+        gen = self.manifest["generation"] + 1
+        layout.write_generation(self.root, gen, {"ids": ids[order], "vectors": vecs[order]})
+        manifest = {**self.manifest, "generation": gen, "delta_parts": [], "updated": time.time()}
+        layout.write_json_atomic(self.root / layout.MANIFEST, manifest)
+        self.manifest = manifest
+        self.catalog.clear_tombstones()
+        layout.collect_garbage(self.root, manifest)
+        self._load_vectors()
+
+    # -- search ---------------------------------------------------------------------------------
+    def search(self, query: str, k: int = 5, mode: str = "vector", source: str | None = None,
+               config: SearchConfig | None = None) -> list[Hit]:
+        """Top-k chunks for ``query``. mode: "vector", "keyword" or "hybrid" (reciprocal rank fusion);
+        source: optional glob on the stored source path (``docs/*.md``)."""
+        cfg = config or SearchConfig(k=k, mode=mode)
+        if cfg.mode == "keyword":
+            ranked = self.catalog.keyword_search(query, cfg.k, source)
+        elif cfg.mode == "vector":
+            ranked = self._vector(query, cfg.k, source)
+        else:
+            n = max(cfg.candidates, cfg.k)
+            ranked = rrf([self._vector(query, n, source), self.catalog.keyword_search(query, n, source)],
+                         cfg.rrf_k)[: cfg.k]
+        return self._hits(ranked)
+
+    def _vector(self, query: str, k: int, source: str | None) -> list[tuple[int, float]]:
+        q = self.embedder.embed([query])
+        allow = None
+        if source is not None:
+            allow = np.isin(self.vectors.ids, np.asarray(self.catalog.live_ids(source), dtype=np.int64))
+        ids, scores = self.vectors.search(q, k, allow)
+        return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True)]
+
+    def _hits(self, ranked: list[tuple[int, float]]) -> list[Hit]:
+        chunks = self.catalog.chunks([i for i, _ in ranked])
+        return [Hit(i, s, chunks[i].text, chunks[i].source, chunks[i].metadata) for i, s in ranked if i in chunks]
+
+    # -- inspection -----------------------------------------------------------------------------
+    def documents(self) -> list[Document]:
+        """All stored documents."""
+        return self.catalog.documents()
+
+    def stats(self) -> dict[str, Any]:
+        """Counts, bytes on disk per component, embedder and config."""
+        gen = layout.gen_dir(self.root, self.manifest["generation"])
+        files = {p.name: p.stat().st_size for p in sorted(gen.glob("*.npy"))}
+        cat = sum(p.stat().st_size for p in self.root.glob(layout.CATALOG + "*"))
+        return {
+            "path": str(self.root),
+            "storage": self.manifest["storage"],
+            "generation": self.manifest["generation"],
+            "counts": {**self.catalog.counts(), "vectors": len(self.vectors),
+                       "live_vectors": int(self.vectors.live.sum()),
+                       "delta_parts": len(self.manifest["delta_parts"])},
+            "bytes": {"catalog": cat, "generation": sum(files.values()), "generation_files": files,
+                      "delta": layout.folder_bytes(self.root / layout.DELTA) if (self.root / layout.DELTA).exists()
+                      else 0, "total": layout.folder_bytes(self.root)},
+            "embedder": self.manifest["embedder"],
+            "config": self.manifest["config"],
+        }
+
+
+def rrf(lists: list[list[tuple[int, float]]], k: int = 60) -> list[tuple[int, float]]:
+    """Reciprocal rank fusion: score(d) = sum over lists of 1 / (k + rank), rank from 1.
+    Ties are broken by chunk id so the fused order is deterministic."""
+    scores: dict[int, float] = {}
+    for ranked in lists:
+        for rank, (cid, _) in enumerate(ranked, 1):
+            scores[cid] = scores.get(cid, 0.0) + 1.0 / (k + rank)
+    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))

@@ -1,0 +1,170 @@
+"""The index folder on disk: manifest, immutable generations, delta parts, atomic switches.
+
+```
+NAME.slimrag/
+  manifest.json     format, embedder, build config, current generation, delta parts, counts
+  catalog.sqlite    documents, chunks, FTS5 (see slimrag.catalog)
+  gen-NNNNNN/       immutable once written: vectors or graph + codes, and row -> chunk id
+  delta/part-NNNNNN.npz   vectors of chunks added since the last compaction
+```
+
+Crash safety comes from one rule: nothing the manifest points at is ever modified. A new
+generation or delta part is written under a temporary name, fsynced, and renamed into place; then
+the manifest is replaced by write-temp + fsync + rename. A crash at any point leaves the previous
+manifest, which names only complete files. Files that no manifest names (from a crash, or from
+before a compaction) are deleted by :func:`collect_garbage` after a successful switch.
+
+Chunk ids are handed out from ``next_chunk_id`` in the manifest, which only grows: a vector
+written by an interrupted `add` can never be mistaken for a later chunk that reused its id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from slimrag.errors import IndexFormatError
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+CATALOG = "catalog.sqlite"
+DELTA = "delta"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Replace ``path`` with ``data`` so a reader sees either the old or the new file, never half."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def read_manifest(root: Path) -> dict[str, Any]:
+    """Read and check the manifest of an index folder."""
+    path = Path(root) / MANIFEST
+    if not path.is_file():
+        raise IndexFormatError(f"{root} is not a slimrag index (no {MANIFEST}); build one with `slimrag build`")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise IndexFormatError(f"{path} is corrupt ({e.msg}); rebuild the index") from e
+    if data.get("format") != FORMAT_VERSION:
+        raise IndexFormatError(
+            f"{root} has format {data.get('format')!r}; this slimrag reads format {FORMAT_VERSION}. Rebuild it.")
+    return data
+
+
+def gen_dir(root: Path, generation: int) -> Path:
+    return Path(root) / f"gen-{generation:06d}"
+
+
+def write_generation(root: Path, generation: int, arrays: dict[str, np.ndarray]) -> Path:
+    """Write ``arrays`` as ``NAME.npy`` files into a new generation folder, atomically."""
+    final = gen_dir(root, generation)
+    if final.exists():
+        raise IndexFormatError(f"{final} already exists; refusing to overwrite an immutable generation")
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=root))
+    try:
+        for name, arr in arrays.items():
+            with open(tmp / f"{name}.npy", "wb") as f:
+                np.save(f, np.ascontiguousarray(arr), allow_pickle=False)
+                f.flush()
+                os.fsync(f.fileno())
+        _fsync_dir(tmp)
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync_dir(Path(root))
+    return final
+
+
+def read_generation(root: Path, generation: int, mmap: bool = True) -> dict[str, np.ndarray]:
+    """Load every array of a generation (memory-mapped by default: opening costs no copy)."""
+    d = gen_dir(root, generation)
+    if not d.is_dir():
+        raise IndexFormatError(f"{d} is missing; the index is damaged, rebuild it")
+    mode = "r" if mmap else None
+    return {p.stem: np.load(p, mmap_mode=mode, allow_pickle=False) for p in sorted(d.glob("*.npy"))}
+
+
+def write_delta_part(root: Path, seq: int, ids: np.ndarray, vectors: np.ndarray) -> str:
+    """Write one delta part (ids + vectors) atomically; returns its file name for the manifest."""
+    d = Path(root) / DELTA
+    d.mkdir(exist_ok=True)
+    name = f"part-{seq:06d}.npz"
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, ids=ids.astype(np.int64), vectors=vectors)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, d / name)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(d)
+    return name
+
+
+def read_delta_parts(root: Path, names: list[str]) -> tuple[np.ndarray, np.ndarray | None]:
+    """Concatenate the delta parts named by the manifest: (ids, vectors or None when empty)."""
+    ids, vecs = [], []
+    for name in names:
+        path = Path(root) / DELTA / name
+        if not path.is_file():
+            raise IndexFormatError(f"{path} is named by the manifest but missing; rebuild the index")
+        with np.load(path, allow_pickle=False) as z:
+            ids.append(z["ids"])
+            vecs.append(z["vectors"])
+    if not ids:
+        return np.zeros(0, dtype=np.int64), None
+    return np.concatenate(ids), np.concatenate(vecs)
+
+
+def collect_garbage(root: Path, manifest: dict[str, Any]) -> list[str]:
+    """Delete generations, delta parts and temp files the manifest does not name. Returns them."""
+    root = Path(root)
+    keep_gen = gen_dir(root, manifest["generation"]).name
+    keep_parts = set(manifest.get("delta_parts", []))
+    removed = []
+    for p in root.iterdir():
+        if (p.name.startswith("gen-") and p.name != keep_gen) or p.name.startswith(".tmp-gen-"):
+            shutil.rmtree(p)
+            removed.append(p.name)
+    d = root / DELTA
+    if d.is_dir():
+        for p in d.iterdir():
+            if p.name not in keep_parts:
+                p.unlink()
+                removed.append(f"{DELTA}/{p.name}")
+    return removed
+
+
+def folder_bytes(path: Path) -> int:
+    """Total size of the files under ``path``."""
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())

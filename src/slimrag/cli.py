@@ -1,0 +1,263 @@
+"""The `slimrag` command: one thin subcommand per verb over the library API.
+
+Defaults come from the config dataclasses so the CLI and the library never disagree.
+``--json`` prints machine-readable output where a script may read it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+import click
+
+from slimrag.config import IndexConfig, SearchConfig
+from slimrag.errors import SlimragError
+
+_IDX = {f.name: f.default for f in fields(IndexConfig)}
+_SEARCH = {f.name: f.default for f in fields(SearchConfig)}
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+@click.group()
+@click.option("-v", "--verbose", is_flag=True, help="Log progress.")
+@click.version_option(package_name="slimrag")
+def cli(verbose: bool) -> None:
+    """slimrag: ask questions about your own files, offline."""
+    _setup_logging(verbose)
+
+
+def _open(path: str) -> Any:
+    from slimrag.index.core import Index
+
+    return Index.open(path)
+
+
+def _report(rep: Any, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({**asdict(rep), "skipped": [asdict(s) for s in rep.skipped]}))
+    else:
+        click.echo(f"{rep.added} added, {rep.updated} updated, {rep.unchanged} unchanged, "
+                   f"{rep.chunks} chunks, {len(rep.skipped)} skipped in {rep.seconds:.1f}s")
+
+
+@cli.command()
+@click.argument("source", type=click.Path(exists=True))
+@click.option("-o", "--out", required=True, type=click.Path(), help="Index folder to create.")
+@click.option("--storage", type=click.Choice(["flat", "auto"]), default=_IDX["storage"], show_default=True)
+@click.option("--chunk-tokens", default=_IDX["chunk_tokens"], show_default=True)
+@click.option("--chunk-overlap", default=_IDX["chunk_overlap"], show_default=True)
+@click.option("--dtype", type=click.Choice(["float32", "float16"]), default=_IDX["dtype"], show_default=True)
+@click.option("--ignore", multiple=True, help="Extra gitignore-style pattern (repeatable).")
+@click.option("--embedder-url", help="Use a remote OpenAI-compatible /v1/embeddings endpoint.")
+@click.option("--embedder-model", help="Model name for --embedder-url.")
+@click.option("--force", is_flag=True, help="Replace an existing index at --out.")
+@click.option("--json", "as_json", is_flag=True)
+def build(source: str, out: str, storage: str, chunk_tokens: int, chunk_overlap: int, dtype: str,
+          ignore: tuple[str, ...], embedder_url: str | None, embedder_model: str | None, force: bool,
+          as_json: bool) -> None:
+    """Build an index from a folder or file."""
+    from slimrag.index.core import Index
+
+    embedder = None
+    if embedder_url:
+        from slimrag.embed.remote import RemoteEmbedder
+
+        embedder = RemoteEmbedder(embedder_url, embedder_model or "default")
+    cfg = IndexConfig(storage=storage, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap, dtype=dtype,
+                      ignore=ignore)
+    idx = Index.build(source, out, config=cfg, embedder=embedder, overwrite=force)
+    _report(idx.last_report, as_json)
+
+
+@cli.command()
+@click.argument("index", type=click.Path(exists=True))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--json", "as_json", is_flag=True)
+def add(index: str, paths: tuple[str, ...], as_json: bool) -> None:
+    """Add or update files or folders in an index."""
+    with _open(index) as idx:
+        _report(idx.add(list(paths)), as_json)
+
+
+@cli.command()
+@click.argument("index", type=click.Path(exists=True))
+@click.argument("sources", nargs=-1, required=True)
+def remove(index: str, sources: tuple[str, ...]) -> None:
+    """Remove documents by their stored source path (see `slimrag info --docs`)."""
+    with _open(index) as idx:
+        click.echo(f"removed {idx.remove(list(sources))} chunks")
+
+
+@cli.command()
+@click.argument("index", type=click.Path(exists=True))
+@click.argument("query")
+@click.option("-k", default=_SEARCH["k"], show_default=True)
+@click.option("--mode", type=click.Choice(["vector", "keyword", "hybrid"]), default=_SEARCH["mode"],
+              show_default=True)
+@click.option("--source", help="Only sources matching this glob, e.g. 'docs/*.md'.")
+@click.option("--json", "as_json", is_flag=True)
+def search(index: str, query: str, k: int, mode: str, source: str | None, as_json: bool) -> None:
+    """Search an index."""
+    with _open(index) as idx:
+        hits = idx.search(query, k=k, mode=mode, source=source)
+    if as_json:
+        click.echo(json.dumps([asdict(h) for h in hits]))
+        return
+    for i, h in enumerate(hits, 1):
+        head = h.metadata.get("heading") or ""
+        click.echo(click.style(f"{i}. {h.source}#{h.metadata.get('ordinal', 0)}  {h.score:.3f}  {head}", bold=True))
+        click.echo("   " + " ".join(h.text.split())[:300])
+
+
+def _print_sources(answer: Any) -> None:
+    click.echo("\nSources:")
+    for h in answer.sources:
+        click.echo(f"  [{h.source}#{h.metadata.get('ordinal', 0)}] score {h.score:.3f}")
+    u = answer.usage
+    click.echo(click.style(f"  ({u.prompt_tokens} prompt tokens, {u.cached_tokens} cached, "
+                           f"{u.completion_tokens} generated; first token {u.ttft_s:.2f}s, "
+                           f"total {u.total_s:.2f}s)", dim=True))
+
+
+def _rag(idx: Any, llm: str | None, max_tokens: int) -> Any:
+    from slimrag.config import GenerationConfig
+    from slimrag.rag.pipeline import RAG
+
+    return RAG(idx, llm, generation=GenerationConfig(max_new_tokens=max_tokens))
+
+
+@cli.command()
+@click.argument("index", type=click.Path(exists=True))
+@click.argument("question")
+@click.option("-k", default=4, show_default=True)
+@click.option("--llm", help="OpenAI-compatible base URL (http://host:port/v1); default: embedded SmolLM2.")
+@click.option("--max-tokens", default=256, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def ask(index: str, question: str, k: int, llm: str | None, max_tokens: int, as_json: bool) -> None:
+    """Answer a question from the index, streaming, then list the sources."""
+    with _open(index) as idx:
+        rag = _rag(idx, llm, max_tokens)
+        for piece in rag.stream_answer(question, k):
+            if isinstance(piece, str):
+                if not as_json:
+                    click.echo(piece, nl=False)
+            elif as_json:
+                click.echo(json.dumps(asdict(piece)))
+            else:
+                _print_sources(piece)
+
+
+@cli.command()
+@click.argument("index", type=click.Path(exists=True))
+@click.option("-k", default=4, show_default=True)
+@click.option("--llm", help="OpenAI-compatible base URL; default: embedded SmolLM2.")
+@click.option("--max-tokens", default=256, show_default=True)
+def chat(index: str, k: int, llm: str | None, max_tokens: int) -> None:
+    """Multi-turn chat over an index (empty line or Ctrl-D to quit)."""
+    with _open(index) as idx:
+        conv = _rag(idx, llm, max_tokens).chat()
+        while True:
+            try:
+                q = click.prompt("you", default="", show_default=False)
+            except (EOFError, click.exceptions.Abort):
+                break
+            if not q.strip():
+                break
+            for piece in conv.stream(q, k):
+                if isinstance(piece, str):
+                    click.echo(piece, nl=False)
+                else:
+                    _print_sources(piece)
+
+
+@cli.command()
+@click.argument("index", type=click.Path(exists=True), required=False)
+@click.option("--docs", is_flag=True, help="List stored documents.")
+@click.option("--llm", "show_llm", is_flag=True, help="Load the embedded LLM and report its load time.")
+@click.option("--json", "as_json", is_flag=True)
+def info(index: str | None, docs: bool, show_llm: bool, as_json: bool) -> None:
+    """Show an index's counts, bytes on disk and config; with --llm, time the model load."""
+    out: dict[str, Any] = {}
+    if index:
+        with _open(index) as idx:
+            out["index"] = idx.stats()
+            if docs:
+                out["documents"] = [asdict(d) for d in idx.documents()]
+    if show_llm:
+        from slimrag.llm.weights import load_model
+
+        t0 = time.perf_counter()
+        loaded = load_model()
+        out["llm"] = {"path": str(loaded.path), "from_cache": loaded.from_cache,
+                      "load_s": round(time.perf_counter() - t0, 3)}
+    if as_json:
+        click.echo(json.dumps(out, indent=2, default=str))
+        return
+    if "index" in out:
+        s = out["index"]
+        c, b = s["counts"], s["bytes"]
+        click.echo(f"{s['path']}: {s['storage']}, generation {s['generation']}, embedder {s['embedder']['id']}")
+        click.echo(f"  {c['documents']} documents, {c['chunks']} chunks, {c['live_vectors']} live vectors")
+        click.echo(f"  bytes: catalog {b['catalog']:,}, vectors {b['generation']:,}, delta {b['delta']:,}, "
+                   f"total {b['total']:,}")
+        for d in out.get("documents", []):
+            click.echo(f"  {d['source']}  {d['size']:,} B  {d['doc_id'][:12]}")
+    if "llm" in out:
+        m = out["llm"]
+        click.echo(f"llm: {m['path']} loaded in {m['load_s']:.2f}s ({'cached safetensors' if m['from_cache'] else 'converted from GGUF'})")
+
+
+@cli.command()
+@click.option("--llm", help="OpenAI-compatible base URL; default: embedded SmolLM2.")
+@click.option("--rebuild", is_flag=True, help="Rebuild the demo index.")
+def demo(llm: str | None, rebuild: bool) -> None:
+    """Index the standard library's documentation and answer two questions with sources."""
+    from slimrag.demo import QUESTIONS, home, write_corpus
+    from slimrag.index.core import Index
+
+    t0 = time.perf_counter()
+    base = home() / "demo"
+    corpus, path = base / "stdlib-docs", base / "stdlib.slimrag"
+    if rebuild or not (path / "manifest.json").is_file():
+        n = write_corpus(corpus)
+        click.echo(f"Indexing the documentation of {n} standard-library modules (first run only)...")
+        idx = Index.build(corpus, path, overwrite=True)
+        _report(idx.last_report, False)
+    else:
+        idx = Index.open(path)
+        click.echo(f"Reusing the index at {path}")
+    with idx:
+        rag = _rag(idx, llm, 160)
+        for q in QUESTIONS:
+            click.echo(click.style(f"\nQ: {q}", bold=True))
+            click.echo("A: ", nl=False)
+            for piece in rag.stream_answer(q, 4):
+                if isinstance(piece, str):
+                    click.echo(piece, nl=False)
+                else:
+                    _print_sources(piece)
+    click.echo(f"\ndemo finished in {time.perf_counter() - t0:.1f}s")
+
+
+def main() -> None:
+    """Entry point: run the CLI, turning slimrag errors into one line and exit code 1."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        cli(standalone_mode=True)
+    except SlimragError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)

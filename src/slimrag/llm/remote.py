@@ -1,0 +1,365 @@
+"""`RemoteGenerator`: generation through any OpenAI-compatible ``/v1/chat/completions`` endpoint.
+
+Tested against the protocol as vLLM, SGLang, llama.cpp's ``llama-server`` and Ollama speak it.
+This module also holds `OpenAIClient`, the small HTTP layer that `RemoteEmbedder`
+(:mod:`slimrag.embed.remote`) shares: URL rule, API key, error translation.
+
+Base URL rule
+    ``base_url`` names the API root. If its path already ends in ``/v1`` it is used as is,
+    otherwise ``/v1`` is appended: ``http://host:8000``, ``http://host:8000/`` and
+    ``http://host:8000/v1/`` all mean ``http://host:8000/v1``. A root under another prefix
+    (``http://host/proxy/v1``) works the same way.
+
+Request (streaming, always)
+    ``POST {root}/chat/completions`` with ``model``, ``messages`` (from `Prompt.messages`, so the
+    bytes are the deterministic rendering that lets the server's prefix cache hit),
+    ``temperature``, ``top_p``, ``max_tokens``, ``stop`` (omitted when empty; some servers reject
+    an empty list), ``stream: true`` and ``stream_options: {"include_usage": true}``.
+
+Response: server-sent events
+    Lines ``data: {json}``, ended by ``data: [DONE]``. Blank lines, ``:`` comments and ``event:``/
+    ``id:`` fields are skipped. Each chunk's ``choices[0].delta.content`` (absent, null or empty
+    in role-only chunks) becomes one `Delta`; ``choices[0].finish_reason`` is remembered. The
+    usage chunk has ``choices: []`` and ``usage`` set; vLLM and SGLang report
+    ``usage.prompt_tokens_details.cached_tokens`` (their prefix-cache hits), llama.cpp and Ollama
+    do not, and then ``cached_tokens`` is 0. A server that ignores ``stream_options`` sends no
+    usage at all: the final `Usage` then has zero token counts and only the timings.
+    A chunk ``{"error": ...}`` (llama.cpp reports failures mid-stream that way) raises
+    `BackendError`. A server that answers ``stream: true`` with one plain JSON completion
+    (``Content-Type: application/json``) is accepted too: its text becomes a single delta.
+    A stream that ends with neither ``[DONE]`` nor a finish reason was cut off and raises.
+
+Timings
+    ``ttft_s`` runs from just before the request is sent to the first non-empty content piece
+    (it includes connection set-up and queueing on the server, which is what a user waits for);
+    ``total_s`` to the end of the stream. With an empty reply ``ttft_s`` equals ``total_s``.
+
+Errors
+    Refused connections, timeouts, HTTP status >= 400 (with the server's own error message, in
+    any of the shapes OpenAI, vLLM, llama.cpp and Ollama use) and malformed JSON all raise
+    `BackendError` saying what to do next. Leaving a stream early closes the response.
+
+Thread safety: one generator may be used from several threads (httpx.Client is thread-safe and
+the model id is resolved under a lock).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from slimrag.config import GenerationConfig
+from slimrag.errors import BackendError
+from slimrag.llm.base import Delta, Generator
+from slimrag.rag.prompt import Prompt
+from slimrag.types import Usage
+
+#: Advice appended to an HTTP error, by status. Statuses not listed get the 4xx/5xx default.
+_STATUS_HINTS: dict[int, str] = {
+    400: "the server rejected the request; check the model name and sampling settings",
+    401: "pass the server's key as api_key= (sent as 'Authorization: Bearer KEY')",
+    403: "the API key is not allowed to use this endpoint or model; check the key",
+    404: "check that base_url is the API root (it should end in /v1) and that the model is served "
+    "(see GET /v1/models)",
+    413: "the request is too large; send fewer texts per batch or a shorter prompt",
+    422: "the server rejected the request body; check the model name and sampling settings",
+    429: "the server is rate-limiting or overloaded; retry later or lower concurrency",
+}
+_HINT_4XX = "check the request and the server's documentation"
+_HINT_5XX = "the server failed; check its log, and retry once it is healthy"
+
+
+def api_root(base_url: str) -> str:
+    """Normalize ``base_url`` to the API root ending in ``/v1`` (see the module header)."""
+    url = base_url.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise BackendError(
+            f"base_url {base_url!r} is not an http(s) URL; give one like 'http://127.0.0.1:8000/v1'"
+        )
+    return url if parts.path.endswith("/v1") else url + "/v1"
+
+
+def server_message(text: str) -> str:
+    """Pull the human-readable message out of an error body, whatever the server's dialect.
+
+    OpenAI and llama.cpp: ``{"error": {"message": ...}}``; Ollama: ``{"error": "..."}``;
+    vLLM (some versions): ``{"object": "error", "message": ...}``; anything else: the raw text.
+    """
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return text.strip()[:500] or "(empty body)"
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, str):
+            return err
+        message = err.get("message") if isinstance(err, dict) else None
+        if isinstance(message, str):
+            return message
+        detail = body.get("detail")  # FastAPI's default error shape
+        if isinstance(detail, str):
+            return detail
+    return text.strip()[:500]
+
+
+class OpenAIClient:
+    """The HTTP side of an OpenAI-compatible server, shared by `RemoteGenerator` and
+    `RemoteEmbedder`: one ``httpx.Client`` with the key header, and every transport or protocol
+    failure turned into a `BackendError` whose message names the URL and the next step."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 120.0) -> None:
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        self.root = api_root(base_url)
+        self.timeout = timeout
+        headers = {"Accept": "application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._http = httpx.Client(headers=headers, timeout=timeout)
+
+    def url(self, path: str) -> str:
+        """The absolute URL of ``path`` (e.g. ``"models"``) under the API root."""
+        return f"{self.root}/{path.lstrip('/')}"
+
+    def get_json(self, path: str) -> Any:
+        """GET ``path`` and return its decoded JSON body."""
+        url = self.url(path)
+        try:
+            response = self._http.get(url)
+        except httpx.HTTPError as exc:
+            raise self.transport_error(exc, url) from exc
+        return self._decode(response, url)
+
+    def post_json(self, path: str, body: dict[str, Any]) -> Any:
+        """POST ``body`` as JSON to ``path`` and return the decoded JSON answer."""
+        url = self.url(path)
+        try:
+            response = self._http.post(url, json=body)
+        except httpx.HTTPError as exc:
+            raise self.transport_error(exc, url) from exc
+        return self._decode(response, url)
+
+    @contextmanager
+    def post_stream(self, path: str, body: dict[str, Any]) -> Iterator[httpx.Response]:
+        """POST ``body`` and yield the open response (status already checked) for line-by-line
+        reading; transport errors while reading become `BackendError` too."""
+        url = self.url(path)
+        try:
+            with self._http.stream("POST", url, json=body) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise self.status_error(response.status_code, response.text, url)
+                yield response
+        except httpx.HTTPError as exc:
+            raise self.transport_error(exc, url) from exc
+
+    def list_models(self) -> list[str]:
+        """The model ids the server lists at ``GET /v1/models``, in its order."""
+        body = self.get_json("models")
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list):
+            raise BackendError(f"{self.url('models')} answered without a 'data' list; is this an "
+                               "OpenAI-compatible server?")
+        return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+    def close(self) -> None:
+        """Close the connection pool. Further requests fail."""
+        self._http.close()
+
+    def _decode(self, response: httpx.Response, url: str) -> Any:
+        if response.status_code >= 400:
+            raise self.status_error(response.status_code, response.text, url)
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise BackendError(
+                f"{url} answered HTTP {response.status_code} with a body that is not JSON "
+                f"({response.text[:200]!r}); is base_url an OpenAI-compatible API root?"
+            ) from exc
+
+    def status_error(self, status: int, text: str, url: str) -> BackendError:
+        """The `BackendError` for an HTTP error status, with the server's message and advice."""
+        hint = _STATUS_HINTS.get(status, _HINT_5XX if status >= 500 else _HINT_4XX)
+        return BackendError(f"{url} answered HTTP {status}: {server_message(text)} ({hint})")
+
+    def transport_error(self, exc: httpx.HTTPError, url: str) -> BackendError:
+        """The `BackendError` for a failure below HTTP: refused, timed out, connection dropped."""
+        if isinstance(exc, httpx.ConnectError):
+            return BackendError(f"cannot connect to {url} ({exc}); is the server running? "
+                                "Start it, or fix base_url")
+        if isinstance(exc, httpx.TimeoutException):
+            return BackendError(f"no answer from {url} within {self.timeout:g} s; the server may be "
+                                "loading a model or overloaded: retry, or pass a larger timeout=")
+        return BackendError(f"request to {url} failed: {type(exc).__name__}: {exc}; check the server "
+                            "and retry")
+
+
+class RemoteGenerator(Generator):
+    """A `Generator` backed by an OpenAI-compatible chat completions server.
+
+    base_url: the API root (``/v1`` is appended when missing). model: the served model id; when
+    None, the first id of ``GET /v1/models`` is used (asked once, on first use). api_key: sent as
+    a bearer token. timeout: seconds allowed for connecting and between two reads of the stream
+    (not for the whole generation). Close with :meth:`close` or use as a context manager.
+    """
+
+    def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None,
+                 timeout: float = 120.0) -> None:
+        self._client = OpenAIClient(base_url, api_key=api_key, timeout=timeout)
+        self._model = model
+        self._lock = threading.Lock()
+        self.name = f"remote:{model or 'auto'}@{self._client.root}"
+
+    @property
+    def base_url(self) -> str:
+        """The normalized API root requests go to."""
+        return self._client.root
+
+    def resolve_model(self) -> str:
+        """The model id requests name: the one given, or the server's first listed model."""
+        with self._lock:
+            if self._model is None:
+                models = self._client.list_models()
+                if not models:
+                    raise BackendError(f"{self._client.url('models')} lists no models; load a model "
+                                       "on the server or pass model=")
+                self._model = models[0]
+                self.name = f"remote:{self._model}@{self._client.root}"
+            return self._model
+
+    def request_body(self, prompt: Prompt, config: GenerationConfig) -> dict[str, Any]:
+        """The JSON body of a streaming chat completion request for ``prompt``."""
+        body: dict[str, Any] = {
+            "model": self.resolve_model(),
+            "messages": prompt.messages(),
+            "temperature": config.temperature,
+            "top_p": config.top_p,
+            "max_tokens": config.max_new_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if config.stop:
+            body["stop"] = list(config.stop)
+        return body
+
+    def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:
+        """Yield content pieces as the server streams them; the last delta carries `Usage` and the
+        finish reason (see the module header for what each server reports)."""
+        body = self.request_body(prompt, config or GenerationConfig())
+        url = self._client.url("chat/completions")
+        start = time.perf_counter()
+        ttft: float | None = None
+        reason: str | None = None
+        usage: dict[str, Any] | None = None
+        with self._client.post_stream("chat/completions", body) as response:
+            if response.headers.get("content-type", "").startswith("application/json"):
+                events: Iterator[dict[str, Any]] = iter([_as_chunk(_parse_json(response.read(), url))])
+            else:
+                events = _sse_events(response.iter_lines(), url)
+            done = False
+            for event in events:
+                if event is _DONE:
+                    done = True
+                    break
+                if isinstance(event.get("usage"), dict):
+                    usage = event["usage"]  # the last one wins: some servers send running totals
+                text, finish = _chunk_content(event, url)
+                reason = finish or reason
+                if text:
+                    if ttft is None:
+                        ttft = time.perf_counter() - start
+                    yield Delta(text)
+            if not done and reason is None:
+                raise BackendError(f"the stream from {url} ended before its last chunk; the server "
+                                   "may have crashed or dropped the connection: check its log and retry")
+        total = time.perf_counter() - start
+        yield Delta("", usage=_usage(usage, ttft if ttft is not None else total, total, url),
+                    finish_reason=reason or "stop")
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self._client.close()
+
+    def __enter__(self) -> RemoteGenerator:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+#: Sentinel event for ``data: [DONE]``.
+_DONE: dict[str, Any] = {}
+
+
+def _parse_json(raw: str | bytes, url: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        shown = raw[:200] if isinstance(raw, str) else raw[:200].decode("utf-8", "replace")
+        raise BackendError(f"{url} sent malformed JSON ({shown!r}); the server is not speaking the "
+                           "OpenAI protocol: check base_url and the server version") from exc
+
+
+def _sse_events(lines: Iterator[str], url: str) -> Iterator[dict[str, Any]]:
+    """Decode server-sent events into chunk dicts, `_DONE` for the terminator."""
+    for line in lines:
+        if not line.startswith("data:"):
+            continue  # blank separators, ':' keep-alive comments, event:/id:/retry: fields
+        data = line[5:].strip()
+        if data == "[DONE]":
+            yield _DONE
+            return
+        if data:
+            yield _as_chunk(_parse_json(data, url))
+
+
+def _as_chunk(obj: Any) -> dict[str, Any]:
+    """Check the top-level shape of one decoded chunk (or of a whole non-streamed completion)."""
+    if not isinstance(obj, dict):
+        raise BackendError(f"expected a JSON object per stream chunk, got {type(obj).__name__}; "
+                           "check that the server speaks the OpenAI chat completions protocol")
+    return obj
+
+
+def _chunk_content(chunk: dict[str, Any], url: str) -> tuple[str, str | None]:
+    """The content text and finish reason of one chunk (a whole completion is accepted too)."""
+    if "error" in chunk:
+        raise BackendError(f"{url} reported an error mid-stream: {server_message(json.dumps(chunk))} "
+                           f"({_HINT_5XX})")
+    choices = chunk.get("choices") or []
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return "", None  # the usage chunk, or a keep-alive
+    choice = choices[0]
+    part = choice.get("delta") or choice.get("message") or {}
+    text = part.get("content") if isinstance(part, dict) else None
+    if text is not None and not isinstance(text, str):
+        raise BackendError(f"{url} sent content of type {type(text).__name__}, expected a string")
+    finish = choice.get("finish_reason")
+    return text or "", finish if isinstance(finish, str) else None
+
+
+def _usage(raw: dict[str, Any] | None, ttft: float, total: float, url: str) -> Usage:
+    """Build `Usage` from the server's ``usage`` object (None when it sent none)."""
+    if raw is None:
+        return Usage(ttft_s=ttft, total_s=total)
+    details = raw.get("prompt_tokens_details") or {}
+    try:
+        return Usage(
+            prompt_tokens=int(raw.get("prompt_tokens") or 0),
+            completion_tokens=int(raw.get("completion_tokens") or 0),
+            cached_tokens=int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
+            ttft_s=ttft,
+            total_s=total,
+        )
+    except (TypeError, ValueError) as exc:
+        raise BackendError(f"{url} sent a usage object with non-integer counts: {raw!r}") from exc

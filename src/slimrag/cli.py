@@ -11,7 +11,6 @@ import logging
 import sys
 import time
 from dataclasses import asdict, fields
-from pathlib import Path
 from typing import Any
 
 import click

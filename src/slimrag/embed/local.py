@@ -60,7 +60,6 @@ class LocalEmbedder(Embedder):
         if self._model is None:
             offline_env()
             from sentence_transformers import SentenceTransformer
-
             from transformers.utils import logging as hf_logging
 
             hf_logging.disable_progress_bar()  # a "Loading weights" bar on every open is noise

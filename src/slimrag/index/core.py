@@ -199,7 +199,7 @@ class Index:
             try:
                 pieces = self.chunker.chunk(parse(source, data, path))
             except IngestError as e:
-                log.warning("skipped %s", e)
+                log.warning("skipped %s: %s", source, e)
                 report.skipped.append(Skipped(source, str(e)))
                 continue
             if not pieces:

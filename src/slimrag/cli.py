@@ -237,7 +237,13 @@ def demo(llm: str | None, rebuild: bool) -> None:
         idx = Index.open(path)
         click.echo(f"Reusing the index at {path}")
     with idx:
-        rag = _rag(idx, llm, 160)
+        rag = _rag(idx, llm, 96)
+        load = getattr(rag.llm, "load", None)
+        if load is not None:  # load before the questions, so their timings are the answers' own
+            t1 = time.perf_counter()
+            loaded = load()
+            how = "cached safetensors" if getattr(loaded, "from_cache", True) else "converted from GGUF, once"
+            click.echo(f"LLM loaded in {time.perf_counter() - t1:.1f}s ({how})")
         for q in QUESTIONS:
             click.echo(click.style(f"\nQ: {q}", bold=True))
             click.echo("A: ", nl=False)

@@ -1,0 +1,238 @@
+"""Slim index core (graph, PQ codes, two-level search) against numpy brute force.
+
+Data: seeded unit vectors shaped like sentence embeddings (shared mean direction, topic clusters
+with sub-topics, noise in a low-dimensional subspace); ``recompute`` is backed by the true matrix,
+so the exact level is exact and any recall loss is the graph's or the PQ ranking's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from slimrag.errors import IndexFormatError
+from slimrag.index.codes import PQConfig, train_pq
+from slimrag.index.graph import Graph, GraphConfig, build_graph, exact_knn, index_dtype, pick_hubs
+from slimrag.index.search import SlimArtifacts, SlimConfig, SlimSearcher, build_slim, slim_bytes
+
+N, D, NQ, K = 3000, 384, 100, 10
+
+
+def text_like(n: int, nq: int, d: int = D, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    rank = min(96, d)
+    mean = rng.normal(size=d)
+    mean /= np.linalg.norm(mean)
+    basis = np.linalg.qr(rng.normal(size=(d, rank)))[0]
+    spectrum = 1.0 / np.sqrt(1.0 + np.arange(rank))
+    centers = (rng.normal(size=(48, rank)) * spectrum) @ basis.T
+    subs = (rng.normal(size=(48 * 8, rank)) * spectrum) @ basis.T
+
+    def draw(m: int) -> np.ndarray:
+        c = rng.integers(0, len(centers), m)
+        s = c * 8 + rng.integers(0, 8, m)
+        x = (
+            0.35 * mean
+            + 0.9 * centers[c]
+            + 0.5 * subs[s]
+            + 0.45 * (rng.normal(size=(m, rank)) * spectrum) @ basis.T
+            + 0.04 * rng.normal(size=(m, d))
+        )
+        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+    return draw(n), draw(nq)
+
+
+class Recorder:
+    """recompute callback backed by the true matrix; records every call."""
+
+    def __init__(self, x: np.ndarray) -> None:
+        self.x = x
+        self.calls: list[np.ndarray] = []
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        self.calls.append(np.array(rows))
+        return self.x[rows]
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    x, q = text_like(N, NQ)
+    truth = np.argsort(-(q @ x.T), axis=1, kind="stable")[:, :K]
+    return x, q, truth
+
+
+@pytest.fixture(scope="module")
+def art(data) -> SlimArtifacts:
+    return build_slim(data[0], SlimConfig())
+
+
+def recall(results, truth: np.ndarray, k: int) -> float:
+    return float(np.mean([len(set(r.rows[:k].tolist()) & set(t[:k].tolist())) / k for r, t in zip(results, truth, strict=True)]))
+
+
+def test_recall_against_brute_force(data, art):
+    x, q, truth = data
+    cfg = SlimConfig()
+    results = SlimSearcher(art, Recorder(x), SlimConfig(cache_bytes=0)).search_batch(q, K)
+    assert recall(results, truth, 10) >= 0.95
+    assert recall(results, truth, 3) >= 0.95
+    assert all(r.stats.recomputed <= cfg.rerank for r in results)
+    # Scores are exact inner products, best first.
+    for i, r in enumerate(results):
+        np.testing.assert_allclose(r.scores, x[r.rows] @ q[i], rtol=0, atol=1e-5)
+        assert np.all(np.diff(r.scores) <= 0)
+
+
+def test_early_stop_saves_recomputation_without_losing_recall(data, art):
+    x, q, truth = data
+    full = SlimSearcher(art, Recorder(x), SlimConfig(cache_bytes=0, early_stop=False)).search_batch(q, K)
+    early = SlimSearcher(art, Recorder(x), SlimConfig(cache_bytes=0, early_stop=True)).search_batch(q, K)
+    assert sum(r.stats.recomputed for r in early) <= sum(r.stats.recomputed for r in full)
+    assert recall(early, truth, 10) >= recall(full, truth, 10) - 0.01
+
+
+def test_one_recompute_call_per_wave_and_no_duplicates(data, art):
+    x, q, _ = data
+    rec = Recorder(x)
+    SlimSearcher(art, rec, SlimConfig(cache_bytes=0, early_stop=False)).search_batch(q[:20], K)
+    assert len(rec.calls) == 1  # no early stop: one wave, one batch for all 20 queries
+    assert len(np.unique(rec.calls[0])) == len(rec.calls[0])
+
+
+def test_cache_serves_repeated_queries(data, art):
+    x, q, _ = data
+    rec = Recorder(x)
+    searcher = SlimSearcher(art, rec, SlimConfig(cache_bytes=8 * 1024 * 1024))
+    first = searcher.search_batch(q[:10], K)
+    calls = len(rec.calls)
+    again = searcher.search_batch(q[:10], K)
+    assert len(rec.calls) == calls  # everything came from the cache
+    assert all(r.stats.recomputed == 0 and r.stats.cache_hits > 0 for r in again)
+    for a, b in zip(first, again, strict=True):
+        np.testing.assert_array_equal(a.rows, b.rows)
+
+
+def test_cache_respects_byte_budget(data, art):
+    x, q, _ = data
+    budget = 50 * D * 4
+    searcher = SlimSearcher(art, Recorder(x), SlimConfig(cache_bytes=budget))
+    searcher.search_batch(q[:20], K)
+    assert len(searcher.cache) == 50
+
+
+def test_tombstoned_rows_never_returned(data, art):
+    x, q, truth = data
+    dead = np.unique(truth[:, :3])
+    results = SlimSearcher(art, Recorder(x), SlimConfig(cache_bytes=0)).search_batch(q, K, skip=dead)
+    returned = np.concatenate([r.rows for r in results])
+    assert not np.isin(returned, dead).any()
+    mask = np.zeros(len(x), dtype=bool)
+    mask[dead] = True
+    masked = np.where(mask[None, :], -np.inf, q @ x.T)
+    alive_truth = np.argsort(-masked, axis=1, kind="stable")[:, :K]
+    assert recall(results, alive_truth, 10) >= 0.9
+
+
+def test_save_load_round_trip_gives_identical_results(tmp_path, data, art):
+    x, q, _ = data
+    art.save(tmp_path / "gen")
+    loaded = SlimArtifacts.load(tmp_path / "gen")
+    cfg = SlimConfig(cache_bytes=0)
+    a = SlimSearcher(art, Recorder(x), cfg).search_batch(q, K)
+    b = SlimSearcher(loaded, Recorder(x), cfg).search_batch(q, K)
+    for ra, rb in zip(a, b, strict=True):
+        np.testing.assert_array_equal(ra.rows, rb.rows)
+        np.testing.assert_array_equal(ra.scores, rb.scores)
+        assert ra.stats == rb.stats
+
+
+def test_bytes_per_vector_under_budget(tmp_path, art):
+    art.save(tmp_path)
+    sizes = slim_bytes(tmp_path)
+    assert sizes["per_vector"] < 100
+    assert sizes["n"] == N
+
+
+def test_graph_csr_dtype_and_strong_connectivity(data, art):
+    g = art.graph
+    assert g.indices.dtype == np.uint16
+    assert index_dtype(70_000) == np.uint32
+    assert g.degrees().max() <= GraphConfig().max_degree + 2
+    # Every node reachable from any hub: the graph is strongly connected.
+    for start in pick_hubs(g, 2).tolist() + [N - 1]:
+        seen = np.zeros(g.n, dtype=bool)
+        frontier = np.array([start])
+        seen[start] = True
+        while len(frontier):
+            nxt = np.unique(np.concatenate([g.neighbors(int(r)) for r in frontier]).astype(np.int64))
+            frontier = nxt[~seen[nxt]]
+            seen[frontier] = True
+        assert seen.all()
+
+
+def test_exact_knn_matches_brute_force(data):
+    x = data[0][:500]
+    ids, sims = exact_knn(x, 5, block=64)
+    s = x @ x.T
+    np.fill_diagonal(s, -np.inf)
+    np.testing.assert_array_equal(ids, np.argsort(-s, axis=1, kind="stable")[:, :5])
+    np.testing.assert_allclose(sims, np.sort(s, axis=1)[:, ::-1][:, :5], atol=1e-6)
+
+
+def test_tiny_graphs_are_valid():
+    x, _ = text_like(5, 1, d=16)
+    g = build_graph(x, GraphConfig(base_degree=2, max_degree=4, candidates=4))
+    assert g.n == 5 and g.indices.dtype == np.uint8
+    assert Graph(g.indptr, g.indices).in_degrees().min() >= 1
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_pq_adc_equals_reconstruction_dot(data, bits):
+    x, q, _ = data
+    pq = train_pq(x[:1000], PQConfig(m=48, bits=bits, iters=4))
+    codes = pq.encode(x[:1000])
+    assert codes.shape == (1000, 48 * bits // 8) and codes.dtype == np.uint8
+    lut = pq.lookup_tables(q[:3])
+    rows = np.arange(0, 1000, 7)
+    approx = pq.scorer(lut[1], codes)(rows)
+    np.testing.assert_allclose(approx, pq.decode(codes[rows]) @ q[1], atol=1e-4)
+    # The quantizer ranks well: strong correlation with the exact scores.
+    assert np.corrcoef(approx, x[rows] @ q[1])[0, 1] > 0.9
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="ef"):
+        SlimConfig(ef=8, rerank=16)
+    with pytest.raises(ValueError, match="base_degree"):
+        GraphConfig(base_degree=40, max_degree=32)
+    with pytest.raises(ValueError, match="bits"):
+        PQConfig(bits=5)
+    with pytest.raises(ValueError, match="divide"):
+        train_pq(np.ones((10, 10), np.float32), PQConfig(m=3))
+    cfg = SlimConfig(rerank=20, graph=GraphConfig(base_degree=10))
+    assert SlimConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_recompute_shape_is_checked(data, art):
+    x, q, _ = data
+    searcher = SlimSearcher(art, lambda rows: x[rows][:, :10], SlimConfig(cache_bytes=0))
+    with pytest.raises(ValueError, match="recompute returned shape"):
+        searcher.search(q[0], K)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7])
+def test_tiny_indexes_search_exactly(n):
+    x, q = text_like(n, 3, d=32)
+    art = build_slim(x, SlimConfig(pq=PQConfig(m=8)))
+    results = SlimSearcher(art, Recorder(x), SlimConfig(cache_bytes=0)).search_batch(q, 3)
+    for i, r in enumerate(results):
+        want = np.argsort(-(x @ q[i]), kind="stable")[: min(3, n)]
+        np.testing.assert_array_equal(np.sort(r.rows), np.sort(want))
+
+
+def test_corrupt_folder_raises_index_format_error(tmp_path, art):
+    art.save(tmp_path)
+    (tmp_path / "pq_codes.npy").unlink()
+    with pytest.raises(IndexFormatError, match="rebuild"):
+        SlimArtifacts.load(tmp_path)

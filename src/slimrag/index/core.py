@@ -25,9 +25,11 @@ import numpy as np
 from slimrag.catalog import Catalog
 from slimrag.config import IndexConfig, SearchConfig
 from slimrag.embed.base import Embedder
-from slimrag.errors import IndexFormatError, IngestError, SlimragError
+from slimrag.errors import IndexFormatError, IngestError
 from slimrag.index import layout
 from slimrag.index.flat import FlatVectors
+from slimrag.index.search import SlimArtifacts, SlimConfig, build_slim, slim_bytes
+from slimrag.index.slimstore import SlimVectors
 from slimrag.ingest.chunker import Chunker, load_tokenizer
 from slimrag.ingest.crawl import Skipped
 from slimrag.ingest.source import Inputs, iter_source_docs, parse
@@ -100,7 +102,8 @@ class Index:
     # -- construction ---------------------------------------------------------------------------
     @classmethod
     def create(cls, out: str | Path, *, embedder: Embedder | None = None, config: IndexConfig | None = None,
-               source_root: str | Path | None = None, overwrite: bool = False) -> Index:
+               source_root: str | Path | None = None, overwrite: bool = False,
+               slim: SlimConfig | None = None) -> Index:
         """Create an empty index folder."""
         out = Path(out)
         if out.exists():
@@ -110,8 +113,6 @@ class Index:
                 raise IndexFormatError(f"{out} is a non-empty folder that is not an index; refusing to delete it")
             shutil.rmtree(out)
         config = config or IndexConfig()
-        if config.storage == "slim":
-            raise SlimragError("storage='slim' is not available yet; use 'flat' (or 'auto')")
         embedder = embedder or _default_embedder(None)
         if not embedder.dim:
             embedder.embed_batch(["dimension probe"])
@@ -121,7 +122,8 @@ class Index:
                                          "vectors": np.zeros((0, embedder.dim), config.dtype)})
         now = time.time()
         layout.write_json_atomic(out / layout.MANIFEST, {
-            "format": layout.FORMAT_VERSION, "storage": "flat", "embedder": _embedder_record(embedder),
+            "format": layout.FORMAT_VERSION, "storage": config.storage, "gen_kind": "flat",
+            "slim": (slim or SlimConfig()).to_dict(), "embedder": _embedder_record(embedder),
             "config": asdict(config), "generation": 0, "delta_parts": [], "next_chunk_id": 0, "next_part": 0,
             "source_root": str(Path(source_root).resolve()) if source_root else None,
             "created": now, "updated": now,
@@ -129,14 +131,17 @@ class Index:
         return cls(out, embedder)
 
     @classmethod
-    def build(cls, source: Inputs, out: str | Path, *, storage: str = "flat", embedder: Embedder | None = None,
-              config: IndexConfig | None = None, overwrite: bool = False) -> Index:
-        """Build an index at ``out`` from a folder, files, or ``(source, text)`` pairs, then compact it."""
-        config = config or IndexConfig(storage=storage)
-        if storage != config.storage:
+    def build(cls, source: Inputs, out: str | Path, *, storage: str | None = None, embedder: Embedder | None = None,
+              config: IndexConfig | None = None, overwrite: bool = False,
+              slim: SlimConfig | None = None) -> Index:
+        """Build an index at ``out`` from a folder, files, or ``(source, text)`` pairs, then compact it.
+        storage: "flat" (exact vectors), "slim" (graph + PQ codes, embeddings recomputed at query
+        time), or "auto" (slim from ``IndexConfig.auto_slim_chunks`` chunks on)."""
+        config = config or IndexConfig(storage=storage or "flat")
+        if storage is not None and storage != config.storage:
             config = IndexConfig(**{**asdict(config), "storage": storage})
         root = Path(source) if isinstance(source, (str, Path)) and Path(source).is_dir() else None
-        idx = cls.create(out, embedder=embedder, config=config, source_root=root, overwrite=overwrite)
+        idx = cls.create(out, embedder=embedder, config=config, source_root=root, overwrite=overwrite, slim=slim)
         idx.last_report = idx.add(source)
         idx.compact()
         return idx
@@ -159,13 +164,46 @@ class Index:
     # -- vectors --------------------------------------------------------------------------------
     def _load_vectors(self) -> None:
         gen = layout.read_generation(self.root, self.manifest["generation"])
-        ids, vecs = gen["ids"], gen["vectors"]
         d_ids, d_vecs = layout.read_delta_parts(self.root, self.manifest["delta_parts"])
-        if d_vecs is not None:
-            ids = np.concatenate([ids, d_ids])
-            vecs = np.concatenate([np.asarray(vecs), d_vecs.astype(vecs.dtype)])
-        self.vectors = FlatVectors(ids, vecs)
+        if self.manifest.get("gen_kind", "flat") == "slim":
+            art = SlimArtifacts.load(layout.gen_dir(self.root, self.manifest["generation"]))
+            if d_vecs is None:
+                d_vecs = np.zeros((0, art.dim), np.float32)
+            self.vectors: FlatVectors | SlimVectors = SlimVectors(
+                gen["ids"], art, FlatVectors(d_ids, d_vecs), self._recompute,
+                SlimConfig.from_dict(self.manifest["slim"]))
+        else:
+            ids, vecs = gen["ids"], gen["vectors"]
+            if d_vecs is not None:
+                ids = np.concatenate([ids, d_ids])
+                vecs = np.concatenate([np.asarray(vecs), d_vecs.astype(vecs.dtype)])
+            self.vectors = FlatVectors(ids, vecs)
         self.vectors.set_live(np.asarray(self.catalog.live_ids(), dtype=np.int64))
+
+    def _recompute(self, chunk_ids: np.ndarray) -> np.ndarray:
+        """Exact embeddings of stored chunks, recomputed from their text (the slim index keeps none)."""
+        chunks = self.catalog.chunks(chunk_ids)
+        missing = [int(i) for i in chunk_ids if int(i) not in chunks]
+        if missing:
+            raise IndexFormatError(f"chunks {missing[:5]} are in the index but not in the catalog; run compact()")
+        return self.embedder.embed([embed_input(chunks[int(i)]) for i in chunk_ids],
+                                   batch_size=self.config.embed_batch)
+
+    def _live_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk ids, exact float32 vectors) of every live row, sorted by id. A slim generation has
+        no stored vectors, so its live rows are re-embedded here, in batches."""
+        v = self.vectors
+        if isinstance(v, FlatVectors):
+            ids, vecs = v.ids[v.live], np.asarray(v.vectors)[v.live].astype(np.float32)
+        else:
+            gen_ids = v.gen_ids[v.live[: v.n_gen]]
+            parts = [self._recompute(gen_ids[s: s + COMMIT_CHUNKS]) for s in range(0, len(gen_ids), COMMIT_CHUNKS)]
+            d_live = v.live[v.n_gen:]
+            ids = np.concatenate([gen_ids, v.delta.ids[d_live]])
+            vecs = np.concatenate([*parts, np.asarray(v.delta.vectors, dtype=np.float32)[d_live]]) if len(ids) \
+                else np.zeros((0, self.embedder.dim), np.float32)
+        order = np.argsort(ids, kind="stable")
+        return ids[order], vecs[order]
 
     @property
     def chunker(self) -> Chunker:
@@ -263,15 +301,28 @@ class Index:
         return len(removed)
 
     def compact(self) -> None:
-        """Write a new generation with only live vectors (current generation + delta), switch the
-        manifest atomically, then delete what the old manifest named."""
-        keep = self.vectors.live
-        ids = self.vectors.ids[keep]
-        vecs = np.asarray(self.vectors.vectors)[keep].astype(self.config.dtype)
-        order = np.argsort(ids, kind="stable")
-        gen = self.manifest["generation"] + 1
-        layout.write_generation(self.root, gen, {"ids": ids[order], "vectors": vecs[order]})
-        manifest = {**self.manifest, "generation": gen, "delta_parts": [], "updated": time.time()}
+        """Write a new generation holding only live chunks (current generation + delta), switch
+        the manifest atomically, then delete what the old manifest named. A crash at any point
+        leaves the previous generation in use and no chunk lost.
+
+        The kind follows ``IndexConfig.storage`` ("auto": slim from ``auto_slim_chunks`` live
+        chunks on). Building a slim generation needs every live vector once: delta rows have them,
+        rows of a previous slim generation are re-embedded (the price of storing no embeddings)."""
+        ids, vecs = self._live_vectors()
+        storage = self.config.storage
+        if storage == "auto":
+            storage = "slim" if len(ids) >= self.config.auto_slim_chunks else "flat"
+        if storage == "slim" and len(ids) == 0:
+            storage = "flat"  # a graph needs at least one row
+        gen = layout.next_generation(self.root, self.manifest["generation"])
+        if storage == "slim":
+            art = build_slim(vecs, SlimConfig.from_dict(self.manifest["slim"]))
+            del vecs
+            layout.write_generation(self.root, gen, {"ids": ids}, writer=art.save)
+        else:
+            layout.write_generation(self.root, gen, {"ids": ids, "vectors": vecs.astype(self.config.dtype)})
+        manifest = {**self.manifest, "generation": gen, "gen_kind": storage, "delta_parts": [],
+                    "updated": time.time()}
         layout.write_json_atomic(self.root / layout.MANIFEST, manifest)
         self.manifest = manifest
         self.catalog.clear_tombstones()
@@ -294,13 +345,22 @@ class Index:
                          cfg.rrf_k)[: cfg.k]
         return self._hits(ranked)
 
+    def search_batch(self, queries: Sequence[str], k: int = 5, source: str | None = None) -> list[list[Hit]]:
+        """Vector search for many queries at once: one embedder call, and for a slim index one
+        recomputation batch per rerank wave shared by all queries."""
+        ranked = self._vectors(list(queries), k, source)
+        return [self._hits(r) for r in ranked]
+
     def _vector(self, query: str, k: int, source: str | None) -> list[tuple[int, float]]:
-        q = self.embedder.embed([query])
+        return self._vectors([query], k, source)[0]
+
+    def _vectors(self, queries: list[str], k: int, source: str | None) -> list[list[tuple[int, float]]]:
+        q = self.embedder.embed(queries)
         allow = None
         if source is not None:
             allow = np.isin(self.vectors.ids, np.asarray(self.catalog.live_ids(source), dtype=np.int64))
         ids, scores = self.vectors.search(q, k, allow)
-        return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True)]
+        return [[(int(i), float(s)) for i, s in zip(ids[r], scores[r], strict=True)] for r in range(len(queries))]
 
     def _hits(self, ranked: list[tuple[int, float]]) -> list[Hit]:
         chunks = self.catalog.chunks([i for i, _ in ranked])
@@ -314,11 +374,13 @@ class Index:
     def stats(self) -> dict[str, Any]:
         """Counts, bytes on disk per component, embedder and config."""
         gen = layout.gen_dir(self.root, self.manifest["generation"])
-        files = {p.name: p.stat().st_size for p in sorted(gen.glob("*.npy"))}
+        files = {p.name: p.stat().st_size for p in sorted(gen.iterdir())}
         cat = sum(p.stat().st_size for p in self.root.glob(layout.CATALOG + "*"))
         return {
             "path": str(self.root),
             "storage": self.manifest["storage"],
+            "gen_kind": self.manifest.get("gen_kind", "flat"),
+            "slim_bytes": slim_bytes(gen) if self.manifest.get("gen_kind") == "slim" else None,
             "generation": self.manifest["generation"],
             "counts": {**self.catalog.counts(), "vectors": len(self.vectors),
                        "live_vectors": int(self.vectors.live.sum()),

@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +80,17 @@ def gen_dir(root: Path, generation: int) -> Path:
     return Path(root) / f"gen-{generation:06d}"
 
 
-def write_generation(root: Path, generation: int, arrays: dict[str, np.ndarray]) -> Path:
-    """Write ``arrays`` as ``NAME.npy`` files into a new generation folder, atomically."""
+def next_generation(root: Path, current: int) -> int:
+    """A generation number above the current one and above any folder left by an interrupted
+    compaction (those are debris, deleted by `collect_garbage` after the next switch)."""
+    found = [int(p.name[4:]) for p in Path(root).glob("gen-*") if p.name[4:].isdigit()]
+    return max([current, *found]) + 1
+
+
+def write_generation(root: Path, generation: int, arrays: dict[str, np.ndarray],
+                     writer: Callable[[Path], None] | None = None) -> Path:
+    """Write ``arrays`` as ``NAME.npy`` files (and whatever ``writer(folder)`` adds) into a new
+    generation folder, atomically: temp folder, fsync every file, rename."""
     final = gen_dir(root, generation)
     if final.exists():
         raise IndexFormatError(f"{final} already exists; refusing to overwrite an immutable generation")
@@ -91,6 +101,11 @@ def write_generation(root: Path, generation: int, arrays: dict[str, np.ndarray])
                 np.save(f, np.ascontiguousarray(arr), allow_pickle=False)
                 f.flush()
                 os.fsync(f.fileno())
+        if writer is not None:
+            writer(tmp)
+            for p in tmp.iterdir():
+                with open(p, "rb") as f:
+                    os.fsync(f.fileno())
         _fsync_dir(tmp)
         os.rename(tmp, final)
     except BaseException:

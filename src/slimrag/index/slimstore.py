@@ -1,0 +1,82 @@
+"""`SlimVectors`: the slim generation (graph + PQ codes, no embeddings) plus the exact delta rows,
+behind the same interface as `FlatVectors` (``ids``, ``live``, ``set_live``, ``search``).
+
+Rows ``[0, n_gen)`` are graph rows, answered by `SlimSearcher` with exact reranking of recomputed
+embeddings; rows ``[n_gen, n)`` are chunks added since the last compaction, kept as exact vectors
+(`FlatVectors`). Both lists are merged by exact score, so a query sees one top-k.
+
+Filters: when a metadata filter leaves only a few graph rows (``SMALL_FILTER`` or fewer), those
+rows are recomputed and scored directly: exact, and cheaper than walking a graph whose rows are
+mostly skipped. Thread-safety: one lock around the searcher (it owns a cache and visit marks).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import numpy as np
+
+from slimrag.index.flat import FlatVectors
+from slimrag.index.search import SlimArtifacts, SlimConfig, SlimSearcher
+
+#: graph rows at or below which a filtered query recomputes the allowed rows instead of walking
+SMALL_FILTER = 64
+
+
+class SlimVectors:
+    """Slim generation + exact delta, searched together."""
+
+    def __init__(self, gen_ids: np.ndarray, artifacts: SlimArtifacts, delta: FlatVectors,
+                 recompute_ids: Callable[[np.ndarray], np.ndarray], config: SlimConfig) -> None:
+        self.gen_ids = np.asarray(gen_ids, dtype=np.int64)
+        self.n_gen = len(self.gen_ids)
+        self.delta = delta
+        self.ids = np.concatenate([self.gen_ids, delta.ids])
+        self.live = np.ones(len(self.ids), dtype=bool)
+        self._recompute_ids = recompute_ids
+        self.searcher = SlimSearcher(artifacts, lambda rows: recompute_ids(self.gen_ids[rows]), config)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def set_live(self, live_ids: np.ndarray) -> None:
+        """Mark as live exactly the rows whose chunk id is in ``live_ids``."""
+        self.live = np.isin(self.ids, live_ids)
+        self.delta.live = self.live[self.n_gen:]
+
+    def search(self, queries: np.ndarray, k: int, allow: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k chunk ids and exact scores per query, best first (ties by chunk id)."""
+        q = np.atleast_2d(np.asarray(queries, dtype=np.float32))
+        mask = self.live if allow is None else (self.live & allow)
+        gen_ok = mask[: self.n_gen]
+        d_ids, d_scores = self.delta.search(q, k, None if allow is None else allow[self.n_gen:])
+        results: list[list[tuple[float, int]]] = []
+        if self.n_gen and gen_ok.any():
+            if allow is not None and gen_ok.sum() <= SMALL_FILTER:
+                rows = np.flatnonzero(gen_ok)
+                exact = q @ self._recompute_ids(self.gen_ids[rows]).T
+                results = [[(float(s), int(self.gen_ids[r])) for r, s in zip(rows, exact[i], strict=True)]
+                           for i in range(len(q))]
+            else:
+                with self._lock:
+                    found = self.searcher.search_batch(q, k, ~gen_ok)
+                results = [[(float(s), int(self.gen_ids[r])) for r, s in zip(res.rows, res.scores, strict=True)]
+                           for res in found]
+        else:
+            results = [[] for _ in range(len(q))]
+        out_ids, out_scores = [], []
+        for i in range(len(q)):
+            merged = results[i] + [(float(s), int(c)) for c, s in zip(d_ids[i], d_scores[i], strict=True)]
+            merged.sort(key=lambda t: (-t[0], t[1]))
+            merged = merged[:k]
+            out_ids.append([c for _, c in merged])
+            out_scores.append([s for s, _ in merged])
+        width = max((len(r) for r in out_ids), default=0)
+        if any(len(r) != width for r in out_ids):  # ragged only when some query has fewer live rows
+            width = min(len(r) for r in out_ids)
+            out_ids = [r[:width] for r in out_ids]
+            out_scores = [r[:width] for r in out_scores]
+        return (np.array(out_ids, dtype=np.int64).reshape(len(q), width),
+                np.array(out_scores, dtype=np.float32).reshape(len(q), width))

@@ -1,0 +1,162 @@
+"""`storage="slim"` through the `Index` API: recall against flat search over the same chunks,
+add/remove/compact against a flat index of the same live chunks, and compactions killed midway.
+
+The embedder is the real remote one talking to the test server on 127.0.0.1 (trigram-hash
+embeddings, 64 dims): fast enough to recompute hundreds of rows per test, and it exercises the
+path where the index reopens its embedder from the manifest in a child process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from openai_server import OpenAIServer
+
+from slimrag.config import IndexConfig
+from slimrag.embed.remote import RemoteEmbedder
+from slimrag.index.codes import PQConfig
+from slimrag.index.core import Index
+from slimrag.index.search import SlimConfig
+
+WORDS = ("river stone cloud engine violin garden copper lantern harbor orbit meadow signal falcon "
+         "pepper quartz timber canyon glacier marble velvet ember mosaic nectar saddle tundra").split()
+
+
+def texts(n: int, seed: int) -> list[tuple[str, str]]:
+    rng = np.random.default_rng(seed)
+    return [(f"d{seed}-{i}.txt", " ".join(rng.choice(WORDS, size=12))) for i in range(n)]
+
+
+QUERIES = [" ".join(np.random.default_rng(100 + i).choice(WORDS, size=4)) for i in range(40)]
+SLIM = SlimConfig(pq=PQConfig(m=16))
+
+
+@pytest.fixture(scope="module")
+def server():
+    with OpenAIServer(dim=64) as srv:
+        yield srv
+
+
+def _emb(server: OpenAIServer) -> RemoteEmbedder:
+    return RemoteEmbedder(server.base_url, "test-model", dim=64, timeout=10)
+
+
+def _by_text(idx: Index, q: str, k: int) -> list[str]:
+    return [h.text for h in idx.search(q, k=k)]
+
+
+def test_slim_recall_against_flat(server: OpenAIServer, tmp_path: Path) -> None:
+    data = texts(1500, 0)
+    flat = Index.build(data, tmp_path / "f", embedder=_emb(server))
+    slim = Index.build(data, tmp_path / "s", embedder=_emb(server), storage="slim", slim=SLIM)
+    assert slim.stats()["gen_kind"] == "slim"
+    assert "vectors.npy" not in slim.stats()["bytes"]["generation_files"]
+    hits3 = hits10 = 0
+    for q in QUERIES:
+        ref = [h.chunk_id for h in flat.search(q, k=10)]
+        got = [h.chunk_id for h in slim.search(q, k=10)]
+        hits10 += len(set(ref) & set(got))
+        hits3 += len(set(ref[:3]) & set(h.chunk_id for h in slim.search(q, k=3)))
+    assert hits10 / (10 * len(QUERIES)) >= 0.95
+    assert hits3 / (3 * len(QUERIES)) >= 0.95
+    # scores of returned hits are exact (recomputed), equal to flat's for the same chunk
+    f = {h.chunk_id: h.score for h in flat.search(QUERIES[0], k=50)}
+    for h in slim.search(QUERIES[0], k=5):
+        assert h.score == pytest.approx(f[h.chunk_id], abs=1e-5)
+    # batched search gives the same answers as one query at a time
+    batch = slim.search_batch(QUERIES[:5], k=5)
+    assert [[h.chunk_id for h in hs] for hs in batch] == [[h.chunk_id for h in slim.search(q, k=5)]
+                                                           for q in QUERIES[:5]]
+    per_vec = slim.stats()["slim_bytes"]["per_vector"]
+    assert per_vec < 100
+
+
+def test_updates_match_a_flat_index_of_the_same_live_chunks(server: OpenAIServer, tmp_path: Path) -> None:
+    wide = SlimConfig(pq=PQConfig(m=16), rerank=96, ef=160, early_stop=False)  # small n: rerank covers all
+    base, extra = texts(300, 1), texts(60, 2)
+    slim = Index.build(base, tmp_path / "s", embedder=_emb(server), storage="slim", slim=wide)
+    slim.add(extra)                                     # delta buffer, searched alongside the graph
+    gone = [s for s, _ in base[:40]] + [s for s, _ in extra[:10]]
+    slim.remove(gone)                                   # tombstones in graph and delta
+    live = [d for d in base + extra if d[0] not in set(gone)]
+    ref = Index.build(live, tmp_path / "ref", embedder=_emb(server))
+    for q in QUERIES[:20]:
+        assert _by_text(slim, q, 5) == _by_text(ref, q, 5)
+    slim.compact()                                      # new generation: graph over live chunks only
+    assert slim.stats()["counts"]["vectors"] == len(live) and slim.stats()["gen_kind"] == "slim"
+    for q in QUERIES[:20]:
+        assert _by_text(slim, q, 5) == _by_text(ref, q, 5)
+    slim.close()
+    again = Index.open(tmp_path / "s")                  # embedder reopened from the manifest
+    for q in QUERIES[:5]:
+        assert _by_text(again, q, 5) == _by_text(ref, q, 5)
+
+
+def test_auto_storage_picks_by_size(server: OpenAIServer, tmp_path: Path) -> None:
+    small = Index.build(texts(50, 3), tmp_path / "a", embedder=_emb(server),
+                        config=IndexConfig(storage="auto", auto_slim_chunks=100))
+    assert small.stats()["gen_kind"] == "flat"
+    small.add(texts(80, 4))
+    small.compact()
+    assert small.stats()["gen_kind"] == "slim"
+
+
+CHILD = """
+import sys, time
+from slimrag.index import layout, search
+from slimrag.index.core import Index
+stage = sys.argv[2]
+if stage == "writing":
+    orig = search.SlimArtifacts.save
+    def slow_save(self, folder):
+        orig(self, folder)
+        print("writing", flush=True)
+        time.sleep(120)
+    search.SlimArtifacts.save = slow_save
+else:
+    orig_switch = layout.write_json_atomic
+    def slow_switch(path, data):
+        print("switching", flush=True)
+        time.sleep(120)
+    layout.write_json_atomic = slow_switch
+idx = Index.open(sys.argv[1])
+idx.compact()
+"""
+
+
+@pytest.mark.parametrize("stage", ["writing", "switching"])
+def test_compaction_killed_midway_keeps_old_generation(server: OpenAIServer, tmp_path: Path, stage: str) -> None:
+    path = tmp_path / "k"
+    idx = Index.build(texts(200, 5), path, embedder=_emb(server), storage="slim", slim=SLIM)
+    idx.add(texts(30, 6))
+    idx.remove([s for s, _ in texts(200, 5)[:10]])
+    before = {q: _by_text(idx, q, 5) for q in QUERIES[:5]}
+    counts = idx.catalog.counts()
+    gen = idx.manifest["generation"]
+    idx.close()
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path), stage], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        line = child.stdout.readline()  # type: ignore[union-attr]
+        assert line.strip() == stage, child.stderr.read()  # type: ignore[union-attr]
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert json.loads((path / "manifest.json").read_text())["generation"] == gen
+    again = Index.open(path)
+    assert again.catalog.counts() == counts
+    assert {q: _by_text(again, q, 5) for q in QUERIES[:5]} == before
+    again.compact()  # and the next compaction succeeds, clearing the debris
+    assert not [p for p in path.iterdir() if p.name.startswith(".tmp-")]
+    assert {q: _by_text(again, q, 5) for q in QUERIES[:5]} == before
+    assert again.manifest["generation"] > gen
+    assert sorted(p.name for p in path.glob("gen-*")) == [f"gen-{again.manifest['generation']:06d}"]

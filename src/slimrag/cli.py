@@ -53,7 +53,9 @@ def _report(rep: Any, as_json: bool) -> None:
 @cli.command()
 @click.argument("source", type=click.Path(exists=True))
 @click.option("-o", "--out", required=True, type=click.Path(), help="Index folder to create.")
-@click.option("--storage", type=click.Choice(["flat", "auto"]), default=_IDX["storage"], show_default=True)
+@click.option("--storage", type=click.Choice(["flat", "slim", "auto"]), default=_IDX["storage"], show_default=True,
+              help="flat: exact vectors; slim: graph + PQ codes, embeddings recomputed per query (~17x "
+                   "smaller, slower); auto: slim from IndexConfig.auto_slim_chunks chunks on.")
 @click.option("--chunk-tokens", default=_IDX["chunk_tokens"], show_default=True)
 @click.option("--chunk-overlap", default=_IDX["chunk_overlap"], show_default=True)
 @click.option("--dtype", type=click.Choice(["float32", "float16"]), default=_IDX["dtype"], show_default=True)
@@ -206,7 +208,11 @@ def info(index: str | None, docs: bool, show_llm: bool, as_json: bool) -> None:
     if "index" in out:
         s = out["index"]
         c, b = s["counts"], s["bytes"]
-        click.echo(f"{s['path']}: {s['storage']}, generation {s['generation']}, embedder {s['embedder']['id']}")
+        click.echo(f"{s['path']}: {s['gen_kind']} (storage={s['storage']}), generation {s['generation']}, "
+                   f"embedder {s['embedder']['id']}")
+        if s.get("slim_bytes"):
+            click.echo(f"  slim: {s['slim_bytes']['per_vector']:.1f} B/vector + "
+                       f"{s['slim_bytes']['fixed']:,.0f} B fixed (codebooks)")
         click.echo(f"  {c['documents']} documents, {c['chunks']} chunks, {c['live_vectors']} live vectors")
         click.echo(f"  bytes: catalog {b['catalog']:,}, vectors {b['generation']:,}, delta {b['delta']:,}, "
                    f"total {b['total']:,}")

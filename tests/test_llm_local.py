@@ -158,6 +158,20 @@ def test_concurrent_streams_match_sequential(gen: LocalGenerator) -> None:
     assert got == expected
 
 
+def test_repeat_is_served_from_the_tree_with_the_same_text(gen: LocalGenerator,
+                                                            first_load: weights.LoadedModel) -> None:
+    prompt = Prompt("Who likes long walks?", passages=(DOGS, CATS))
+    cfg = GenerationConfig(max_new_tokens=5)
+    first, again = gen.generate(prompt, cfg), gen.generate(prompt, cfg)
+    assert again.text == first.text
+    cacheable = sum(len(s) for s in gen.encode_segments(prompt)[:-1])  # all but the question
+    assert again.usage.cached_tokens == cacheable < again.usage.prompt_tokens
+    cold = LocalGenerator(loaded=first_load, cache=None)
+    assert cold.planning_cache() is None and cold.cache_stats() is None
+    done = cold.generate(prompt, cfg)
+    assert done.text == first.text and done.usage.cached_tokens == 0
+
+
 def test_stream_holds_back_partial_characters_and_stop_prefixes() -> None:
     assert _safe_len("abc\ufffd", ()) == 3
     assert _safe_len("hello Wh", ("Whisk",)) == len("hello ")

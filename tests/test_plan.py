@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from slimrag.llm.kvtree import KVTree, KVTreeConfig, SegmentKV
 from slimrag.rag.plan import Plan, plan_passages, split_turn
 from slimrag.rag.prompt import Passage
@@ -81,3 +83,63 @@ def test_plan_builds_a_prompt_with_the_ranking() -> None:
     prompt = plan.prompt("why?", passages)
     assert [p.key for p in prompt.passages] == ["a", "c", "b"]
     assert "Most relevant first: doc/c.md#0, doc/b.md#0, doc/a.md#0." in prompt.question_text()
+
+
+def test_prefix_is_walked_first_and_must_be_cached() -> None:
+    tree = tree_with(("sys", ["e1", "e2", "a", "b"], [4, 4, 4, 4, 4]))
+    plan = plan_passages(["b", "c", "a"], tree, "sys", prefix=["e1", "e2"])
+    assert plan.order == ("a", "b", "c") and plan.cached == 2 and plan.cached_tokens == 20
+    # A prefix that is not cached makes nothing after it usable: relevance order.
+    plan = plan_passages(["b", "c", "a"], tree, "sys", prefix=["e2", "e1"])
+    assert plan.order == ("b", "c", "a") and plan.cached == 0
+
+
+class View:
+    """A planning view over a simulated tree, as an engine exposes it."""
+
+    def __init__(self, tree: KVTree) -> None:
+        self.tree = tree
+
+    def root_key(self, prompt) -> str:  # noqa: ANN001
+        return "m|" + prompt.system_key()
+
+    def walk(self, root_key, choose):  # noqa: ANN001, ANN201
+        return self.tree.walk(root_key, choose)
+
+
+def test_plan_prompt_uses_content_keys_and_states_the_ranking() -> None:
+    from slimrag.rag.plan import plan_prompt
+    from slimrag.rag.prompt import Prompt
+
+    a, b, c = (Passage(k, f"doc/{k}.md#0", f"text of {k}") for k in "abc")
+    tree = KVTree.simulated(KVTreeConfig(device="cpu", host_bytes=1 << 20))
+    view = View(tree)
+    first, plan = plan_prompt("q1", [a, b], view)
+    assert [p.key for p in first.passages] == ["a", "b"] and plan.cached == 0
+    segs = first.segments()
+    root, path = view.root_key(first), [s.key for s in segs[1:-1]]
+    assert path == [first.passage_key(a), first.passage_key(b)]
+    tree.insert(root, path, [S(5), S(7), S(9)])
+    prompt, plan = plan_prompt("q2", [c, b, a], view)
+    assert [p.key for p in prompt.passages] == ["a", "b", "c"] and (plan.cached, plan.cached_tokens) == (2, 21)
+    assert prompt.ranking == ("c", "b", "a")
+    assert "Most relevant first: doc/c.md#0, doc/b.md#0, doc/a.md#0." in prompt.question_text()
+    # Same chunk id, other text (another index, a rebuilt chunk): another key, never served.
+    a2 = Passage("a", "doc/a.md#0", "changed text")
+    assert Prompt("q", (a2,)).passage_key(a2) != first.passage_key(a)
+    assert plan_prompt("q3", [a2, b], view)[1].cached == 0
+    with pytest.raises(ValueError, match="share the key"):
+        plan_prompt("q", [a, a2], view)
+
+
+def test_chat_turn_keeps_earlier_passages_first_and_unrepeated() -> None:
+    from slimrag.rag.plan import plan_prompt
+
+    a, b, c = (Passage(k, f"doc/{k}.md#0", f"text of {k}") for k in "abc")
+    prompt, plan = plan_prompt("again?", [c, a], None, earlier=[a, b], history=(("user", "q"), ("assistant", "x")))
+    assert [p.key for p in prompt.passages] == ["a", "b", "c"]
+    assert plan.earlier == ("a",) and plan.order == ("c",)
+    assert "Most relevant first: doc/c.md#0, doc/a.md#0." in prompt.question_text()
+    head = prompt.segments()[0].text
+    assert "Earlier in this conversation" not in head  # history after the passages, not in the root
+    assert "User: q\nAssistant: x" in prompt.segments()[-1].text

@@ -152,9 +152,10 @@ class ProductQuantizer:
 
     def inverse_norms(self, codes: np.ndarray) -> np.ndarray:
         """``1 / ||x̂||`` for every row (float32), from the codes alone (a table of centroid norms
-        gathered like an ADC score). Computed once per searcher; 4 bytes per row of memory."""
+        gathered like an ADC score). Computed once per searcher; 4 bytes per row of memory.
+        Accepts packed or already unpacked codes, like :meth:`scorer`."""
         sq = np.einsum("jcs,jcs->jc", self.codebooks, self.codebooks)
-        unpacked = self.unpack(codes)
+        unpacked = codes if codes.shape[1] == self.m else self.unpack(codes)
         out = np.empty(len(unpacked), dtype=np.float32)
         for start in range(0, len(unpacked), _ENCODE_BATCH):
             block = unpacked[start : start + _ENCODE_BATCH].astype(np.intp)

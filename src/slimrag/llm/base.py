@@ -10,10 +10,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from slimrag.config import GenerationConfig
 from slimrag.rag.prompt import Prompt
 from slimrag.types import Usage
+
+if TYPE_CHECKING:
+    from slimrag.rag.plan import PlanningCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +45,11 @@ class Generator(ABC):
 
     #: A short name for logs and ``slimrag info``.
     name: str = "generator"
+
+    def planning_cache(self) -> PlanningCache | None:
+        """The prefix cache the passage planner should walk (``rag.plan``), or None when this
+        generator keeps none it can show (remote backends; the pipeline then keeps a shadow)."""
+        return None
 
     @abstractmethod
     def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:

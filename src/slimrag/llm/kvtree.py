@@ -6,10 +6,11 @@ Structure
 ---------
 A prompt is ``[system][passage]...[question]`` (see :mod:`slimrag.rag.prompt`); each segment is
 tokenized on its own, so the KV of a passage depends only on the segments *before* it. The tree
-stores exactly that: a hidden sentinel has one child per **root key** (the system segment; hash
-its token ids with :func:`segment_key`, and fold the model id in, so different system prompts or
-models never share entries); below a root, each edge is a passage key (the chunk id) and each node
-holds the KV of its segment computed after the path above it. A request walks the tree along its
+stores exactly that: a hidden sentinel has one child per **root key** (the system segment's
+content key with the model name folded in, so different system prompts or models never share
+entries); below a root, each edge is a passage's content key (``Prompt.passage_key``: chunk id
+plus a digest of its text) and each node holds the KV of its segment computed after the path
+above it. A request walks the tree along its
 passage order (:meth:`KVTree.match`), prefills only the unmatched suffix, and adds it
 (:meth:`KVTree.insert`). A key must identify its segment's token ids: if a chunk's text can change
 under the same id, fold a content hash into the key.
@@ -43,15 +44,20 @@ keeps a heap of its evictable nodes, fed whenever a node may become evictable (p
 unpinned, a child gone) and checked lazily when popped; it is rebuilt by a full scan when stale
 entries outnumber the nodes four to one.
 
-Engine usage (see ``tests/test_kvtree.py::test_engine_flow_with_tensors``)::
+Engine usage (``slimrag.llm.warm.TreeReuse`` does exactly this for the embedded engine)::
 
     m = tree.match(root, keys)                       # pins the cached prefix
     try:
         past = assemble_kv(m.payloads, device) if m.nodes else None  # -> DynamicCache(past)
-        ...prefill ids[m.tokens:] on top of past...
+        ...prefill the segments after m.nodes, one forward each, on top of past...
         tree.insert(root, keys, split_kv(cache_layers(cache), seg_lengths, first=len(m.nodes)))
     finally:
         tree.release(m)
+
+Modules: payloads and tensor helpers live in :mod:`slimrag.llm.kvpayload`, eviction policies in
+:mod:`slimrag.llm.eviction`, tier storage in :mod:`slimrag.llm.kvstorage`, the budgets in
+:class:`slimrag.config.CacheConfig` (``KVTreeConfig`` is the same class); this module re-exports
+the names it always had.
 
 Thread-safety: every public method of :class:`KVTree` takes one re-entrant lock, so any number of
 threads may call it. Disk reads and writes happen under that lock (simple; a slow disk stalls
@@ -65,176 +71,34 @@ by the tensor helpers and the real storage.
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import itertools
-import shutil
-import tempfile
 import threading
-import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
 
-DEVICE, HOST, DISK = "device", "host", "disk"
+from slimrag.config import DISK, CacheConfig
+from slimrag.llm.eviction import EVICTION_POLICIES
+from slimrag.llm.kvpayload import (  # noqa: F401  (re-exported: the tree's public helpers)
+    SegmentKV,
+    assemble_kv,
+    cache_layers,
+    prefill_cost,
+    segment_key,
+    split_kv,
+)
+from slimrag.llm.kvstorage import KVStorage, SimulatedStorage, TorchStorage
 
+#: The tree's configuration; it lives in :mod:`slimrag.config` as ``CacheConfig``.
+KVTreeConfig = CacheConfig
 
-@dataclass(frozen=True, slots=True)
-class KVTreeConfig:
-    """Budgets and policy of a :class:`KVTree`.
-
-    device: where the model runs (``"cpu"``, ``"cuda"``, ``"cuda:1"``). On ``"cpu"`` there is no
-    separate device tier and ``device_bytes`` is ignored.
-    device_bytes / host_bytes: memory budgets. Rule of thumb: KV bytes per token = 2 (K and V) ×
-    layers × kv_heads × head_dim × dtype bytes; SmolLM2-135M in float32 is 46 KB/token, so a
-    200-token passage is ~9 MB and the 1 GiB host default holds ~110 passages.
-    disk_bytes: budget of the disk tier; 0 (default) disables it. Reading a segment back from a
-    local SSD is much cheaper than recomputing it on a CPU, less so next to a fast GPU.
-    disk_dir: parent folder of the tier's scratch folder (a fresh temp folder inside it, removed
-    by :meth:`KVTree.close`); None means the system temp folder.
-    policy: a key of :data:`EVICTION_POLICIES`; ``"gdsf"`` (default) weighs recompute cost,
-    size and frequency, ``"lru"``/``"lfu"`` are baselines.
-    attention_scale: the context length at which a token's attention work equals its
-    linear-layer work (≈ 6 × hidden size); only shapes :func:`prefill_cost`.
-    """
-
-    device: str = "cpu"
-    device_bytes: int = 2 << 30
-    host_bytes: int = 1 << 30
-    disk_bytes: int = 0
-    disk_dir: str | None = None
-    policy: str = "gdsf"
-    attention_scale: float = 4096.0
-
-    def __post_init__(self) -> None:
-        if not self.device:
-            raise ValueError("device must be a torch device string such as 'cpu' or 'cuda'")
-        if min(self.device_bytes, self.host_bytes, self.disk_bytes) < 0:
-            raise ValueError("device_bytes, host_bytes and disk_bytes must be >= 0")
-        if self.host_bytes == 0 and (self.on_cpu or self.device_bytes == 0):
-            raise ValueError("at least one memory tier needs a positive budget")
-        if self.policy not in EVICTION_POLICIES:
-            raise ValueError(f"policy must be one of {sorted(EVICTION_POLICIES)}, got {self.policy!r}")
-        if self.attention_scale <= 0:
-            raise ValueError(f"attention_scale must be positive, got {self.attention_scale}")
-
-    @property
-    def on_cpu(self) -> bool:
-        """True when the model runs on the CPU, so the device tier and the host tier are one."""
-        return self.device.split(":")[0] == "cpu"
-
-    def tiers(self) -> list[tuple[str, int]]:
-        """The tiers in use, top first, as (name, budget); tiers with a zero budget are left out."""
-        named = [(HOST, self.host_bytes)] if self.on_cpu else [(DEVICE, self.device_bytes), (HOST, self.host_bytes)]
-        named.append((DISK, self.disk_bytes))
-        return [(name, budget) for name, budget in named if budget > 0]
+__all__ = ["EVICTION_POLICIES", "KVTree", "KVTreeConfig", "KVTreeStats", "Match", "Node", "SegmentKV",
+           "TierStats", "assemble_kv", "cache_layers", "prefill_cost", "segment_key", "split_kv"]
 
 
 # ---------------------------------------------------------------------------------------------
-# Payloads and tensor helpers
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentKV:
-    """The key/value states of one segment. ``layers``: one (K, V) pair per layer, each a tensor
-    of shape ``[1, kv_heads, tokens, head_dim]``; empty for a simulated payload (sizes only)."""
-
-    tokens: int
-    nbytes: int
-    layers: tuple[tuple[Any, Any], ...] = ()
-
-    @classmethod
-    def simulated(cls, tokens: int, bytes_per_token: int = 1) -> SegmentKV:
-        """A payload with sizes and no data, for tests and for mirroring a remote cache."""
-        return cls(tokens, tokens * bytes_per_token)
-
-    @classmethod
-    def from_layers(cls, layers: Sequence[tuple[Any, Any]]) -> SegmentKV:
-        """Wrap per-layer (K, V) tensors (kept as given, not copied)."""
-        layers = tuple((k, v) for k, v in layers)
-        if not layers:
-            raise ValueError("a real payload needs at least one layer; use SegmentKV.simulated for none")
-        nbytes = sum(t.numel() * t.element_size() for pair in layers for t in pair)
-        return cls(int(layers[0][0].shape[-2]), int(nbytes), layers)
-
-    def to(self, device: str) -> SegmentKV:
-        """The same payload on ``device`` (a copy when it moves; self when it is already there)."""
-        if not self.layers:
-            return self
-        moved = tuple((k.to(device), v.to(device)) for k, v in self.layers)
-        return SegmentKV(self.tokens, self.nbytes, moved)
-
-
-def cache_layers(cache: Any) -> list[tuple[Any, Any]]:
-    """Per-layer (K, V) tensors of a transformers ``DynamicCache`` (``.layers[i].keys/.values`` in
-    transformers >= 4.56, ``key_cache``/``value_cache`` before) or of a legacy tuple of pairs."""
-    if hasattr(cache, "layers"):
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    if hasattr(cache, "key_cache"):
-        return list(zip(cache.key_cache, cache.value_cache, strict=True))
-    return [(k, v) for k, v in cache]
-
-
-def split_kv(layers: Sequence[tuple[Any, Any]], lengths: Sequence[int], first: int = 0) -> list[SegmentKV]:
-    """Cut a prompt's per-layer (K, V) (``[1, heads, seq, head_dim]``) into per-segment payloads.
-
-    ``lengths`` are the token counts of the segments in prompt order; positions past their sum
-    (the question, generated tokens) are ignored. Only segments ``lengths[first:]`` are returned
-    (the ones the tree lacks). Each payload is a contiguous copy, so the tree never keeps the
-    whole prompt's tensors alive and later in-place writes to the cache cannot reach it.
-    """
-    if not layers:
-        raise ValueError("split_kv needs at least one layer")
-    seq = int(layers[0][0].shape[-2])
-    if any(n <= 0 for n in lengths) or sum(lengths) > seq:
-        raise ValueError(f"segment lengths {list(lengths)} do not fit a cache of {seq} positions")
-    starts = list(itertools.accumulate(lengths, initial=0))
-    out = []
-    for i in range(first, len(lengths)):
-        a, b = starts[i], starts[i + 1]
-        out.append(SegmentKV.from_layers([(k[:, :, a:b].clone(), v[:, :, a:b].clone()) for k, v in layers]))
-    return out
-
-
-def assemble_kv(payloads: Sequence[SegmentKV], device: str | None = None) -> list[tuple[Any, Any]]:
-    """Concatenate matched payloads along the sequence axis: one (K, V) per layer, new tensors
-    (the tree's copies are never aliased), on ``device`` when given. Feed the result to
-    ``DynamicCache(list_of_pairs)`` and prefill the rest at position ``sum(p.tokens)``."""
-    import torch
-
-    if not payloads or not payloads[0].layers:
-        raise ValueError("assemble_kv needs at least one real (non-simulated) payload")
-    out = []
-    for i in range(len(payloads[0].layers)):
-        ks = [p.layers[i][0].to(device) if device else p.layers[i][0] for p in payloads]
-        vs = [p.layers[i][1].to(device) if device else p.layers[i][1] for p in payloads]
-        out.append((torch.cat(ks, dim=-2), torch.cat(vs, dim=-2)))
-    return out
-
-
-def segment_key(data: str | bytes | Sequence[int], namespace: str = "") -> str:
-    """A short stable key for a segment: SHA-256 of its token ids (or text), prefixed by
-    ``namespace`` (use the model id, so two models never share a root)."""
-    if isinstance(data, str):
-        raw = data.encode()
-    elif isinstance(data, bytes):
-        raw = data
-    else:
-        raw = b",".join(str(int(t)).encode() for t in data)
-    return f"{namespace}{hashlib.sha256(raw).hexdigest()[:24]}"
-
-
-def prefill_cost(tokens: int, prefix_tokens: int, attention_scale: float = 4096.0) -> float:
-    """Recompute cost of a segment in token-equivalents of linear-layer work: each token costs 1
-    plus its attention work, proportional to the context it attends to (the prefix and half the
-    segment on average) over ``attention_scale``."""
-    return tokens * (1.0 + (prefix_tokens + (tokens + 1) / 2) / attention_scale)
-
-
-# ---------------------------------------------------------------------------------------------
-# Tree nodes and eviction policies
+# Nodes and matches
 
 
 class Node:
@@ -261,127 +125,6 @@ class Node:
 
     def __repr__(self) -> str:
         return f"Node({self.key!r}, tokens={self.tokens}, tier={self.tier}, hits={self.hits}, pins={self.pins})"
-
-
-class EvictionPolicy:
-    """Orders eviction candidates: the smallest :meth:`priority` tuple goes first."""
-
-    def priority(self, node: Node) -> tuple[float, ...]:
-        """The node's priority tuple; lower is evicted sooner."""
-        raise NotImplementedError
-
-    def aged(self, clock: float, victim: tuple[float, ...]) -> float:
-        """The global clock after evicting a node of priority ``victim`` (unchanged by default)."""
-        return clock
-
-
-class GDSF(EvictionPolicy):
-    """Greedy-Dual-Size-Frequency: ``clock_at_access + hits * cost / size``, then least recent."""
-
-    def priority(self, node: Node) -> tuple[float, ...]:
-        return (node.clock + node.hits * node.cost / max(node.nbytes, 1), float(node.last_use))
-
-    def aged(self, clock: float, victim: tuple[float, ...]) -> float:
-        return max(clock, victim[0])
-
-
-class LRU(EvictionPolicy):
-    """Least recently used first."""
-
-    def priority(self, node: Node) -> tuple[float, ...]:
-        return (float(node.last_use),)
-
-
-class LFU(EvictionPolicy):
-    """Least frequently used first, least recent among equals."""
-
-    def priority(self, node: Node) -> tuple[float, ...]:
-        return (float(node.hits), float(node.last_use))
-
-
-EVICTION_POLICIES: dict[str, type[EvictionPolicy]] = {"gdsf": GDSF, "lru": LRU, "lfu": LFU}
-
-
-# ---------------------------------------------------------------------------------------------
-# Storage: how payloads move between tiers
-
-
-class KVStorage(Protocol):
-    """Moves payloads between tiers. ``move`` places a payload in a memory tier; ``write`` /
-    ``read`` / ``delete`` manage the disk tier's files by an opaque handle."""
-
-    def move(self, kv: SegmentKV, tier: str) -> SegmentKV: ...
-    def write(self, kv: SegmentKV, name: str) -> str: ...
-    def read(self, handle: str) -> SegmentKV: ...
-    def delete(self, handle: str) -> None: ...
-    def close(self) -> None: ...
-
-
-class SimulatedStorage:
-    """No devices, no files: payloads stay as they are and "files" live in a dict."""
-
-    def __init__(self) -> None:
-        self.files: dict[str, SegmentKV] = {}
-
-    def move(self, kv: SegmentKV, tier: str) -> SegmentKV:
-        return kv
-
-    def write(self, kv: SegmentKV, name: str) -> str:
-        self.files[name] = kv
-        return name
-
-    def read(self, handle: str) -> SegmentKV:
-        return self.files[handle]
-
-    def delete(self, handle: str) -> None:
-        del self.files[handle]
-
-    def close(self) -> None:
-        self.files.clear()
-
-
-class TorchStorage:
-    """Real tensors: the device tier on ``config.device``, the host tier on the CPU, the disk tier
-    as one ``torch.save`` file per node in a scratch folder removed on :meth:`close` (or at exit)."""
-
-    def __init__(self, config: KVTreeConfig) -> None:
-        self.device = config.device
-        self.folder: Path | None = None
-        self._disk_dir = config.disk_dir
-
-    def _scratch(self) -> Path:
-        if self.folder is None:
-            self.folder = Path(tempfile.mkdtemp(prefix="slimrag-kv-", dir=self._disk_dir))
-            weakref.finalize(self, shutil.rmtree, self.folder, True)
-        return self.folder
-
-    def move(self, kv: SegmentKV, tier: str) -> SegmentKV:
-        return kv.to(self.device if tier == DEVICE else "cpu")
-
-    def write(self, kv: SegmentKV, name: str) -> str:
-        import torch
-
-        path = self._scratch() / f"{name}.pt"
-        torch.save([t.to("cpu") for pair in kv.layers for t in pair], path)
-        return str(path)
-
-    def read(self, handle: str) -> SegmentKV:
-        import torch
-
-        flat = torch.load(handle, map_location="cpu", weights_only=True)
-        return SegmentKV.from_layers(list(zip(flat[0::2], flat[1::2], strict=True)))
-
-    def delete(self, handle: str) -> None:
-        Path(handle).unlink(missing_ok=True)
-
-    def close(self) -> None:
-        if self.folder is not None:
-            shutil.rmtree(self.folder, ignore_errors=True)
-            self.folder = None
-
-
-# ---------------------------------------------------------------------------------------------
-# The tree
 
 
 @dataclass(slots=True, eq=False)

@@ -1,50 +1,55 @@
 """The embedded engine: a transformers causal LM driven by an explicit prefill/decode loop.
 
-Why not ``model.generate``? Warm generation (DESIGN.md) needs to hand the model a key/value cache
-that already holds a prefix of the prompt (the system segment and some passages, computed by an
-earlier request) and prefill only the rest. That is one line in an explicit loop and a fight with
-``generate``'s own cache management, so the loop is ours:
+Why not ``model.generate``? Warm generation (DESIGN.md) hands the model a key/value cache that
+already holds a prefix of the prompt (the system segment and some passages, computed by an
+earlier request) and prefills only the rest. That is a few lines in an explicit loop and a fight
+with ``generate``'s own cache management, so the loop is ours. One request:
 
 1. Tokenize each segment of :meth:`Prompt.segments` on its own (``add_special_tokens=False``) and
    join the ids. A passage's tokens then never depend on its neighbours, so its KV states after a
    given prefix are reusable. (The joined ids differ from tokenizing the whole text at once at
    segment boundaries; that is deliberate.)
-2. :meth:`LocalGenerator._start_cache` returns a cache and how many prompt tokens it already
-   holds. Here it is always a fresh ``DynamicCache`` and 0; the KV prefix tree overrides this one
-   method. :meth:`_prefill` then runs one forward over ``ids[start_pos:]`` with explicit position
-   ids, keeping only the last position's logits (``logits_to_keep=1``: the 49k-wide vocabulary
-   projection of every prompt position would cost more than the attention does).
-3. :meth:`_decode` picks a token, yields it, and only when asked for the next one feeds it back, so
-   a caller that stops (EOS, limit, stop string) never pays for a forward it does not use.
+2. Wait for the prefill gate (:mod:`slimrag.llm.scheduler`: one prefill at a time, longest cached
+   prefix first, with an age bound).
+3. Lease the cached prefix from the KV reuse strategy (:mod:`slimrag.llm.warm`; the knowledge
+   tree by default), seed a ``DynamicCache`` with it, and prefill the remaining segments one
+   forward per segment with explicit position ids, keeping only the last position's logits
+   (``logits_to_keep=1``: the 49k-wide vocabulary projection of every prompt position would cost
+   more than the attention does). The segment-wise schedule is the same with or without a cache,
+   which is what makes cached output bitwise equal to uncached output (see ``warm``).
+4. Store the segments this request computed, release the lease and the gate, then decode:
+   :meth:`_decode` picks a token, yields it, and only when asked for the next one feeds it back,
+   so a caller that stops (EOS, limit, stop string) never pays for a forward it does not use.
 
-Decoding: temperature 0 is greedy (``argmax``; ties go to the lowest id), which is what makes
-cached and uncached runs comparable token for token. Otherwise logits are divided by the
-temperature, cut to the smallest set whose probability reaches ``top_p``, and sampled with a
-``torch.Generator`` seeded from ``seed`` on every call, so the same request gives the same text.
+Concurrent streams: decode steps interleave token by token through one model lock; decode is not
+batched across requests (``docs/bench_generation.md`` has the measurement and why).
 
-Streaming text: after each token we decode all generated ids and emit the new suffix. Text that
-ends in U+FFFD (a multi-byte character split across tokens) is held back until it completes, and
-so is any tail that could be the start of a stop string, so a stop string never leaks out.
-
-Usage accounting: ``prompt_tokens`` is the joined segment ids; ``completion_tokens`` counts every
-token the model produced, the EOS included (as vLLM does); ``ttft_s`` runs from the start of the
-request to the first sampled token and ``total_s`` to the last. Both start after the model is
+Usage accounting: ``prompt_tokens`` is the joined segment ids; ``cached_tokens`` the prompt
+tokens served from the cache; ``completion_tokens`` counts every token the model produced, the
+EOS included (as vLLM does); ``ttft_s`` runs from the start of the request (waiting for the gate
+included) to the first sampled token and ``total_s`` to the last. Both start after the model is
 loaded, so they measure generation, not the one-time load.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
-from slimrag.config import GenerationConfig
+from slimrag.config import CacheConfig, GenerationConfig
 from slimrag.errors import SlimragError
 from slimrag.llm.base import Delta, Generator
+from slimrag.llm.decoding import Chooser, chooser, find_stop, greedy, safe_len
+from slimrag.llm.kvpayload import cache_layers
+from slimrag.llm.kvtree import KVTree, KVTreeStats
+from slimrag.llm.scheduler import PrefillScheduler, SchedulerConfig
+from slimrag.llm.warm import KVReuse, NoReuse, PlanningView, TreeReuse, root_key
 from slimrag.llm.weights import LoadedModel, load_model
 from slimrag.rag.prompt import Prompt, Segment
 from slimrag.types import Usage
@@ -52,11 +57,14 @@ from slimrag.types import Usage
 if TYPE_CHECKING:
     from transformers import DynamicCache
 
+# Kept importable from here (older callers and tests).
+_find_stop, _safe_len, _greedy = find_stop, safe_len, greedy
+
 DEFAULT_NAME = "smollm2-135m-instruct"
 #: Token strings that end a turn in ChatML models, added to the tokenizer's own EOS ids.
 _END_TOKENS = ("<|im_end|>", "<|endoftext|>")
 
-Chooser = Callable[[torch.Tensor], int]
+CacheSpec = CacheConfig | KVTree | KVReuse | None
 
 
 class LocalGenerator(Generator):
@@ -66,14 +74,17 @@ class LocalGenerator(Generator):
     transformers model folder; None means the embedded model. device: default cuda when available,
     else cpu. dtype: default float32. seed: seeds sampling when temperature > 0. loaded: an
     already loaded model to use instead (lets several generators, or tests, share one copy).
+    cache: how passage KV is reused across requests: a :class:`CacheConfig` (default: a knowledge
+    tree with a 1 GiB host budget; its device tier follows the model's device), a ready
+    :class:`KVTree` or :class:`~slimrag.llm.warm.KVReuse`, or None for no reuse.
+    scheduler: settings of the prefill gate (:class:`SchedulerConfig`).
 
     Loading is lazy: the constructor is cheap and the first :meth:`stream` (or :meth:`load`) pays
-    for it, about 0.5 s from the cache and 30-40 s on the very first conversion. Call :meth:`load`
-    up front to move that cost out of the first request.
+    for it, about 0.5 s from the cache and 30-40 s on the very first conversion.
 
-    Thread safety: one instance may be shared between threads. Loading, every tokenizer call and
-    every model forward run under one internal lock; each stream owns its KV cache, so concurrent
-    streams interleave token by token and the model never runs two forwards at once.
+    Thread safety: one instance may be shared between threads. Loading, tokenizer calls and model
+    forwards run under one internal lock; prefills are admitted one at a time by the scheduler;
+    each stream owns its model cache, so concurrent streams interleave token by token.
     """
 
     def __init__(
@@ -84,6 +95,8 @@ class LocalGenerator(Generator):
         dtype: torch.dtype | None = None,
         seed: int = 0,
         loaded: LoadedModel | None = None,
+        cache: CacheSpec = CacheConfig(),  # noqa: B008  (frozen, so sharing the default is safe)
+        scheduler: SchedulerConfig | None = None,
     ) -> None:
         self.model_path = model_path
         self.device = device
@@ -92,6 +105,9 @@ class LocalGenerator(Generator):
         self.name = (
             DEFAULT_NAME if model_path is None else Path(model_path).name.removesuffix(".gguf").lower()
         )
+        self.scheduler = PrefillScheduler(scheduler)
+        self._cache_spec: CacheSpec = cache
+        self._reuse: KVReuse | None = None
         self._lock = threading.RLock()
         self._loaded: LoadedModel | None = loaded
         self._eos: frozenset[int] = _eos_ids(loaded) if loaded is not None else frozenset()
@@ -113,6 +129,42 @@ class LocalGenerator(Generator):
         self.load()
         return self._eos
 
+    @property
+    def reuse(self) -> KVReuse:
+        """The KV reuse strategy (built on first use, on the model's device)."""
+        with self._lock:
+            if self._reuse is None:
+                self._reuse = self._make_reuse(self._cache_spec)
+            return self._reuse
+
+    def _make_reuse(self, spec: CacheSpec) -> KVReuse:
+        device = str(self.load().model.device)
+        if spec is None:
+            return NoReuse()
+        if isinstance(spec, KVReuse):
+            return spec
+        if isinstance(spec, KVTree):
+            return TreeReuse(spec, device)
+        if spec.device != device:  # the tree's device tier is wherever the model runs
+            spec = dataclasses.replace(spec, device=device)
+        return TreeReuse.from_config(spec, device)
+
+    def planning_cache(self) -> PlanningView | None:
+        """What the planner may walk: the knowledge tree under this model's namespace, or None
+        when nothing is cached."""
+        reuse = self.reuse
+        return PlanningView(reuse, self.name) if reuse.enabled else None
+
+    def cache_stats(self) -> KVTreeStats | None:
+        """Counters and per-tier bytes of the knowledge tree (None without one)."""
+        return self.reuse.stats()
+
+    def close(self) -> None:
+        """Drop the cached KV (and the disk tier's files). The model stays loaded."""
+        with self._lock:
+            if self._reuse is not None:
+                self._reuse.close()
+
     # -- tokenization --------------------------------------------------------------------------
 
     def encode_segments(self, prompt: Prompt) -> list[list[int]]:
@@ -131,6 +183,12 @@ class LocalGenerator(Generator):
         with self._lock:
             return str(tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False))
 
+    def cache_path(self, segments: list[Segment]) -> tuple[str, list[str]]:
+        """The tree root and passage keys of a prompt's cacheable segments (all but the last)."""
+        head, *middle = segments[:-1]
+        assert head.key is not None and all(s.key is not None for s in middle), "uncacheable segment"
+        return root_key(self.name, head.key), [str(s.key) for s in middle]
+
     # -- generation ----------------------------------------------------------------------------
 
     def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:
@@ -142,9 +200,8 @@ class LocalGenerator(Generator):
         seg_ids = self.encode_texts([s.text for s in segments])
         ids = [i for seg in seg_ids for i in seg]
         max_new = self._room(len(ids), config.max_new_tokens)
-        cache, start_pos = self._start_cache(segments, seg_ids)
-        logits = self._prefill(ids, cache, start_pos)
-        choose = _chooser(config, self.seed)
+        cache, logits, cached = self._warm_prefill(segments, seg_ids)
+        choose = chooser(config, self.seed)
 
         out: list[int] = []
         emitted = ""
@@ -159,14 +216,14 @@ class LocalGenerator(Generator):
                 reason = "stop"
                 break
             text = self.decode(out)
-            cut = _find_stop(text, config.stop)
+            cut = find_stop(text, config.stop)
             if cut is not None:
                 if cut > len(emitted):
                     yield Delta(text[len(emitted) : cut])
                 emitted = text[:cut]
                 reason, stop_string = "stop", True
                 break
-            safe = _safe_len(text, config.stop)
+            safe = safe_len(text, config.stop)
             if safe > len(emitted):
                 yield Delta(text[len(emitted) : safe])
                 emitted = text[:safe]
@@ -181,56 +238,82 @@ class LocalGenerator(Generator):
         usage = Usage(
             prompt_tokens=len(ids),
             completion_tokens=len(out),
-            cached_tokens=min(start_pos, len(ids) - 1),  # _prefill recomputes a fully cached last token
+            cached_tokens=cached,
             ttft_s=ttft,
             total_s=time.perf_counter() - t0,
         )
         yield Delta("", usage=usage, finish_reason=reason)
 
+    def greedy_ids(self, prompt: Prompt, max_new_tokens: int = 64) -> tuple[list[int], int]:
+        """Greedy token ids for ``prompt`` through the warm path (cache reused and extended, as
+        :meth:`stream` does), ending with the EOS id when one ended generation, and the number of
+        prompt tokens served from the cache. What the exactness tests compare."""
+        if max_new_tokens <= 0:
+            raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
+        segments = prompt.segments()
+        seg_ids = self.encode_texts([s.text for s in segments])
+        n = sum(len(s) for s in seg_ids)
+        max_new = self._room(n, max_new_tokens)
+        cache, logits, cached = self._warm_prefill(segments, seg_ids)
+        out: list[int] = []
+        for token in self._decode(logits, cache, n, greedy):
+            out.append(token)
+            if token in self._eos or len(out) >= max_new:
+                break
+        return out, cached
+
     def generate_ids(self, prompt_ids: list[int], max_new_tokens: int = 64) -> list[int]:
-        """Greedy continuation of ``prompt_ids``: the generated ids, ending with the EOS id when one
-        ended generation (as ``model.generate`` returns them). The reference for cache exactness."""
+        """Greedy continuation of ``prompt_ids`` with one whole-prompt forward and no KV reuse:
+        the generated ids, ending with the EOS id when one ended generation (as
+        ``model.generate`` returns them). The reference against ``model.generate``."""
         if max_new_tokens <= 0:
             raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
         self.load()
         max_new = self._room(len(prompt_ids), max_new_tokens)
         cache = self._new_cache()
-        logits = self._prefill(list(prompt_ids), cache, 0)
+        logits = self._forward(list(prompt_ids), cache, 0)
         out: list[int] = []
-        for token in self._decode(logits, cache, len(prompt_ids), _greedy):
+        for token in self._decode(logits, cache, len(prompt_ids), greedy):
             out.append(token)
             if token in self._eos or len(out) >= max_new:
                 break
         return out
 
-    # -- the loop, in pieces a KV prefix tree can reuse ------------------------------------------
+    # -- the loop, in pieces -------------------------------------------------------------------
 
-    def _new_cache(self) -> DynamicCache:
+    def _warm_prefill(self, segments: list[Segment], seg_ids: list[list[int]],
+                      ) -> tuple[DynamicCache, torch.Tensor, int]:
+        """Prefill a prompt, reusing and then extending the cached prefix of its segments.
+        Returns the model cache (holding the whole prompt), the last position's logits and the
+        number of prompt tokens served from the cache."""
+        root, path = self.cache_path(segments)
+        reuse = self.reuse
+        with self.scheduler.turn(lambda: reuse.cached_tokens(root, path)), reuse.lease(root, path) as lease:
+            cache = self._new_cache(lease.past())
+            logits = self._prefill_segments(seg_ids, cache, lease.segments)
+            lease.store(cache_layers(cache), [len(s) for s in seg_ids[:-1]])
+            return cache, logits, lease.tokens
+
+    def _new_cache(self, past: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> DynamicCache:
         from transformers import DynamicCache
 
-        return DynamicCache(config=self.load().model.config)
+        return DynamicCache(past, config=self.load().model.config)
 
-    def _start_cache(self, segments: list[Segment], seg_ids: list[list[int]]) -> tuple[DynamicCache, int]:
-        """A KV cache for this prompt and the number of leading prompt tokens it already holds.
-
-        Always an empty cache here. A prefix-caching engine overrides this to return a cache filled
-        for the longest known prefix of ``segments`` (keys ``Segment.key``, ids ``seg_ids``).
-        """
-        return self._new_cache(), 0
-
-    def _prefill(self, ids: list[int], cache: DynamicCache, start_pos: int) -> torch.Tensor:
-        """Run the prompt tokens ``ids[start_pos:]`` through the model on top of ``cache`` (which
-        must hold exactly ``start_pos`` tokens) and return the logits of the last position.
-
-        When the whole prompt is cached, the last prompt token is recomputed: its logits are needed
-        and the cache does not keep them. The cache is cropped by one token for that.
-        """
-        if not 0 <= start_pos <= len(ids) or not ids:
-            raise ValueError(f"start_pos {start_pos} outside a prompt of {len(ids)} tokens")
-        if start_pos == len(ids):
-            cache.crop(start_pos - 1)
-            start_pos -= 1
-        return self._forward(ids[start_pos:], cache, start_pos)
+    def _prefill_segments(self, seg_ids: list[list[int]], cache: DynamicCache, first: int) -> torch.Tensor:
+        """Run segments ``seg_ids[first:]`` through the model one forward per segment, on top of
+        ``cache`` (which must hold exactly the segments before ``first``); returns the logits of
+        the last prompt position. The last segment (the question) is never cached, so there is
+        always at least one forward."""
+        if not 0 <= first < len(seg_ids) or not seg_ids[-1]:
+            raise ValueError(f"cannot prefill from segment {first} of {len(seg_ids)} (last must be non-empty)")
+        pos = sum(len(s) for s in seg_ids[:first])
+        logits: torch.Tensor | None = None
+        for ids in seg_ids[first:]:
+            if ids:
+                logits = self._forward(ids, cache, pos)
+                pos += len(ids)
+        assert logits is not None
+        return logits
 
     def _decode(self, logits: torch.Tensor, cache: DynamicCache, pos: int, choose: Chooser) -> Iterator[int]:
         """Yield one token per step, chosen from ``logits``; feed it back only when the caller asks
@@ -269,33 +352,6 @@ class LocalGenerator(Generator):
         return min(max_new, limit - prompt_len)
 
 
-# -- token choice ------------------------------------------------------------------------------
-
-
-def _greedy(logits: torch.Tensor) -> int:
-    return int(torch.argmax(logits).item())
-
-
-def _chooser(config: GenerationConfig, seed: int) -> Chooser:
-    """Greedy for temperature 0, else seeded temperature + nucleus (top-p) sampling."""
-    if config.temperature == 0:
-        return _greedy
-    rng = torch.Generator(device="cpu").manual_seed(seed)
-    temperature, top_p = config.temperature, config.top_p
-
-    def sample(logits: torch.Tensor) -> int:
-        with torch.inference_mode():
-            probs = torch.softmax(logits.detach().cpu() / temperature, dim=-1)
-            if top_p < 1.0:
-                sorted_p, order = torch.sort(probs, descending=True)
-                # Keep a token when the mass before it is still below top_p (the first always stays).
-                keep = (torch.cumsum(sorted_p, dim=-1) - sorted_p) < top_p
-                probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
-            return int(torch.multinomial(probs, 1, generator=rng).item())
-
-    return sample
-
-
 def _eos_ids(loaded: LoadedModel) -> frozenset[int]:
     """The tokenizer's EOS, the generation config's EOS ids, and ChatML's end-of-turn tokens."""
     tok = loaded.tokenizer
@@ -311,27 +367,3 @@ def _eos_ids(loaded: LoadedModel) -> frozenset[int]:
     vocab = tok.get_vocab()
     ids.update(vocab[t] for t in _END_TOKENS if t in vocab)
     return frozenset(ids)
-
-
-# -- streaming text ----------------------------------------------------------------------------
-
-
-def _find_stop(text: str, stops: tuple[str, ...]) -> int | None:
-    """Index where the earliest stop string starts in ``text``, or None."""
-    hits = [i for s in stops if s and (i := text.find(s)) >= 0]
-    return min(hits) if hits else None
-
-
-def _safe_len(text: str, stops: tuple[str, ...]) -> int:
-    """How much of ``text`` can be emitted now: not a trailing partial character, and not a tail
-    that might grow into a stop string."""
-    end = len(text)
-    while end and text[end - 1] == "\ufffd":
-        end -= 1
-    held = 0
-    for s in stops:
-        for k in range(min(len(s) - 1, end), held, -1):
-            if text[end - k : end] == s[:k]:
-                held = k
-                break
-    return end - held

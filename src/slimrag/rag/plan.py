@@ -20,12 +20,18 @@ candidate dict, whichever is smaller), so a step costs ``O(min(k, fan-out))``. A
 planner in the microseconds. The plan is a hint: ``KVTree.match`` is what actually pins and
 serves the cache, and a node evicted between planning and matching only costs a recompute.
 
-Without a tree (remote backends keep their own prefix caches), the plan is the relevance order;
-the deterministic rendering then makes repeated passage sets hit the backend's cache. A
-simulated :class:`~slimrag.llm.kvtree.KVTree` fed with token counts can mirror a remote cache.
+Without a tree the plan is the relevance order. Remote backends keep their own prefix caches;
+:mod:`slimrag.rag.shadow` mirrors what was sent to them in a simulated tree (token estimates, no
+tensors), so the same planner orders their passages too, and the deterministic rendering makes
+the backend's cache hit.
 
-Multi-turn chat: passages already given earlier in the conversation are not repeated; the plan
-lists them in ``earlier`` so the question segment can refer to them by label.
+Multi-turn chat: passages already given earlier in the conversation are not repeated. They stay
+in the prompt as a fixed ``prefix`` (in the order they were first given, so the conversation's
+KV is a cached prefix of the next turn), the walk follows that prefix first, new passages are
+planned after it, and the relevance ranking stated after the passages names the earlier ones too
+(``Plan.earlier``), which is how the question segment refers to them.
+
+Cost: :func:`plan_prompt` computes k content digests (about a microsecond each) and one walk.
 """
 
 from __future__ import annotations
@@ -50,6 +56,14 @@ class PrefixCache(Protocol):
 
     def walk(self, root_key: str, choose: Callable[[Mapping[str, CachedSegment]], str | None],
              ) -> tuple[list[str], int]: ...
+
+
+class PlanningCache(PrefixCache, Protocol):
+    """A prefix cache as a generator exposes it to the planner (``Generator.planning_cache``):
+    the walk plus the root key under which it files a prompt (its system segment, namespaced by
+    the model)."""
+
+    def root_key(self, prompt: Prompt) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,21 +95,33 @@ class Plan:
 
 
 def plan_passages(ranked: Sequence[str], tree: PrefixCache | None = None, root_key: str = "",
-                  present: Collection[str] = ()) -> Plan:
+                  present: Collection[str] = (), prefix: Sequence[str] = ()) -> Plan:
     """Order retrieved passages for cache reuse.
 
     ranked: passage keys in relevance order, best first (duplicates keep their first place).
     tree / root_key: the KV tree and the system segment's root key; without a tree the order is
     the relevance order. present: keys already given earlier in the conversation; they go to
-    ``Plan.earlier`` instead of ``Plan.order``. No side effects on the tree.
+    ``Plan.earlier`` instead of ``Plan.order``. prefix: keys that precede the planned passages in
+    the prompt whatever the plan (a chat's earlier passages); the walk follows them first and
+    plans nothing cached when they are not all cached. ``Plan.cached`` counts planned passages
+    only, ``Plan.cached_tokens`` the system segment, the prefix and them. No side effects.
     """
     turn = split_turn(ranked, present)
     if tree is None or not turn.new:
         return Plan(turn.new, turn.new, earlier=turn.repeated)
     rank = {key: i for i, key in enumerate(turn.new)}
     remaining = dict(rank)
+    fixed = list(prefix)
+    broken = False
 
     def choose(children: Mapping[str, CachedSegment]) -> str | None:
+        nonlocal broken
+        if fixed or broken:  # still inside the fixed prefix: follow it or stop for good
+            key = fixed.pop(0) if fixed else None
+            if key is None or key not in children:
+                broken = True
+                return None
+            return key
         # Scan whichever side is smaller; both are plain dict lookups.
         pool = remaining if len(remaining) <= len(children) else children
         best, best_score = None, None
@@ -111,8 +137,42 @@ def plan_passages(ranked: Sequence[str], tree: PrefixCache | None = None, root_k
         return best
 
     path, tokens = tree.walk(root_key, choose)
-    order = tuple(path) + tuple(k for k in turn.new if k in remaining)
-    return Plan(order, turn.new, len(path), tokens, turn.repeated)
+    if broken or fixed:  # the prefix is not (all) cached: what the walk found is not usable
+        return Plan(turn.new, turn.new, earlier=turn.repeated)
+    planned = path[len(prefix):]
+    order = tuple(planned) + tuple(k for k in turn.new if k in remaining)
+    return Plan(order, turn.new, len(planned), tokens, turn.repeated)
+
+
+def plan_prompt(question: str, ranked: Sequence[Passage], cache: PlanningCache | None = None, *,
+                system: str = DEFAULT_SYSTEM, history: tuple[tuple[str, str], ...] = (),
+                earlier: Sequence[Passage] = ()) -> tuple[Prompt, Plan]:
+    """The prompt for ``question`` over ``ranked`` passages (relevance order), ordered for reuse.
+
+    earlier: passages already in the conversation (their prompt order); retrieved passages among
+    them are not repeated, the rest follow them in plan order. The prompt's ranking lists every
+    retrieved passage (earlier ones included) by relevance, so the question segment states it.
+    The plan's keys are cache keys (``Prompt.passage_key``); with no cache the order is the
+    relevance order. Raises ValueError when two passages share a key but differ in text.
+    """
+    by_key: dict[str, Passage] = {}
+    for p in (*earlier, *ranked):
+        if by_key.setdefault(p.key, p) != p:
+            raise ValueError(f"two different passages share the key {p.key!r}")
+    turn = split_turn([p.key for p in ranked], {p.key for p in earlier})
+    template = Prompt(question, (*earlier, *(by_key[k] for k in turn.new)), system, (), history)
+    if cache is None:
+        plan = Plan(turn.new, turn.new, earlier=turn.repeated)
+        order = [by_key[k] for k in turn.new]
+    else:
+        tree_key = {template.passage_key(by_key[k]): k for k in turn.new}
+        tree_plan = plan_passages(list(tree_key), cache, cache.root_key(template),
+                                  prefix=[template.passage_key(p) for p in earlier])
+        order = [by_key[tree_key[k]] for k in tree_plan.order]
+        plan = Plan(tuple(p.key for p in order), turn.new, tree_plan.cached, tree_plan.cached_tokens,
+                    turn.repeated)
+    ranking = tuple(dict.fromkeys(p.key for p in ranked))
+    return Prompt(question, (*earlier, *order), system, ranking, history), plan
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,18 @@ number: a rank label would change the text of a passage whenever the order chang
 every prefix cache, ours and vLLM's alike. The relevance ranking is stated once, after the
 passages, in the question segment.
 
+Cache keys (:attr:`Segment.key`) are content-addressed: the system segment's key is a digest of its
+text, a passage's key is its chunk id plus a digest of its rendered text. Two different texts
+never share a key (two indexes both have a chunk 0; a chunk id is reused after a rebuild), so a KV
+tree keyed by them can never serve the states of one text for another. The digest is BLAKE2b
+over the rendered text (about a microsecond per passage); text determines token ids for a given
+tokenizer, and the engine folds its model name into the root key.
+
+Chat history goes into the question segment, after the passages (``Earlier in this
+conversation: ...``), not into the system segment: the system segment and the passages of earlier
+turns then stay a byte-identical prefix from turn to turn, so a follow-up question reuses their
+KV. OpenAI messages keep the history as separate messages (what chat servers expect).
+
 The chat markup is ChatML (``<|im_start|>role ... <|im_end|>``), which SmolLM2, Qwen and many
 others use. Remote backends receive the same text as OpenAI messages: one system message and one
 user message whose content is the concatenation of the passage and question segments, so their
@@ -17,6 +29,7 @@ prefix caches see identical bytes for identical passage orders.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 DEFAULT_SYSTEM = (
@@ -35,10 +48,15 @@ class Passage:
     text: str
 
 
+def digest(text: str) -> str:
+    """A short content digest (16 hex digits of BLAKE2b) used in segment cache keys."""
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """A piece of the prompt that is tokenized on its own. ``key`` is None for the question segment,
-    which is never cached."""
+    """A piece of the prompt that is tokenized on its own. ``key`` identifies its text (see the
+    module header); it is None for the question segment, which is never cached."""
 
     key: str | None
     text: str
@@ -49,8 +67,9 @@ class Prompt:
     """Everything the model is given for one turn.
 
     passages: in prompt order (chosen by the planner). ranking: the passage keys in relevance
-    order, stated after the passages when it differs from prompt order. history: earlier
-    (role, content) turns of a chat, rendered into the system segment.
+    order, stated after the passages when it differs from prompt order (it may name only some of
+    the passages: in a chat, earlier turns' passages stay in the prompt). history: earlier
+    (role, content) turns of a chat, rendered after the passages (see the module header).
     """
 
     question: str
@@ -60,12 +79,27 @@ class Prompt:
     history: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
     def system_text(self) -> str:
-        """The system prompt plus earlier chat turns (plain text, no markup)."""
+        """The system prompt (plain text, no markup)."""
         return self.system
 
     def passage_text(self, p: Passage) -> str:
         """The text of one passage segment, without chat markup."""
         return f"[{p.label}]\n{p.text.strip()}\n\n"
+
+    def system_key(self) -> str:
+        """Cache key of the system segment (``segments()[0].key``)."""
+        return "system@" + digest(self._head())
+
+    def passage_key(self, p: Passage) -> str:
+        """Cache key of ``p``'s segment: its chunk key and a digest of its rendered text."""
+        return f"{p.key}@{digest(self.passage_text(p))}"
+
+    def history_text(self) -> str:
+        """Earlier chat turns as plain text for the question segment ("" without history)."""
+        if not self.history:
+            return ""
+        turns = "\n".join(f"{role.capitalize()}: {content.strip()}" for role, content in self.history)
+        return f"Earlier in this conversation:\n{turns}\n\n"
 
     def question_text(self) -> str:
         """The question segment, with the relevance ranking when passages were reordered."""
@@ -78,21 +112,22 @@ class Prompt:
         lines.append(f"Question: {self.question.strip()}")
         return "\n".join(lines)
 
+    def _head(self) -> str:
+        head = f"<|im_start|>system\n{self.system_text()}<|im_end|>\n<|im_start|>user\n"
+        return head + ("Passages:\n" if self.passages else "")
+
     def segments(self) -> list[Segment]:
-        """ChatML segments for a local engine: system (key ``"system"``), passages, question."""
-        head = f"<|im_start|>system\n{self.system_text()}<|im_end|>\n"
-        for role, content in self.history:
-            head += f"<|im_start|>{role}\n{content}<|im_end|>\n"
-        head += "<|im_start|>user\n"
-        if self.passages:
-            head += "Passages:\n"
-        segs = [Segment("system", head)]
-        segs += [Segment(p.key, self.passage_text(p)) for p in self.passages]
-        segs.append(Segment(None, self.question_text() + "<|im_end|>\n<|im_start|>assistant\n"))
+        """ChatML segments for a local engine: system, passages, then history and question."""
+        head = self._head()
+        segs = [Segment("system@" + digest(head), head)]
+        segs += [Segment(self.passage_key(p), self.passage_text(p)) for p in self.passages]
+        tail = self.history_text() + self.question_text() + "<|im_end|>\n<|im_start|>assistant\n"
+        segs.append(Segment(None, tail))
         return segs
 
     def messages(self) -> list[dict[str, str]]:
-        """OpenAI chat messages carrying the same text as :meth:`segments`."""
+        """OpenAI chat messages carrying the same passages and question as :meth:`segments`; earlier
+        chat turns are separate messages before the last user message."""
         msgs = [{"role": "system", "content": self.system_text()}]
         msgs += [{"role": r, "content": c} for r, c in self.history]
         body = "Passages:\n" if self.passages else ""

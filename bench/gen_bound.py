@@ -1,0 +1,135 @@
+"""How much prefill can any cache skip on a workload? Ceilings for ``bench.generation``.
+
+``python -m bench.gen_bound`` replays a workload's prompts (same questions, same top-k passages,
+same token counts as ``bench.generation``) through size-only caches with unlimited memory and
+reports the cached-token share each could reach, and the TTFT speed-up that share allows if
+prefill time were proportional to the tokens computed (an optimistic ceiling: it ignores the
+fixed cost of a forward and the question segment's attention over the cached context):
+
+- ``prefix, relevance order``: what mode b could reach with unlimited memory.
+- ``prefix, planner (greedy)``: the slimrag planner, unlimited memory, arrival order.
+- ``prefix, hindsight``: for each request the longest cached path over *all* orders of its
+  passages (exhaustive search), unlimited memory: no exact-prefix planner can do better in this
+  arrival order.
+- ``any seen passage``: every passage retrieved before counts as cached wherever it sits
+  (position-independent reuse à la CacheBlend, which is *not* exact): the ceiling of any reuse.
+
+The system segment counts as cached after the first request; the question segment never does.
+Prints a table and writes ``bench/results/gen_bound.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+RESULTS = Path(__file__).resolve().parent / "results" / "gen_bound.json"
+
+
+def shares(reqs: list[Any], count: Any) -> dict[str, float]:
+    from slimrag.config import CacheConfig
+    from slimrag.llm.kvpayload import SegmentKV
+    from slimrag.llm.kvtree import KVTree
+    from slimrag.rag.plan import plan_prompt
+    from slimrag.rag.prompt import Prompt
+
+    class View:
+        def __init__(self, tree: KVTree) -> None:
+            self.tree = tree
+
+        def root_key(self, prompt: Prompt) -> str:
+            return prompt.system_key()
+
+        def walk(self, root: str, choose: Any) -> tuple[list[str], int]:
+            return self.tree.walk(root, choose)
+
+    def hindsight(tree: KVTree, root: str, keys: set[str]) -> list[str]:
+        def dfs(node: Any, rest: set[str]) -> tuple[list[str], int]:
+            best: tuple[list[str], int] = ([], 0)
+            for k in rest:
+                child = node.children.get(k)
+                if child is not None:
+                    path, tokens = dfs(child, rest - {k})
+                    if tokens + child.tokens > best[1]:
+                        best = ([k, *path], tokens + child.tokens)
+            return best
+
+        node = tree._sentinel.children.get(root)  # read-only peek for the exhaustive search
+        return dfs(node, keys)[0] if node is not None else []
+
+    out = {}
+    for name in ("prefix, relevance order", "prefix, planner (greedy)", "prefix, hindsight"):
+        tree = KVTree.simulated(CacheConfig(host_bytes=1 << 50))
+        view, total, cached = View(tree), 0, 0
+        for r in reqs:
+            if name.endswith("relevance order"):
+                prompt = plan_prompt(r.question, r.ranked, None)[0]
+            elif name.endswith("(greedy)"):
+                prompt = plan_prompt(r.question, r.ranked, view)[0]
+            else:
+                base = Prompt(r.question, r.ranked)
+                by = {base.passage_key(p): p for p in r.ranked}
+                path = hindsight(tree, base.system_key(), set(by))
+                order = [by[k] for k in path] + [p for p in r.ranked if base.passage_key(p) not in path]
+                prompt = Prompt(r.question, tuple(order), ranking=tuple(p.key for p in r.ranked))
+            segs = prompt.segments()
+            lengths = [count(s.text) for s in segs]
+            keys = [s.key for s in segs[1:-1]]
+            with tree.matching(segs[0].key, keys) as m:
+                tree.insert(segs[0].key, keys, [SegmentKV.simulated(n) for n in lengths[len(m.nodes):-1]])
+            total, cached = total + sum(lengths), cached + m.tokens
+        out[name] = cached / total
+    seen: set[str] = set()
+    total = cached = 0
+    for i, r in enumerate(reqs):
+        segs = plan_prompt(r.question, r.ranked, None)[0].segments()
+        lengths = [count(s.text) for s in segs]
+        cached += (lengths[0] if i else 0) + sum(n for s, n in zip(segs[1:-1], lengths[1:-1], strict=True)
+                                                 if s.key in seen)
+        total += sum(lengths)
+        seen.update(str(s.key) for s in segs[1:-1])
+    out["any seen passage"] = cached / total
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workloads", default="grouped,zipf")
+    ap.add_argument("--passages", type=int, default=30)
+    ap.add_argument("--zipf-n", type=int, default=200)
+    ap.add_argument("--zipf-passages", type=int, default=200)
+    ap.add_argument("--zipf-s", type=float, default=1.0)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    from bench.generation import requests
+    from slimrag.llm.weights import load_model
+
+    tok = load_model(device="cpu").tokenizer
+    memo: dict[str, int] = {}
+
+    def count(text: str) -> int:
+        if text not in memo:
+            memo[text] = len(tok.encode(text, add_special_tokens=False))
+        return memo[text]
+
+    result = {}
+    for workload in args.workloads.split(","):
+        reqs = [r for r, _ in requests(args, workload)]
+        result[workload] = shares(reqs, count)
+        print(f"{workload} ({len(reqs)} requests): cached-token share ceiling, TTFT speed-up ceiling")
+        for name, share in result[workload].items():
+            print(f"  {name:<28}{share:7.1%}{1 / (1 - share):7.2f}x")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    old = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+    RESULTS.write_text(json.dumps({**old, **result}, indent=1))  # one workload at a time keeps the others
+
+
+if __name__ == "__main__":
+    main()

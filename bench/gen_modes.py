@@ -1,0 +1,135 @@
+"""The four serving modes of ``bench.generation``, one class each, picked from :data:`MODES`.
+
+Every mode serves a *burst* of requests (questions arrived together, each with its top-k
+passages in relevance order) one prefill at a time, as the engine's prefill gate does, and
+returns them in service order with their prompts. All modes share one loaded model; b, c and d
+have one knowledge tree each, with the same byte budgets.
+
+- ``a`` no reuse: relevance order, arrival order, ``LocalGenerator(cache=None)``.
+- ``b`` prefix reuse in retrieval order: what vLLM's or SGLang's prefix cache gives. The cache is
+  our tree keyed by segments; since each segment is tokenized on its own, matching a path of
+  segment keys *is* token-prefix matching at segment granularity (a request can reuse a
+  passage only when every token before it is the same). Arrival order (vLLM's FCFS).
+- ``c`` ContextPilot (PyPI ``contextpilot`` 0.5.0, its CPU path ``ContextPilot(use_gpu=False)``):
+  each burst's passage lists go through ``reorder`` (its context index: search, reorder to the
+  matched node's prefix, insert), which also returns its execution order for the burst; same
+  tree as b. Its own printing is silenced; its time is charged to the burst's requests.
+- ``d`` slimrag: knowledge tree + planner + longest-cached-prefix-first admission. Each time the
+  gate frees, every waiting request is planned against the tree as it is *now* and the one with
+  the most cached tokens is admitted (:func:`slimrag.llm.scheduler.pick_next`, the rule the
+  engine's scheduler uses; the age bound is not reached inside a burst here); its prompt is the
+  plan made at admission. Planning and scoring time is charged to the admitted request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from slimrag.config import CacheConfig
+from slimrag.llm.local import LocalGenerator
+from slimrag.llm.scheduler import pick_next
+from slimrag.llm.weights import LoadedModel
+from slimrag.rag.plan import plan_prompt
+from slimrag.rag.prompt import Passage, Prompt
+
+
+@dataclass(frozen=True)
+class Request:
+    """One arrival: its position in the workload, question and passages in relevance order."""
+
+    index: int
+    question: str
+    ranked: tuple[Passage, ...]
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """A request as a mode serves it: its prompt and the ordering time charged to it (s)."""
+
+    request: Request
+    prompt: Prompt
+    overhead_s: float
+    plan_s: float = 0.0  # one planning call alone (mode d), the planner overhead proper
+
+
+def relevance_prompt(r: Request) -> Prompt:
+    """Passages in relevance order (no ranking line: the order is the ranking)."""
+    return plan_prompt(r.question, r.ranked, None)[0]
+
+
+class Mode:
+    """A serving mode: a generator and an order of service for a burst."""
+
+    name = ""
+    label = ""
+
+    def __init__(self, model: LoadedModel, cache: CacheConfig) -> None:
+        self.gen = LocalGenerator(loaded=model, cache=cache)
+
+    def serve(self, burst: Sequence[Request]) -> Iterator[Scheduled]:
+        """The burst in service order with prompts, lazily: the next request is chosen only
+        after the previous one was served. Default: arrival order, relevance order."""
+        return iter([Scheduled(r, relevance_prompt(r), 0.0) for r in burst])
+
+
+class NoReuse(Mode):
+    name, label = "a", "no reuse"
+
+    def __init__(self, model: LoadedModel, cache: CacheConfig) -> None:
+        self.gen = LocalGenerator(loaded=model, cache=None)
+
+
+class PrefixReuse(Mode):
+    name, label = "b", "prefix cache, retrieval order"
+
+
+class ContextPilotOrder(Mode):
+    name, label = "c", "prefix cache + ContextPilot"
+
+    def __init__(self, model: LoadedModel, cache: CacheConfig) -> None:
+        super().__init__(model, cache)
+        from contextpilot.server.live_index import ContextPilot
+
+        self.pilot = ContextPilot(use_gpu=False)
+
+    def serve(self, burst: Sequence[Request]) -> Iterator[Scheduled]:
+        t = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            reordered, schedule = self.pilot.reorder([[p.key for p in r.ranked] for r in burst])
+        share = (time.perf_counter() - t) / len(burst)
+        # Its two code paths (first build, incremental) index `reordered` differently (scheduled
+        # vs arrival order), so pair each request with a reordered list of the same passages.
+        pool = [list(ctx) for ctx in reordered]
+        out = []
+        for i in schedule:
+            r = burst[i]
+            by_key = {p.key: p for p in r.ranked}
+            ctx = next(c for c in pool if sorted(c) == sorted(by_key))
+            pool.remove(ctx)
+            order = tuple(by_key[k] for k in ctx)
+            out.append(Scheduled(r, Prompt(r.question, order, ranking=tuple(p.key for p in r.ranked)), share))
+        return iter(out)
+
+
+class SlimragPlanner(Mode):
+    name, label = "d", "slimrag tree + planner"
+
+    def serve(self, burst: Sequence[Request]) -> Iterator[Scheduled]:
+        waiting = list(burst)
+        view = self.gen.planning_cache()
+        while waiting:
+            t = time.perf_counter()
+            plans = [plan_prompt(r.question, r.ranked, view) for r in waiting]
+            spent = time.perf_counter() - t
+            scores = [lambda plan=plan: plan.cached_tokens for _, plan in plans]
+            i = pick_next([0.0] * len(waiting), scores, 0.0, float("inf"))
+            prompt = plans[i][0]
+            r = waiting.pop(i)
+            yield Scheduled(r, prompt, time.perf_counter() - t, spent / len(plans))
+
+
+MODES: dict[str, type[Mode]] = {m.name: m for m in (NoReuse, PrefixReuse, ContextPilotOrder, SlimragPlanner)}

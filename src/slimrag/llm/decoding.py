@@ -1,0 +1,68 @@
+"""Token choice and streaming text for the embedded engine.
+
+Decoding: temperature 0 is greedy (``argmax``; ties go to the lowest id), which is what makes
+cached and uncached runs comparable token for token. Otherwise logits are divided by the
+temperature, cut to the smallest set whose probability reaches ``top_p``, and sampled with a
+``torch.Generator`` seeded from ``seed`` on every call, so the same request gives the same text.
+
+Streaming text: after each token the engine decodes all generated ids and emits the new suffix.
+Text that ends in U+FFFD (a multi-byte character split across tokens) is held back until it
+completes, and so is any tail that could be the start of a stop string, so a stop string never
+leaks out (:func:`safe_len`, :func:`find_stop`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from slimrag.config import GenerationConfig
+
+Chooser = Callable[[torch.Tensor], int]
+
+
+def greedy(logits: torch.Tensor) -> int:
+    """The highest-scoring token id (the lowest id among ties)."""
+    return int(torch.argmax(logits).item())
+
+
+def chooser(config: GenerationConfig, seed: int) -> Chooser:
+    """Greedy for temperature 0, else seeded temperature + nucleus (top-p) sampling."""
+    if config.temperature == 0:
+        return greedy
+    rng = torch.Generator(device="cpu").manual_seed(seed)
+    temperature, top_p = config.temperature, config.top_p
+
+    def sample(logits: torch.Tensor) -> int:
+        with torch.inference_mode():
+            probs = torch.softmax(logits.detach().cpu() / temperature, dim=-1)
+            if top_p < 1.0:
+                sorted_p, order = torch.sort(probs, descending=True)
+                # Keep a token when the mass before it is still below top_p (the first always stays).
+                keep = (torch.cumsum(sorted_p, dim=-1) - sorted_p) < top_p
+                probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
+            return int(torch.multinomial(probs, 1, generator=rng).item())
+
+    return sample
+
+
+def find_stop(text: str, stops: tuple[str, ...]) -> int | None:
+    """Index where the earliest stop string starts in ``text``, or None."""
+    hits = [i for s in stops if s and (i := text.find(s)) >= 0]
+    return min(hits) if hits else None
+
+
+def safe_len(text: str, stops: tuple[str, ...]) -> int:
+    """How much of ``text`` can be emitted now: not a trailing partial character, and not a tail
+    that might grow into a stop string."""
+    end = len(text)
+    while end and text[end - 1] == "\ufffd":
+        end -= 1
+    held = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, end), held, -1):
+            if text[end - k : end] == s[:k]:
+                held = k
+                break
+    return end - held

@@ -1,0 +1,181 @@
+"""Warm prefill: how the embedded engine reuses passage KV across requests.
+
+The engine (:mod:`slimrag.llm.local`) asks a :class:`KVReuse` for a :class:`Lease` on the
+cacheable segments of a prompt (``[system][passage]...``; the question segment never is). The
+lease says how many leading segments are served from the cache and hands their K/V, joined along
+the sequence axis (new tensors; the tree's copies are never aliased); the engine seeds the
+model's ``DynamicCache`` with them, prefills the remaining segments, and gives the lease the
+per-layer K/V of the whole prompt so the segments it computed are stored.
+
+Two strategies, picked by what the engine is given (a null object, not ``if enabled:`` branches):
+
+- :class:`NoReuse`: nothing is cached; every request prefills from position 0.
+- :class:`TreeReuse`: the knowledge tree (:mod:`slimrag.llm.kvtree`). Its root key is the system
+  segment's key namespaced by the model name, so two models or two system prompts never share
+  entries; its edges are the passages' content-addressed keys (``Prompt.passage_key``).
+
+Exactness. The engine prefills *segment by segment* (one forward per segment over its tokens,
+on top of the cache so far) whether or not anything is cached. A segment's K/V are then computed
+by the same forward, with the same shapes and the same prefix values, in the request that
+stored them and in a request that prefills them itself, so a cached run is bitwise identical to
+an uncached one, not merely close (a single whole-prompt forward sums in another order and
+differs by ~1e-7 in the logits, enough to flip a greedy tie now and then). Segment-wise prefill
+costs a few percent over one forward on a CPU (more, shorter matrix products).
+
+Pins: a lease pins its matched nodes from :meth:`KVReuse.lease` to the end of the ``with``
+block; the engine leaves the block right after prefill, before decoding, so decode never holds
+tree pins.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from slimrag.config import CacheConfig
+from slimrag.llm.kvpayload import assemble_kv, split_kv
+from slimrag.llm.kvtree import KVTree, KVTreeStats, Match
+from slimrag.rag.plan import CachedSegment
+from slimrag.rag.prompt import Prompt
+
+Layers = list[tuple[Any, Any]]
+
+
+class Lease:
+    """The cached prefix of one request: ``segments`` leading cacheable segments (system first)
+    holding ``tokens`` prompt tokens. This base is the empty lease of :class:`NoReuse`."""
+
+    segments: int = 0
+    tokens: int = 0
+
+    def past(self) -> Layers | None:
+        """Per-layer (K, V) of the cached prefix, on the engine's device; None when nothing is."""
+        return None
+
+    def store(self, layers: Layers, lengths: Sequence[int]) -> int:
+        """Keep the segments this request computed. ``layers``: the prompt's per-layer (K, V);
+        ``lengths``: token counts of the cacheable segments in prompt order. Returns how many
+        segments were added (0 here)."""
+        return 0
+
+
+class KVReuse(ABC):
+    """A strategy for reusing passage KV across requests (see the module header)."""
+
+    @abstractmethod
+    def lease(self, root_key: str, path: Sequence[str]) -> Any:
+        """A context manager yielding the :class:`Lease` of ``[root_key, *path]``."""
+
+    def cached_tokens(self, root_key: str, path: Sequence[str]) -> int:
+        """Tokens of the longest cached prefix of the path, without side effects (the scheduler's
+        score). 0 here."""
+        return 0
+
+    def walk(self, root_key: str, choose: Callable[[Mapping[str, CachedSegment]], str | None],
+             ) -> tuple[list[str], int]:
+        """The planner's walk (``KVTree.walk``); nothing is cached here."""
+        return [], 0
+
+    @property
+    def enabled(self) -> bool:
+        """True when something may be cached (the planner is worth running)."""
+        return False
+
+    def stats(self) -> KVTreeStats | None:
+        """Counters and per-tier bytes of the cache, None when there is none."""
+        return None
+
+    def close(self) -> None:  # noqa: B027  (a no-op by default, on purpose)
+        """Free whatever the cache holds (files included)."""
+
+
+class NoReuse(KVReuse):
+    """Every request prefills from scratch (the reference for exactness and the benchmarks)."""
+
+    @contextmanager
+    def lease(self, root_key: str, path: Sequence[str]) -> Iterator[Lease]:
+        yield Lease()
+
+
+class _TreeLease(Lease):
+    def __init__(self, tree: KVTree, match: Match, device: str | None) -> None:
+        self.tree, self.match, self.device = tree, match, device
+        self.segments, self.tokens = len(match.nodes), match.tokens
+
+    def past(self) -> Layers | None:
+        return assemble_kv(self.match.payloads, self.device) if self.match.nodes else None
+
+    def store(self, layers: Layers, lengths: Sequence[int]) -> int:
+        n = next((i for i, length in enumerate(lengths) if length <= 0), len(lengths))
+        if n <= self.segments:
+            return 0  # everything storable was served from the cache (or a segment is empty)
+        m = self.match
+        payloads = split_kv(layers, list(lengths[:n]), first=self.segments)
+        return self.tree.insert(m.root_key, m.path[: n - 1], payloads)
+
+
+class TreeReuse(KVReuse):
+    """The knowledge tree behind the engine. ``device``: where assembled K/V must live (the
+    model's device); the tree's own tiers come from its config."""
+
+    def __init__(self, tree: KVTree, device: str | None = None) -> None:
+        self.tree = tree
+        self.device = device
+
+    @classmethod
+    def from_config(cls, config: CacheConfig, device: str | None = None) -> TreeReuse:
+        """A fresh tree with real tensors and the given budgets."""
+        return cls(KVTree(config), device)
+
+    @contextmanager
+    def lease(self, root_key: str, path: Sequence[str]) -> Iterator[Lease]:
+        match = self.tree.match(root_key, path)
+        try:
+            yield _TreeLease(self.tree, match, self.device)
+        finally:
+            self.tree.release(match)
+
+    def cached_tokens(self, root_key: str, path: Sequence[str]) -> int:
+        rest = list(path)
+
+        def follow(children: Mapping[str, CachedSegment]) -> str | None:
+            return rest.pop(0) if rest and rest[0] in children else None
+
+        return self.tree.walk(root_key, follow)[1]
+
+    def walk(self, root_key: str, choose: Callable[[Mapping[str, CachedSegment]], str | None],
+             ) -> tuple[list[str], int]:
+        return self.tree.walk(root_key, choose)
+
+    @property
+    def enabled(self) -> bool:
+        return True
+
+    def stats(self) -> KVTreeStats:
+        return self.tree.stats()
+
+    def close(self) -> None:
+        self.tree.close()
+
+
+class PlanningView:
+    """What the planner sees of an engine's cache: the walk and the namespaced root key
+    (:class:`slimrag.rag.plan.PlanningCache`)."""
+
+    def __init__(self, reuse: KVReuse, namespace: str) -> None:
+        self.reuse, self.namespace = reuse, namespace
+
+    def root_key(self, prompt: Prompt) -> str:
+        """The tree root under which the engine files ``prompt``."""
+        return root_key(self.namespace, prompt.system_key())
+
+    def walk(self, root_key: str, choose: Callable[[Mapping[str, CachedSegment]], str | None],
+             ) -> tuple[list[str], int]:
+        return self.reuse.walk(root_key, choose)
+
+
+def root_key(namespace: str, system_key: str) -> str:
+    """The tree root of a system segment under a model namespace (one rule for engine and planner)."""
+    return f"{namespace}|{system_key}"

@@ -1,0 +1,177 @@
+"""Warm generation with the real SmolLM2 model: cached KV gives the same tokens as no cache.
+
+Ground truth is a generator with no KV reuse (``cache=None``), which prefills every prompt from
+scratch with the same segment-wise schedule. The warm generator shares the loaded model and
+keeps a knowledge tree. Passages are short and generations ≤ 8 tokens: two CPU cores.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slimrag.config import CacheConfig, GenerationConfig
+from slimrag.errors import ModelNotFoundError
+from slimrag.llm import weights
+from slimrag.llm.local import LocalGenerator
+from slimrag.rag.plan import plan_prompt
+from slimrag.rag.prompt import Passage, Prompt
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+WORDS = ("river stone cat moon paper green seven blue house tree light harbour lamp tower "
+         "winter apple clock bridge violin garden").split()
+NEW_TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def model() -> weights.LoadedModel:
+    try:
+        weights.default_gguf_path()
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))
+    return weights.load_model(device="cpu")
+
+
+@pytest.fixture()
+def cold(model: weights.LoadedModel) -> LocalGenerator:
+    return LocalGenerator(loaded=model, cache=None)
+
+
+def pool(rng: random.Random, n: int = 8) -> list[Passage]:
+    """Short random passages: cheap to prefill, different enough to change the answer."""
+    return [Passage(f"p{i}", f"notes/{i}.md#0",
+                    " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 24))) + ".")
+            for i in range(n)]
+
+
+def test_cached_tokens_equal_uncached_over_random_passage_sets(model: weights.LoadedModel,
+                                                                cold: LocalGenerator) -> None:
+    rng = random.Random(1234)
+    passages = pool(rng)
+    warm = LocalGenerator(loaded=model)
+    served = 0
+    for case in range(12):
+        chosen = tuple(rng.sample(passages, rng.randint(1, 4)))
+        if case % 3 == 2:  # a permutation of an earlier set: the tree must not serve its KV out of order
+            chosen = tuple(rng.sample(chosen, len(chosen)))
+        prompt = Prompt(f"Which word comes after {rng.choice(WORDS)}?", chosen)
+        got, cached = warm.greedy_ids(prompt, NEW_TOKENS)
+        want, none = cold.greedy_ids(prompt, NEW_TOKENS)
+        assert got == want, f"case {case}: cached {cached} tokens changed the output"
+        assert none == 0
+        served += cached
+        again, cached_again = warm.greedy_ids(prompt, NEW_TOKENS)  # the whole passage path is cached now
+        assert again == want
+        assert cached_again == sum(len(s) for s in warm.encode_segments(prompt)[:-1])
+    assert served > 0
+    stats = warm.cache_stats()
+    assert stats is not None and stats.served_tokens > 0
+    warm.reuse.tree.check()  # type: ignore[attr-defined]
+
+
+def test_exact_through_eviction_and_the_disk_tier(model: weights.LoadedModel, cold: LocalGenerator,
+                                                   tmp_path: Path) -> None:
+    """A host budget of a few segments: nodes are demoted to disk and promoted back, output unchanged."""
+    rng = random.Random(7)
+    passages = pool(rng, 6)
+    budget = 46_080 * 130  # SmolLM2-135M KV in float32: the system segment (~45 tokens) + ~4 passages
+    warm = LocalGenerator(loaded=model, cache=CacheConfig(host_bytes=budget, disk_bytes=50 * budget,
+                                                          disk_dir=str(tmp_path)))
+    prompts = [Prompt("Which colour is named?", tuple(rng.sample(passages, 2))) for _ in range(6)]
+    for prompt in prompts + prompts:
+        got, _ = warm.greedy_ids(prompt, 4)
+        assert got == cold.greedy_ids(prompt, 4)[0]
+    stats = warm.cache_stats()
+    assert stats is not None
+    host, disk = stats.tiers
+    assert host.peak <= host.budget and disk.peak <= disk.budget
+    assert stats.demotions > 0 and stats.promotions > 0
+    warm.reuse.tree.check()  # type: ignore[attr-defined]
+    warm.close()
+    assert not any(tmp_path.rglob("*.pt")), "close() must delete the disk tier's files"
+
+
+def test_stream_reports_cached_tokens_and_the_planner_puts_them_first(model: weights.LoadedModel) -> None:
+    rng = random.Random(3)
+    a, b, c, d = pool(rng, 4)
+    warm = LocalGenerator(loaded=model)
+    cfg = GenerationConfig(max_new_tokens=2)
+    first, plan = plan_prompt("Which tree?", [a, b, c], warm.planning_cache())
+    assert [p.key for p in first.passages] == ["p0", "p1", "p2"] and plan.cached == 0
+    assert warm.generate(first, cfg).usage.cached_tokens == 0
+    # New relevance order (d, b, a): the cached path a → b goes first, d after, ranking stated.
+    second, plan = plan_prompt("Which lamp?", [d, b, a], warm.planning_cache())
+    assert [p.key for p in second.passages] == ["p0", "p1", "p3"] and plan.cached == 2
+    assert "Most relevant first: notes/3.md#0, notes/1.md#0, notes/0.md#0." in second.question_text()
+    usage = warm.generate(second, cfg).usage
+    assert usage.cached_tokens == plan.cached_tokens > 0
+    assert usage.cached_tokens == sum(len(s) for s in warm.encode_segments(second)[:3])
+
+
+def test_rag_reuses_passages_across_questions(model: weights.LoadedModel, docs_dir: Path, tmp_path: Path,
+                                              embedder) -> None:  # noqa: ANN001
+    from slimrag.index.core import Index
+    from slimrag.rag.pipeline import RAG
+
+    idx = Index.build(docs_dir, tmp_path / "warm.slimrag", embedder=embedder)
+    rag = RAG(idx, llm=LocalGenerator(loaded=model), generation=GenerationConfig(max_new_tokens=3))
+    first = rag.ask("What is the name of the office cat?", k=3)
+    second = rag.ask("Where does the office cat sleep?", k=3)
+    assert first.usage.cached_tokens == 0
+    assert second.usage.cached_tokens > 0  # the system segment at least, and shared passages
+    assert {h.chunk_id for h in second.sources} == {h.chunk_id for h in rag.retrieve(
+        "Where does the office cat sleep?", k=3)}
+
+
+def test_chat_keeps_earlier_passages_as_a_cached_prefix(model: weights.LoadedModel, docs_dir: Path,
+                                                        tmp_path: Path, embedder) -> None:  # noqa: ANN001
+    from slimrag.index.core import Index
+    from slimrag.rag.pipeline import RAG
+
+    idx = Index.build(docs_dir, tmp_path / "chat.slimrag", embedder=embedder)
+    gen = LocalGenerator(loaded=model)
+    conv = RAG(idx, llm=gen, generation=GenerationConfig(max_new_tokens=3)).chat()
+    conv.ask("Where does Whiskers sleep?", k=2)
+    earlier = list(conv.passages)
+    second = conv.ask("And what is the cat called?", k=2)
+    keys = [p.key for p in conv.passages]
+    assert keys[: len(earlier)] == [p.key for p in earlier]  # earlier passages first, in their order
+    assert len(keys) == len(set(keys))  # nothing repeated
+    prompt_ids = gen.encode_segments(Prompt("x", tuple(earlier)))
+    assert second.usage.cached_tokens >= sum(len(s) for s in prompt_ids[:-1])
+
+
+@pytest.fixture()
+def remote_rag(docs_dir: Path, tmp_path: Path, embedder) -> Iterator[tuple]:  # noqa: ANN001
+    from openai_server import OpenAIServer
+
+    from slimrag.index.core import Index
+
+    idx = Index.build(docs_dir, tmp_path / "remote.slimrag", embedder=embedder)
+    with OpenAIServer() as srv:
+        yield idx, srv
+
+
+def test_shadow_cache_orders_passages_for_a_remote_prefix_cache(remote_rag: tuple) -> None:
+    from slimrag.rag.pipeline import RAG
+
+    idx, srv = remote_rag
+    hits = idx.search("cat radiator winter", k=3)
+    keys = [h.chunk_id for h in hits]
+    results = {}
+    for shadow in (False, True):
+        rag = RAG(idx, llm=srv.base_url, shadow=shadow)
+        rag.ask("cat radiator winter", k=3)
+        # Same passages retrieved in another order: only the shadow knows the sent order.
+        rag.retrieve = lambda q, k=4, source=None, _h=hits: list(reversed(_h))  # type: ignore[method-assign]
+        ans = rag.ask("cat radiator winter", k=3)
+        results[shadow] = ans.usage.cached_tokens / ans.usage.prompt_tokens
+        if shadow:
+            assert [h.chunk_id for h in ans.sources] == keys  # sent in the first request's order
+    assert results[True] > results[False]

@@ -30,12 +30,22 @@ NEW_TOKENS = 8
 
 
 @pytest.fixture(scope="module")
-def model() -> weights.LoadedModel:
+def model() -> Iterator[weights.LoadedModel]:
+    """The model, run on one torch thread for this module: with two threads on two cores that other
+    processes also use, torch's threads spin against each other and the exactness test took 443 s
+    instead of 27 s. Exactness does not depend on it (warm and cold runs share the setting)."""
+    import torch
+
     try:
         weights.default_gguf_path()
     except ModelNotFoundError as exc:
         pytest.skip(str(exc))
-    return weights.load_model(device="cpu")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield weights.load_model(device="cpu")
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture()

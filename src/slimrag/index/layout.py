@@ -38,7 +38,8 @@ CATALOG = "catalog.sqlite"
 DELTA = "delta"
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """fsync a folder, so a rename inside it survives a crash."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -58,7 +59,7 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def read_manifest(root: Path) -> dict[str, Any]:
@@ -106,12 +107,12 @@ def write_generation(root: Path, generation: int, arrays: dict[str, np.ndarray],
             for p in tmp.iterdir():
                 with open(p, "rb") as f:
                     os.fsync(f.fileno())
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         os.rename(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _fsync_dir(Path(root))
+    fsync_dir(Path(root))
     return final
 
 
@@ -139,7 +140,7 @@ def write_delta_part(root: Path, seq: int, ids: np.ndarray, vectors: np.ndarray)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(d)
+    fsync_dir(d)
     return name
 
 

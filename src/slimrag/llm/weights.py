@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from slimrag.errors import ModelNotFoundError, SlimragError
+from slimrag.index.layout import fsync_dir as _fsync_dir
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -271,14 +272,6 @@ def _fsync_tree(folder: Path) -> None:
             finally:
                 os.close(fd)
     _fsync_dir(folder)
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

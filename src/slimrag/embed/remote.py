@@ -2,7 +2,7 @@
 
 Works with vLLM (``--task embed``), SGLang (``--is-embedding``), llama.cpp's ``llama-server
 --embeddings``, Ollama and text-embeddings-inference's OpenAI route. The base URL follows the
-same rule as `RemoteGenerator` (``/v1`` appended when missing; see :mod:`slimrag.llm.remote`).
+same rule as `RemoteGenerator` (``/v1`` appended when missing; see :mod:`slimrag.openai_http`).
 
 Protocol details handled
     Request ``{"model": ..., "input": [texts]}``. The answer's ``data`` items carry an ``index``;
@@ -34,7 +34,7 @@ import numpy as np
 
 from slimrag.embed.base import Embedder, normalize
 from slimrag.errors import BackendError
-from slimrag.llm.remote import OpenAIClient
+from slimrag.openai_http import OpenAIClient
 
 
 class RemoteEmbedder(Embedder):

@@ -201,6 +201,22 @@ def test_pq_adc_equals_reconstruction_dot(data, bits):
     assert np.corrcoef(approx, x[rows] @ q[1])[0, 1] > 0.9
 
 
+def test_pq_auto_rule_resolves_from_n_and_explicit_values_win(data):
+    # 4 bits (m=96, 48 B of codes) while 8-bit codebooks would cost > 6 B/vec, 8 bits (m=48) after
+    assert PQConfig().resolve(2_000, 384) == PQConfig(m=96, bits=4)
+    assert PQConfig().resolve(32_767, 384) == PQConfig(m=96, bits=4)
+    assert PQConfig().resolve(32_768, 384) == PQConfig(m=48, bits=8)
+    assert PQConfig().resolve(100, 64) == PQConfig(m=64, bits=4)  # largest even divisor <= 96
+    assert PQConfig().resolve(100, 7) == PQConfig(m=7, bits=8)  # odd d: no even m, so 8 bits
+    assert PQConfig(m=64, bits=8).resolve(1_000, 384) == PQConfig(m=64, bits=8)
+    assert PQConfig(m=16).resolve(1_000, 64) == PQConfig(m=16, bits=8)  # m alone keeps its old meaning
+    assert PQConfig(bits=4).resolve(10**6, 384) == PQConfig(m=96, bits=4)
+    pq = train_pq(data[0][:500], PQConfig(iters=2))  # train_pq resolves the automatic fields itself
+    assert (pq.m, pq.bits) == (96, 4)
+    with pytest.raises(ValueError, match="m must be even"):
+        PQConfig(m=3, bits=4)
+
+
 def test_config_validation():
     with pytest.raises(ValueError, match="ef"):
         SlimConfig(ef=8, rerank=16)

@@ -3,7 +3,8 @@ add/remove/compact against a flat index of the same live chunks, and compactions
 
 The embedder is the real remote one talking to the test server on 127.0.0.1 (trigram-hash
 embeddings, 64 dims): fast enough to recompute hundreds of rows per test, and it exercises the
-path where the index reopens its embedder from the manifest in a child process.
+path where the index reopens its embedder from the manifest in a child process. One test uses the
+real MiniLM (session ``embedder`` fixture) to check 4-bit PQ recall on real sentence embeddings.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from openai_server import OpenAIServer
 from slimrag.config import IndexConfig
 from slimrag.embed.remote import RemoteEmbedder
 from slimrag.index.codes import PQConfig
-from slimrag.index.core import Index
+from slimrag.index.core import Index, embed_input
 from slimrag.index.search import SlimConfig
 
 WORDS = ("river stone cloud engine violin garden copper lantern harbor orbit meadow signal falcon "
@@ -160,3 +161,42 @@ def test_compaction_killed_midway_keeps_old_generation(server: OpenAIServer, tmp
     assert {q: _by_text(again, q, 5) for q in QUERIES[:5]} == before
     assert again.manifest["generation"] > gen
     assert sorted(p.name for p in path.glob("gen-*")) == [f"gen-{again.manifest['generation']:06d}"]
+
+
+PEOPLE = "Ada Ben Chloe Dmitri Elena Farid Grace Hiro Ines Jonas Keiko Luis Maya Nils Omar Priya".split()
+JOBS = ("baker", "pilot", "nurse", "violinist", "geologist", "carpenter", "chemist", "librarian", "sailor",
+        "gardener", "architect", "beekeeper")
+PLACES = ("Lisbon", "a mountain village", "the harbour district", "Osaka", "a farm near the river", "Nairobi",
+          "the old university town", "a fishing island", "Montreal", "the desert outpost")
+HOBBIES = ("restores clocks", "collects fossils", "grows orchids", "builds kites", "paints lighthouses",
+           "writes crossword puzzles", "studies comets", "brews cider", "carves chess sets", "trains falcons",
+           "sings in a choir", "maps caves")
+
+
+def test_slim_4bit_pq_recall_against_brute_force(embedder, tmp_path: Path) -> None:
+    """storage="slim" with explicit 4-bit PQ, real MiniLM embeddings: Index.search recall@10
+    against exact search over the same embeddings; ids.npy narrowed, old int64 ids still read."""
+    rng = np.random.default_rng(11)
+    data = [(f"p/{i:04d}.txt", f"{rng.choice(PEOPLE)} is a {rng.choice(JOBS)} from {rng.choice(PLACES)} "
+                               f"who {rng.choice(HOBBIES)} and {rng.choice(HOBBIES)}.") for i in range(320)]
+    queries = [f"a {rng.choice(JOBS)} who {rng.choice(HOBBIES)}" for _ in range(24)]
+    cfg = SlimConfig(pq=PQConfig(m=96, bits=4))
+    idx = Index.build(data, tmp_path / "s", embedder=embedder, storage="slim", slim=cfg)
+    art = idx.vectors.searcher.art
+    assert (art.pq.bits, art.pq.m, art.codes.shape) == (4, 96, (320, 48))
+
+    ids = np.asarray(idx.catalog.live_ids(), dtype=np.int64)
+    chunks = idx.catalog.chunks(ids)
+    exact = embedder.embed([embed_input(chunks[int(i)]) for i in ids])
+    q = embedder.embed(queries)
+    truth = ids[np.argsort(-(q @ exact.T), axis=1, kind="stable")[:, :10]]
+    found = [[h.chunk_id for h in hits] for hits in idx.search_batch(queries, k=10)]
+    recall = np.mean([len(set(f) & set(t)) / 10 for f, t in zip(found, truth.tolist(), strict=True)])
+    assert recall >= 0.95, recall
+
+    gen = tmp_path / "s" / f"gen-{idx.manifest['generation']:06d}"
+    assert np.load(gen / "ids.npy").dtype == np.uint16  # 2 bytes per row, not int64's 8
+    idx.close()
+    np.save(gen / "ids.npy", np.load(gen / "ids.npy").astype(np.int64))  # as written before narrowing
+    again = Index.open(tmp_path / "s", embedder=embedder)
+    assert [[h.chunk_id for h in hits] for hits in again.search_batch(queries[:4], k=10)] == found[:4]

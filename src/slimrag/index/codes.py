@@ -28,20 +28,29 @@ bound calibrated at build time (``search.calibrate_pq_error``); see ``search.py`
 
 Knobs (``PQConfig``)
 --------------------
-- ``m`` (default 64): subspaces = bytes per vector at 8 bits; must divide the dimension. More
-  subspaces rank better, so fewer exact recomputations reach the same recall. Same setup as above,
-  recall@10 after reranking 16 / 24 / 32: m=32 0.81 / 0.89 / 0.94, m=48 0.89 / 0.95 / 0.97,
-  m=64 0.94 / 0.98 / 0.99. At m=64 the whole index stays ~91 bytes per vector (under 65,536 rows);
-  m=48 saves 16 bytes but needs ~4-8 more recomputations per query for the same recall@10.
-- ``bits`` (default 8): 8 (uint8 codes) or 4 (two codes per byte). At equal bytes 8 bits wins:
-  m=64/8 bits 0.98 vs m=128/4 bits 0.96 at rerank 24. 4 bits exists for very tight budgets.
+- ``m`` (default 0 = automatic, see below): subspaces; a code takes ``m`` bytes at 8 bits, ``m / 2``
+  at 4; must divide the dimension. More subspaces rank better, so fewer exact recomputations reach
+  the same recall. 6,000 real MiniLM vectors, 8 bits, recall@10 after reranking 16 / 24 / 32:
+  m=32 0.81 / 0.89 / 0.94, m=48 0.89 / 0.95 / 0.97, m=64 0.94 / 0.98 / 0.99.
+- ``bits`` (default 0 = automatic): 8 (uint8 codes) or 4 (two codes per byte). At equal code
+  bytes 8 bits ranks better (6k set: m=64/8 bits 0.98 vs m=128/4 bits 0.96 at rerank 24; 43k
+  pydocs: m=48/8 bits 0.966 vs m=96/4 bits 0.959, error bound 0.14 vs 0.18), but its codebooks are
+  16x larger: 197 KB against 12 KB for d=384, i.e. 163 against 10 bytes per vector at 1,204 rows.
+- **Automatic m and bits** (``PQConfig.resolve(n, d)``, called by ``train_pq``): 4 bits while the
+  8-bit codebooks would cost more than ``AUTO_8BIT_CODEBOOK_BYTES`` = 6 bytes per vector
+  (``512 d / n > 6``: below 32,768 rows for d=384), 8 bits from there on; m gives
+  ``AUTO_CODE_BYTES`` = 48 bytes of code at either width (m=96 at 4 bits, m=48 at 8 for d=384;
+  the largest divisor of d not above that, even at 4 bits). Explicit values win: ``bits`` alone
+  gets the 48-byte m, ``m`` alone gets 8 bits (its meaning before the rule). Why these numbers,
+  measured, and what the whole index then weighs: ``search.py``, knob ``pq``.
 - ``train_size`` (default 16384): k-means sample, 64 points per centroid at 8 bits; more barely
   changes recall, and training time grows linearly (~5-10 s at the default on two cores).
 - ``iters`` (default 12): Lloyd iterations per subspace; the codes barely move after ~10.
 - ``seed`` (default 0): sampling and initialisation; same data and seed give the same codes.
 
-Memory rule of thumb: codebooks are ``d * 2**bits`` float16 values (197 KB for d=384, 8 bits)
-whatever ``m`` is: a fixed cost, ~98 bytes per vector at 2,000 vectors, ~5 at 43,000. Codes are
+Memory rule of thumb: codebooks are ``d * 2**bits`` float16 values (197 KB for d=384 at 8 bits,
+12 KB at 4) whatever ``m`` is: a fixed cost; at 8 bits ~98 bytes per vector at 2,000 vectors, ~5 at
+43,000, which is why the automatic rule waits for n before using 8 bits. Codes are
 ``n * m * bits / 8`` bytes.
 """
 
@@ -59,25 +68,57 @@ CODES_FILE = "pq_codes.npy"
 _ENCODE_BATCH = 8192
 
 
+#: code bytes per vector the automatic rule aims at, at either width (m=96 at 4 bits, m=48 at 8)
+AUTO_CODE_BYTES = 48
+#: the automatic rule switches to 8 bits once the 8-bit codebooks (``2 * 256 * d`` bytes of fp16)
+#: cost at most this many bytes per vector: from n = 32,768 for d=384
+AUTO_8BIT_CODEBOOK_BYTES = 6
+
+
 @dataclass(frozen=True, slots=True)
 class PQConfig:
-    """Product quantizer settings; see the module header for each knob's trade-off."""
+    """Product quantizer settings; see the module header for each knob's trade-off. ``m=0`` and
+    ``bits=0`` mean automatic: :meth:`resolve` fixes them from the number of vectors."""
 
-    m: int = 64
-    bits: int = 8
+    m: int = 0
+    bits: int = 0
     train_size: int = 16384
     iters: int = 12
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.m <= 0:
-            raise ValueError(f"PQ m (subspaces) must be positive, got {self.m}")
-        if self.bits not in (4, 8):
-            raise ValueError(f"PQ bits must be 4 or 8, got {self.bits}")
+        if self.m < 0:
+            raise ValueError(f"PQ m (subspaces) must be positive, or 0 for automatic, got {self.m}")
+        if self.bits not in (0, 4, 8):
+            raise ValueError(f"PQ bits must be 4 or 8, or 0 for automatic, got {self.bits}")
         if self.bits == 4 and self.m % 2:
             raise ValueError(f"PQ with bits=4 packs two codes per byte, so m must be even, got {self.m}")
         if self.train_size < 1 or self.iters < 1:
             raise ValueError("PQ train_size and iters must be >= 1")
+
+    def resolve(self, n: int, dim: int) -> PQConfig:
+        """The concrete settings for ``n`` vectors of dimension ``dim``; explicit values are kept.
+
+        bits=0 and m=0: 4 bits while the 8-bit codebooks would cost more than
+        ``AUTO_8BIT_CODEBOOK_BYTES`` per vector (``512 * dim / n``), 8 bits from there on; then m
+        for ``AUTO_CODE_BYTES`` bytes of code. bits only: m for ``AUTO_CODE_BYTES``. m only:
+        8 bits (what ``PQConfig(m=...)`` meant before the automatic rule). An automatic m is the
+        largest divisor of ``dim`` (even at 4 bits) not above the target; automatic bits are 8 for
+        an odd ``dim``, which no even m divides.
+        """
+        if self.m and self.bits:
+            return self
+        bits = self.bits or (8 if self.m or dim % 2 or 512 * dim <= AUTO_8BIT_CODEBOOK_BYTES * n else 4)
+        m = self.m or _auto_m(dim, AUTO_CODE_BYTES * 8 // bits, even=bits == 4)
+        return PQConfig(m=m, bits=bits, train_size=self.train_size, iters=self.iters, seed=self.seed)
+
+
+def _auto_m(dim: int, target: int, even: bool) -> int:
+    """Largest divisor of ``dim`` not above ``target`` (and even when asked); at least 1 (2)."""
+    for m in range(min(target, dim), 0, -1):
+        if dim % m == 0 and (m % 2 == 0 or not even):
+            return m
+    raise ValueError(f"no even PQ m divides dimension {dim}; set PQConfig(bits=8) for odd dimensions")
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,17 +250,18 @@ class ADCScorer:
 
 
 def train_pq(vectors: np.ndarray, config: PQConfig | None = None) -> ProductQuantizer:
-    """Learn codebooks with seeded k-means on a sample of ``vectors`` (n, d).
+    """Learn codebooks with seeded k-means on a sample of ``vectors`` (n, d); automatic ``m`` /
+    ``bits`` are resolved from (n, d) first (:meth:`PQConfig.resolve`).
 
     With fewer training vectors than ``2**bits`` centroids, k is reduced to the sample size and
     the remaining centroids are copies (codes still fit the declared bits). Raises ValueError when
     ``m`` does not divide ``d``.
     """
-    config = config or PQConfig()
     vectors = _as_matrix(vectors, None)
     n, d = vectors.shape
     if n == 0:
         raise ValueError("cannot train a product quantizer on zero vectors")
+    config = (config or PQConfig()).resolve(n, d)
     if d % config.m:
         raise ValueError(f"PQ m={config.m} must divide the vector dimension {d}; try a divisor such as 32 or 48")
     rng = np.random.default_rng(config.seed)

@@ -118,7 +118,7 @@ class Index:
             embedder.embed_batch(["dimension probe"])
         out.mkdir(parents=True)
         Catalog(out / layout.CATALOG).close()
-        layout.write_generation(out, 0, {"ids": np.zeros(0, np.int64),
+        layout.write_generation(out, 0, {"ids": layout.narrow_ids(np.zeros(0, np.int64)),
                                          "vectors": np.zeros((0, embedder.dim), config.dtype)})
         now = time.time()
         layout.write_json_atomic(out / layout.MANIFEST, {
@@ -173,7 +173,7 @@ class Index:
                 gen["ids"], art, FlatVectors(d_ids, d_vecs), self._recompute,
                 SlimConfig.from_dict(self.manifest["slim"]))
         else:
-            ids, vecs = gen["ids"], gen["vectors"]
+            ids, vecs = np.asarray(gen["ids"], dtype=np.int64), gen["vectors"]  # ids are narrowed on disk
             if d_vecs is not None:
                 ids = np.concatenate([ids, d_ids])
                 vecs = np.concatenate([np.asarray(vecs), d_vecs.astype(vecs.dtype)])
@@ -318,9 +318,10 @@ class Index:
         if storage == "slim":
             art = build_slim(vecs, SlimConfig.from_dict(self.manifest["slim"]))
             del vecs
-            layout.write_generation(self.root, gen, {"ids": ids}, writer=art.save)
+            layout.write_generation(self.root, gen, {"ids": layout.narrow_ids(ids)}, writer=art.save)
         else:
-            layout.write_generation(self.root, gen, {"ids": ids, "vectors": vecs.astype(self.config.dtype)})
+            layout.write_generation(self.root, gen, {"ids": layout.narrow_ids(ids),
+                                                     "vectors": vecs.astype(self.config.dtype)})
         manifest = {**self.manifest, "generation": gen, "gen_kind": storage, "delta_parts": [],
                     "updated": time.time()}
         layout.write_json_atomic(self.root / layout.MANIFEST, manifest)

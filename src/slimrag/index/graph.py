@@ -45,7 +45,15 @@ Knobs (``GraphConfig``)
 - ``long_range`` (default 8): nearest pivots added to each pool. On clustered data it lets the walk
   leave a wrong cluster (recall 0.70 -> 0.79 with 16 entry points on the synthetic set); no cost
   on disk beyond the edges the prune keeps.
-- ``block`` (default 0 = auto, ~128 MB of scores per block): rows per kNN block.
+- ``block`` (default 0 = auto, ~128 MB of float32 scores per block): rows per kNN block. The
+  top-k of each block is selected in ~8 MB row chunks (``top_k_columns``), so the block's scores
+  are the only large temporary. Memory rule: build peak ~ input + 128 MB + the kNN pool
+  (``n * (candidates + long_range) * 8`` bytes, ~19 MB at 43k) + the pivot scores
+  (``n * 2 sqrt(n) * 4`` bytes, 72 MB at 43k, the term that grows fastest). The whole slim build
+  of the 43,402 pydocs vectors (``bench.index``, peak resident set incl. ~100 MiB of interpreter
+  and input) took 889 MiB before the chunked selection (here and in ``calibrate_pq_error``), 273
+  after; the graph is bit-identical (checked at 43k with the same BLAS threads: the product's
+  rounding, hence near-tie edges, depends on the block size and on the BLAS thread count).
 - ``seed`` (default 0): pivot sample; the build is deterministic for the same input.
 
 Thread-safety: building uses numpy (BLAS may use several cores for the kNN blocks); a built or
@@ -64,7 +72,10 @@ from slimrag.index._threads import single_thread_blas
 INDPTR_FILE = "graph_indptr.npy"
 INDICES_FILE = "graph_indices.npy"
 _PRUNE_BATCH = 512
+# float32 scores per kNN block. The block size sets how BLAS splits the product, so changing it
+# changes float rounding (ids of near-ties, ~0.2% at 43k): kept at 128 MB so graphs stay identical.
 _BLOCK_BYTES = 128 * 1024 * 1024
+_SELECT_BYTES = 8 * 1024 * 1024  # scores per top-k selection chunk, see top_k_columns
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,11 +172,25 @@ def index_dtype(n: int) -> np.dtype:
     return np.dtype(np.uint64)
 
 
+def top_k_columns(scores: np.ndarray, k: int) -> np.ndarray:
+    """Column ids (rows, k) int64 of the ``k`` largest entries of each row of ``scores``, in no
+    particular order. Same result as ``np.argpartition(-scores, k - 1, axis=1)[:, :k]``, computed in
+    row chunks of ~``_SELECT_BYTES`` so the negated copy and argpartition's full-width int64 index
+    array (together 3x the input, which is what made the 43k build peak at 889 MiB) stay small."""
+    rows, cols = scores.shape
+    step = max(1, _SELECT_BYTES // (4 * max(cols, 1)))
+    out = np.empty((rows, k), dtype=np.int64)
+    for start in range(0, rows, step):
+        out[start : start + step] = np.argpartition(-scores[start : start + step], k - 1, axis=1)[:, :k]
+    return out
+
+
 def exact_knn(vectors: np.ndarray, k: int, block: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` nearest other rows of every row by inner product, closest first.
 
     Returns ``(ids, sims)`` of shape (n, k'), ``k' = min(k, n - 1)``, int32 and float32. Works in
-    row blocks so peak memory is ``block * n * 4`` bytes plus the output.
+    row blocks: peak memory is the block's float32 scores (``block * n * 4`` bytes, ~128 MB at the
+    automatic block) plus ~3x ``_SELECT_BYTES`` for the top-k selection, plus the output.
     """
     x = np.ascontiguousarray(vectors, dtype=np.float32)
     n = x.shape[0]
@@ -179,8 +204,9 @@ def exact_knn(vectors: np.ndarray, k: int, block: int = 0) -> tuple[np.ndarray, 
         stop = min(n, start + block)
         s = x[start:stop] @ x.T
         s[np.arange(stop - start), np.arange(start, stop)] = -np.inf  # not its own neighbour
-        part = np.argpartition(-s, k - 1, axis=1)[:, :k]
+        part = top_k_columns(s, k)
         ps = np.take_along_axis(s, part, axis=1)
+        del s
         order = np.argsort(-ps, axis=1, kind="stable")
         ids[start:stop] = np.take_along_axis(part, order, axis=1)
         sims[start:stop] = np.take_along_axis(ps, order, axis=1)
@@ -275,7 +301,7 @@ def _add_long_range(
     pivots = np.sort(rng.choice(n, min(n, max(extra + 1, int(2 * np.sqrt(n)))), replace=False))
     ps = x @ x[pivots].T  # (n, P); P ~ 2 sqrt(n) keeps this small
     ps[pivots, np.arange(len(pivots))] = -np.inf  # a pivot is not its own long-range neighbour
-    top = np.argpartition(-ps, extra - 1, axis=1)[:, :extra]
+    top = top_k_columns(ps, extra)
     e_ids = pivots[top].astype(ids.dtype)
     e_sims = np.take_along_axis(ps, top, axis=1)
     # Drop pivots already in the kNN pool, and the node itself (only possible when P is tiny).

@@ -8,6 +8,11 @@ NAME.slimrag/
   delta/part-NNNNNN.npz   vectors of chunks added since the last compaction
 ```
 
+Row -> chunk id arrays (``ids.npy`` of a generation, ``ids`` of a delta part) are written in the
+smallest unsigned type that holds the largest id (:func:`narrow_ids`: uint16 below 65,536 chunks,
+uint32 below 2^32; 2 or 4 bytes per row instead of int64's 8) and widened to int64 on read, so
+folders written with int64 ids read the same.
+
 Crash safety comes from one rule: nothing the manifest points at is ever modified. A new
 generation or delta part is written under a temporary name, fsynced, and renamed into place; then
 the manifest is replaced by write-temp + fsync + rename. A crash at any point leaves the previous
@@ -88,6 +93,20 @@ def next_generation(root: Path, current: int) -> int:
     return max([current, *found]) + 1
 
 
+def narrow_ids(ids: np.ndarray) -> np.ndarray:
+    """``ids`` (non-negative chunk ids) in the smallest of uint8/16/32 that holds them all; int64
+    when an id is negative or >= 2^32. Readers widen back with ``np.asarray(ids, np.int64)``."""
+    ids = np.asarray(ids)
+    if len(ids) == 0:
+        return ids.astype(np.uint8)
+    if int(ids.min()) >= 0:
+        hi = int(ids.max())
+        for dtype in (np.uint8, np.uint16, np.uint32):
+            if hi <= np.iinfo(dtype).max:
+                return ids.astype(dtype)
+    return ids.astype(np.int64)
+
+
 def write_generation(root: Path, generation: int, arrays: dict[str, np.ndarray],
                      writer: Callable[[Path], None] | None = None) -> Path:
     """Write ``arrays`` as ``NAME.npy`` files (and whatever ``writer(folder)`` adds) into a new
@@ -133,7 +152,7 @@ def write_delta_part(root: Path, seq: int, ids: np.ndarray, vectors: np.ndarray)
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=d)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, ids=ids.astype(np.int64), vectors=vectors)
+            np.savez(f, ids=narrow_ids(ids), vectors=vectors)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, d / name)
@@ -152,7 +171,7 @@ def read_delta_parts(root: Path, names: list[str]) -> tuple[np.ndarray, np.ndarr
         if not path.is_file():
             raise IndexFormatError(f"{path} is named by the manifest but missing; rebuild the index")
         with np.load(path, allow_pickle=False) as z:
-            ids.append(z["ids"])
+            ids.append(z["ids"].astype(np.int64))  # narrowed on write (or int64 in old parts)
             vecs.append(z["vectors"])
     if not ids:
         return np.zeros(0, dtype=np.int64), None

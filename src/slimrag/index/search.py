@@ -37,6 +37,29 @@ k=3 recomputes 13.6 rows instead of 24 at the same recall@3 (0.987), k=5 18.5 in
 
 Knobs (``SlimConfig``; build knobs are in ``GraphConfig`` and ``PQConfig``)
 ----------------------------------------------------------------------------
+- ``pq`` (default ``PQConfig()``: m and bits chosen from n, rule in ``codes.py``): the one knob
+  that moves bytes and recall together. The rule keeps the whole index, codebooks included, under
+  100 bytes per vector and under LEANN's compact index (119.0 B/vec at 1,204 rows, 105.8 at 2,000,
+  same vectors): 4-bit m=96 below 32,768 rows, 8-bit m=48 from there. Measured with
+  ``python -m bench.index --systems flat,slim`` (MiniLM, d=384, ef 128, rerank 24; B/vec = every
+  file / n; recall against exact search over 1,000 queries; * = what the rule picks):
+
+      n                    PQ                      B/vec  recall@10  recall@3
+      1,204  (disfl_qa)    8-bit m=64              256.8  0.997      1.000
+                         * 4-bit m=96               87.7  0.979      0.999
+      2,000  (pydocs)      8-bit m=64              186.7  0.997      1.000
+                         * 4-bit m=96               78.5  0.982      0.999
+      43,402 (pydocs)      8-bit m=64               95.1  0.983      0.999
+                         * 8-bit m=48               79.1  0.966      0.997
+                           4-bit m=96               74.9  0.959      0.997
+                           4-bit m=96, rerank 32    74.9  0.977      0.999
+
+  8-bit m=64, the default before the rule, is 1.9-2.6x over budget on small corpora (its 197 KB of
+  codebooks) and, at 43k, over LEANN's likely size (not measured there; ~87 B/vec extrapolated).
+  4-bit codes have a larger error bound (``pq_error`` 0.13 at 1-2k rows, against 0.06 for 8-bit
+  m=64), so early stop fires less and queries recompute ~23 rows instead of ~20; at 43k every
+  variant recomputes 23-24. Not measured above 43,402 rows or for other dimensions; set
+  ``PQConfig(m=..., bits=...)`` explicitly to opt out.
 - ``ef`` (default 128): beam width, the pool rerank draws from. Recall@10 at rerank 24 on the real
   set: 0.955 at ef=64, 0.971 at 128, 0.977 at 192; each step costs ~2 ms of Python per query
   (~800 nodes scored at 128). Must be >= ``rerank``.
@@ -54,9 +77,11 @@ Knobs (``SlimConfig``; build knobs are in ``GraphConfig`` and ``PQConfig``)
 - ``cache_bytes`` (default 16 MiB): budget of the LRU of recomputed float32 vectors (``4 d`` bytes
   each: 16 MiB holds ~10,900 MiniLM vectors). 0 disables it. Memory only, never on disk.
 
-Bytes on disk per vector at the defaults (d=384, n < 65,536): 64 (codes) + ~2 x 10.5 (edges) + 4
-(indptr) + ~1.5 (hubs) + 0.125 (entry ids) ~ 91; plus a fixed ~197 KB of fp16 codebooks. From
-65,536 rows on, edges take 4 bytes: use ``PQConfig(m=48)`` to stay near 100.
+Bytes on disk per vector at the defaults (d=384, n < 65,536): 48 (codes, either width) + ~2 x 10.5
+(edges) + 4 (indptr) + ~1.5 (hubs) + 0.125 (entry ids) ~ 75; plus the fp16 codebooks, 12 KB at 4
+bits (10 B/vec at 1,204 rows) or 197 KB at 8 bits (at most 6 B/vec, by the rule): 75-88 B/vec
+measured. From 65,536 rows on, edges take 4 bytes: ~96 + codebooks, at the budget's edge (not
+measured there); ``GraphConfig(base_degree=8)`` saves ~5.
 
 Thread-safety: ``SlimSearcher`` keeps a visited-stamp array and the cache, so one instance must
 not be used by two threads at once (wrap it in a lock or make one per thread). ``SlimArtifacts``
@@ -85,7 +110,15 @@ from slimrag.index.codes import (
     save_pq,
     train_pq,
 )
-from slimrag.index.graph import INDICES_FILE, INDPTR_FILE, Graph, GraphConfig, build_graph, pick_hubs
+from slimrag.index.graph import (
+    INDICES_FILE,
+    INDPTR_FILE,
+    Graph,
+    GraphConfig,
+    build_graph,
+    pick_hubs,
+    top_k_columns,
+)
 from slimrag.index.vcache import VectorCache
 
 HUB_ROWS_FILE = "hub_rows.npy"
@@ -250,7 +283,7 @@ def calibrate_pq_error(
     near = min(32, n - 1)
     exact = x[qs] @ x.T
     exact[np.arange(len(qs)), qs] = -np.inf
-    top = np.argpartition(-exact, near - 1, axis=1)[:, :near]
+    top = top_k_columns(exact, near)  # chunked: no negated copy of the (samples, n) matrix
     luts = pq.lookup_tables(x[qs])
     unpacked, scale = pq.unpack(codes), pq.inverse_norms(codes)
     errs = [np.take(exact[i], top[i]) - pq.scorer(luts[i], unpacked, scale)(top[i]) for i in range(len(qs))]

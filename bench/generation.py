@@ -26,6 +26,7 @@ writes ``bench/results/generation.json``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -45,10 +46,18 @@ def p90(xs: list[float]) -> float:
 
 
 def requests(args: argparse.Namespace, workload: str) -> list[Any]:
-    """The workload's arrivals with their retrieved passages (relevance order)."""
+    """The workload's arrivals with their retrieved passages (relevance order). With
+    ``--requests-file`` they are read from a file ``--dump-requests`` wrote (a GPU machine then
+    needs neither the index nor the embedder)."""
     from bench.gen_modes import Request
     from bench.qa_workload import flat_index, grouped, zipf
     from slimrag.rag.pipeline import passage_of
+    from slimrag.rag.prompt import Passage
+
+    if getattr(args, "requests_file", None):
+        saved = json.loads(Path(args.requests_file).read_text())[workload]
+        return [(Request(r["i"], r["question"], tuple(Passage(**p) for p in r["ranked"])), r["answer"])
+                for r in saved]
 
     qs = grouped(args.passages, args.seed) if workload == "grouped" else zipf(
         args.zipf_n, args.zipf_passages, args.zipf_s, args.seed)
@@ -70,9 +79,10 @@ def run(args: argparse.Namespace, workload: str, model: Any, checkpoint: Any) ->
     from bench.qa_workload import exact_match, f1
     from slimrag.config import CacheConfig, GenerationConfig
 
-    cache = CacheConfig(host_bytes=args.host_mib << 20, disk_bytes=args.disk_mib << 20)
+    cache = CacheConfig(device=str(model.model.device), device_bytes=args.device_mib << 20,
+                        host_bytes=args.host_mib << 20, disk_bytes=args.disk_mib << 20)
     modes = [MODES[m](model, cache) for m in args.modes]
-    arrivals = requests(args, workload)
+    arrivals = requests(args, workload)[: args.limit or None]
     gold = {r.index: answer for r, answer in arrivals}
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, stop=("\n",))
     rows: dict[str, list[dict[str, Any]]] = {m.name: [] for m in modes}
@@ -142,6 +152,36 @@ def table(workload: str, res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: Llama-architecture shapes for GPU timing with random weights (the SmolLM2 tokenizer and vocab).
+RANDOM_LLAMAS: dict[str, dict[str, int]] = {
+    "random-llama-1b": {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+                        "num_attention_heads": 32, "num_key_value_heads": 8},
+    "random-llama-8b": {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                        "num_attention_heads": 32, "num_key_value_heads": 8},
+}
+
+
+def load(args: argparse.Namespace) -> Any:
+    """The model to serve: the embedded SmolLM2 (float32) or a random-weight Llama (bfloat16)
+    with SmolLM2's tokenizer from ``--tokenizer`` (answers are noise; timings are what count)."""
+    import torch
+
+    from slimrag.llm.weights import LoadedModel, load_model
+
+    if args.model == "smollm2":
+        return load_model(device=args.device)
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    t = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, rope_theta=500000.0,
+                         **RANDOM_LLAMAS[args.model])
+    torch.manual_seed(args.seed)
+    with torch.device(args.device):
+        model = LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    return LoadedModel(model, tokenizer, time.perf_counter() - t, False, Path(args.tokenizer), args.device)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="60-question smoke run (grouped, 9 passages)")
@@ -156,8 +196,15 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=10)
     ap.add_argument("--host-mib", type=int, default=256)
     ap.add_argument("--disk-mib", type=int, default=512)
+    ap.add_argument("--device-mib", type=int, default=0, help="device-tier budget when the model runs on a GPU")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--model", default="smollm2", choices=["smollm2", *RANDOM_LLAMAS])
+    ap.add_argument("--tokenizer", help="folder with SmolLM2's tokenizer files (random-llama models)")
+    ap.add_argument("--requests-file", type=Path, help="read the arrivals from this file (see --dump-requests)")
+    ap.add_argument("--dump-requests", type=Path, help="write the workloads' arrivals to this file and exit")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--limit", type=int, default=0, help="serve only the first N arrivals of each workload")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--report", type=Path, help="print the tables of a results file (partial or whole) and exit")
     args = ap.parse_args()
@@ -167,15 +214,21 @@ def main() -> None:
         return
     if args.quick:
         args.workloads, args.passages = "grouped", 9
+    if args.dump_requests:
+        dump = {w: [{"i": r.index, "question": r.question, "answer": a,
+                     "ranked": [dataclasses.asdict(p) for p in r.ranked]} for r, a in requests(args, w)]
+                for w in args.workloads.split(",")}
+        args.dump_requests.write_text(json.dumps(dump))
+        print(f"wrote {args.dump_requests}")
+        return
     import torch
 
-    from slimrag.llm.weights import load_model
-
     torch.set_num_threads(args.threads)
-    model = load_model(device="cpu")
+    model = load(args)
+    gpu = torch.cuda.get_device_name() if args.device.startswith("cuda") else None
     out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "torch_threads": args.threads,
                                        "python": platform.python_version(), "torch": torch.__version__,
-                                       "loadavg_start": os.getloadavg()},
+                                       "gpu": gpu, "model": args.model, "loadavg_start": os.getloadavg()},
                            "args": {k: str(v) for k, v in vars(args).items()}, "workloads": {}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
 

@@ -34,9 +34,11 @@ loaded, so they measure generation, not the one-time load.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -200,17 +202,23 @@ class LocalGenerator(Generator):
         seg_ids = self.encode_texts([s.text for s in segments])
         ids = [i for seg in seg_ids for i in seg]
         max_new = self._room(len(ids), config.max_new_tokens)
-        cache, logits, cached = self._warm_prefill(segments, seg_ids)
-        choose = chooser(config, self.seed)
+        with self._warm_prefill(segments, seg_ids) as (cache, logits, cached, store):
+            choose = chooser(config, self.seed)
+            steps = self._decode(logits, cache, len(ids), choose)
+            first = next(steps)
+            ttft = time.perf_counter() - t0
+            store()  # after the first token: inserting (and demoting to disk) is off the TTFT path
+        yield from self._emit(first, steps, config, max_new, len(ids), cached, t0, ttft)
 
+    def _emit(self, first: int, steps: Iterator[int], config: GenerationConfig, max_new: int,
+              prompt_tokens: int, cached: int, t0: float, ttft: float) -> Iterator[Delta]:
+        """The decode loop of :meth:`stream` from its first token: stop handling, streaming
+        detokenization and the final usage delta."""
         out: list[int] = []
         emitted = ""
-        ttft = 0.0
         reason = "length"
         stop_string = False
-        for token in self._decode(logits, cache, len(ids), choose):
-            if not out:
-                ttft = time.perf_counter() - t0
+        for token in itertools.chain([first], steps):
             out.append(token)
             if token in self._eos:
                 reason = "stop"
@@ -236,7 +244,7 @@ class LocalGenerator(Generator):
             if len(tail) > len(emitted) and tail.startswith(emitted):
                 yield Delta(tail[len(emitted) :])
         usage = Usage(
-            prompt_tokens=len(ids),
+            prompt_tokens=prompt_tokens,
             completion_tokens=len(out),
             cached_tokens=cached,
             ttft_s=ttft,
@@ -254,12 +262,12 @@ class LocalGenerator(Generator):
         seg_ids = self.encode_texts([s.text for s in segments])
         n = sum(len(s) for s in seg_ids)
         max_new = self._room(n, max_new_tokens)
-        cache, logits, cached = self._warm_prefill(segments, seg_ids)
-        out: list[int] = []
-        for token in self._decode(logits, cache, n, greedy):
-            out.append(token)
-            if token in self._eos or len(out) >= max_new:
-                break
+        with self._warm_prefill(segments, seg_ids) as (cache, logits, cached, store):
+            steps = self._decode(logits, cache, n, greedy)
+            out = [next(steps)]
+            store()
+        while out[-1] not in self._eos and len(out) < max_new:
+            out.append(next(steps))
         return out, cached
 
     def generate_ids(self, prompt_ids: list[int], max_new_tokens: int = 64) -> list[int]:
@@ -281,18 +289,31 @@ class LocalGenerator(Generator):
 
     # -- the loop, in pieces -------------------------------------------------------------------
 
+    @contextmanager
     def _warm_prefill(self, segments: list[Segment], seg_ids: list[list[int]],
-                      ) -> tuple[DynamicCache, torch.Tensor, int]:
-        """Prefill a prompt, reusing and then extending the cached prefix of its segments.
-        Returns the model cache (holding the whole prompt), the last position's logits and the
-        number of prompt tokens served from the cache."""
+                      ) -> Iterator[tuple[DynamicCache, torch.Tensor, int, Callable[[], None]]]:
+        """Prefill a prompt, reusing the cached prefix of its segments. Yields the model cache
+        (holding the whole prompt), the last position's logits, the number of prompt tokens served
+        from the cache and ``store``, which adds the newly computed segments to the tree: call it
+        (at most once, before the cache grows past the prompt) once the first token is out. The
+        matched nodes stay pinned until the block ends; the scheduler's prefill turn ends with
+        the prefill, so other requests prefill while this one stores and decodes."""
         root, path = self.cache_path(segments)
         reuse = self.reuse
-        with self.scheduler.turn(lambda: reuse.cached_tokens(root, path)), reuse.lease(root, path) as lease:
-            cache = self._new_cache(lease.past())
-            logits = self._prefill_segments(seg_ids, cache, lease.segments)
-            lease.store(cache_layers(cache), [len(s) for s in seg_ids[:-1]])
-            return cache, logits, lease.tokens
+        with reuse.lease(root, path) as lease:
+            with self.scheduler.turn(lambda: reuse.cached_tokens(root, path)):
+                cache = self._new_cache(lease.past())
+                logits = self._prefill_segments(seg_ids, cache, lease.segments)
+            lengths = [len(s) for s in seg_ids[:-1]]
+            stored = False
+
+            def store() -> None:
+                nonlocal stored
+                if not stored:
+                    stored = True
+                    lease.store(cache_layers(cache), lengths)
+
+            yield cache, logits, lease.tokens, store
 
     def _new_cache(self, past: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> DynamicCache:
         from transformers import DynamicCache

@@ -1,0 +1,80 @@
+"""Warm generation on a GPU: cached KV gives the same tokens as no cache, through all three tiers.
+
+Runs only where CUDA is available (skipped elsewhere, CI included). The model is a small
+random-weight Llama in bfloat16 (exactness does not depend on the weights, and no weights need
+to travel to the GPU machine); the tokenizer is SmolLM2's, from ``$SLIMRAG_TEST_TOKENIZER`` or
+else the converted embedded model. Ground truth is a generator with no KV reuse, which prefills
+every prompt with the same segment-wise schedule on the same device.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+
+from slimrag.config import CacheConfig  # noqa: E402
+from slimrag.llm import weights  # noqa: E402
+from slimrag.llm.local import LocalGenerator  # noqa: E402
+from slimrag.rag.prompt import Passage, Prompt  # noqa: E402
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+WORDS = ("river stone cat moon paper green seven blue house tree light harbour lamp tower "
+         "winter apple clock bridge violin garden").split()
+KV_BYTES_PER_TOKEN = 2 * 4 * 2 * 64 * 2  # K and V x layers x kv heads x head dim x bfloat16
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[weights.LoadedModel]:
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    folder = os.environ.get("SLIMRAG_TEST_TOKENIZER")
+    if folder is None:
+        folder = str(weights.load_model(device="cpu").path)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=256, intermediate_size=1024,
+                         num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        net = LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    yield weights.LoadedModel(net, tokenizer, 0.0, False, Path(folder), "cuda")
+
+
+def pool(rng: random.Random, n: int) -> list[Passage]:
+    return [Passage(f"p{i}", f"notes/{i}.md#0",
+                    " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 40))) + ".")
+            for i in range(n)]
+
+
+def test_cached_tokens_equal_uncached_through_device_host_and_disk(model: weights.LoadedModel,
+                                                                    tmp_path: Path) -> None:
+    rng = random.Random(99)
+    passages = pool(rng, 10)
+    segment = KV_BYTES_PER_TOKEN * 64
+    warm = LocalGenerator(loaded=model, cache=CacheConfig(
+        device="cuda", device_bytes=3 * segment, host_bytes=4 * segment, disk_bytes=100 * segment,
+        disk_dir=str(tmp_path)))
+    cold = LocalGenerator(loaded=model, cache=None)
+    served = 0
+    for case in range(40):
+        chosen = tuple(rng.sample(passages, rng.randint(1, 4)))
+        prompt = Prompt(f"Which word comes after {rng.choice(WORDS)}?", chosen)
+        got, cached = warm.greedy_ids(prompt, 8)
+        want, none = cold.greedy_ids(prompt, 8)
+        assert got == want, f"case {case}: {cached} cached tokens changed the output"
+        assert none == 0
+        served += cached
+    stats = warm.cache_stats()
+    assert stats is not None and served > 0
+    device, host, disk = stats.tiers
+    assert device.peak <= device.budget and host.peak <= host.budget and disk.peak <= disk.budget
+    assert stats.demotions > 0 and stats.promotions > 0, "the small budgets must move nodes between tiers"
+    warm.reuse.tree.check()  # type: ignore[attr-defined]
+    warm.close()

@@ -13,7 +13,7 @@ What is measured, per system (each in its own child process, one after another):
 
 - **bytes/vector**: the index files on disk divided by n, passage text excluded. ``B/vec`` counts
   every index file; ``scaling`` leaves out fixed costs independent of n (slim: PQ codebooks and
-  metadata, 197 KB at 8 bits). slim: graph + PQ codes + hub vectors + entry ids (+ codebooks);
+  metadata: 12 KB at 4 bits, 197 KB at 8). slim: graph + PQ codes + hub vectors + entry ids (+ codebooks);
   flat: the float32 matrix; faiss / hnswlib: their serialized index; LEANN: ``corpus.index`` (CSR
   graph, embeddings pruned) + ``corpus.leann.meta.json``, not its passage store (``passages.jsonl``,
   ``passages.idx``) nor ``corpus.ids.txt`` (row -> passage id, the analogue of slimrag's catalog).
@@ -245,7 +245,8 @@ class Slim(System):
         self.stats = []
 
     def info(self) -> dict[str, Any]:
-        return {**self.params, "resolved": self.cfg.to_dict(), "pq_error": self.art.pq_error,
+        return {**self.params, "resolved": self.cfg.to_dict(), "pq": {"m": self.art.pq.m, "bits": self.art.pq.bits},
+                "pq_error": self.art.pq_error,
                 "avg_degree": round(self.art.graph.n_edges / self.art.n, 2), "hubs": len(self.art.hub_rows),
                 "entry_points": len(self.art.entry_rows)}
 

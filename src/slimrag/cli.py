@@ -54,7 +54,7 @@ def _report(rep: Any, as_json: bool) -> None:
 @click.argument("source", type=click.Path(exists=True))
 @click.option("-o", "--out", required=True, type=click.Path(), help="Index folder to create.")
 @click.option("--storage", type=click.Choice(["flat", "slim", "auto"]), default=_IDX["storage"], show_default=True,
-              help="flat: exact vectors; slim: graph + PQ codes, embeddings recomputed per query (~17x "
+              help="flat: exact vectors; slim: graph + PQ codes, embeddings recomputed per query (~19x "
                    "smaller, slower); auto: slim from IndexConfig.auto_slim_chunks chunks on.")
 @click.option("--chunk-tokens", default=_IDX["chunk_tokens"], show_default=True)
 @click.option("--chunk-overlap", default=_IDX["chunk_overlap"], show_default=True)

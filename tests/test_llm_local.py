@@ -149,6 +149,32 @@ def test_sampling_is_seeded(gen: LocalGenerator) -> None:
     assert gen.generate(prompt, cfg).text == gen.generate(prompt, cfg).text
 
 
+def test_repetition_penalty_matches_transformers_on_the_generated_tokens() -> None:
+    """Our penalty equals transformers' RepetitionPenaltyLogitsProcessor fed the tokens chosen so
+    far (not the prompt), step by step over random logits."""
+    from transformers import RepetitionPenaltyLogitsProcessor
+
+    from slimrag.llm.decoding import chooser
+
+    gen = torch.Generator().manual_seed(0)
+    steps = [torch.randn(50, generator=gen) * 3 for _ in range(30)]
+    choose = chooser(GenerationConfig(repetition_penalty=1.3), seed=0)
+    reference = RepetitionPenaltyLogitsProcessor(1.3)
+    chosen: list[int] = []
+    for logits in steps:
+        want = int(torch.argmax(reference(torch.tensor([chosen], dtype=torch.long), logits[None].clone())[0])
+                   if chosen else torch.argmax(logits))
+        chosen.append(choose(logits))
+        assert chosen[-1] == want
+    fixed = torch.tensor([3.0, 2.9, 0.5])  # greedy alone would pick 0 forever
+    looped = chooser(GenerationConfig(repetition_penalty=1.3), seed=0)
+    assert [looped(fixed) for _ in range(3)] == [0, 1, 0]  # 3/1.3 < 2.9, then 2.31 > 2.9/1.3
+    plain = chooser(GenerationConfig(), seed=0)
+    assert all(plain(s) == int(torch.argmax(s)) for s in steps)
+    with pytest.raises(ValueError):
+        GenerationConfig(repetition_penalty=0.9)
+
+
 def test_concurrent_streams_match_sequential(gen: LocalGenerator) -> None:
     cfg = GenerationConfig(max_new_tokens=4)
     prompts = [Prompt(QUESTION, passages=(CATS,)), Prompt("Who is Rex?", passages=(DOGS,))]

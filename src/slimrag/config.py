@@ -82,18 +82,25 @@ class SearchConfig:
 @dataclass(frozen=True, slots=True)
 class GenerationConfig:
     """Sampling settings. temperature 0 means greedy decoding, which is what makes outputs exact
-    and comparable (cached versus uncached). stop: extra strings that end generation."""
+    and comparable (cached versus uncached). stop: extra strings that end generation.
+    repetition_penalty: > 1 lowers the scores of tokens this answer has already generated (CTRL's
+    rule: positive logits divided by it, negative ones multiplied), which stops small models
+    looping; prompt tokens are not penalized, so quoting a passage stays cheap. 1.0 turns it off.
+    It is deterministic, so cached and uncached runs still agree token for token."""
 
     max_new_tokens: int = 256
     temperature: float = 0.0
     top_p: float = 1.0
     stop: tuple[str, ...] = field(default_factory=tuple)
+    repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
         if self.max_new_tokens <= 0:
             raise ValueError(f"max_new_tokens must be positive, got {self.max_new_tokens}")
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise ValueError("temperature must be >= 0 and top_p in (0, 1]")
+        if self.repetition_penalty < 1.0:
+            raise ValueError(f"repetition_penalty must be >= 1 (1 = off), got {self.repetition_penalty}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,30 @@ def greedy(logits: torch.Tensor) -> int:
 
 
 def chooser(config: GenerationConfig, seed: int) -> Chooser:
-    """Greedy for temperature 0, else seeded temperature + nucleus (top-p) sampling."""
+    """Greedy for temperature 0, else seeded temperature + nucleus (top-p) sampling; with
+    ``config.repetition_penalty`` > 1, applied to the logits with this chooser's earlier picks
+    penalized (one chooser per request: it remembers what it chose)."""
+    pick = _pick(config, seed)
+    if config.repetition_penalty == 1.0:
+        return pick
+    penalty = config.repetition_penalty
+    chosen: list[int] = []
+
+    def penalized(logits: torch.Tensor) -> int:
+        if chosen:
+            ids = torch.tensor(sorted(set(chosen)), device=logits.device)
+            scores = logits[..., ids]
+            logits = logits.clone()
+            logits[..., ids] = torch.where(scores > 0, scores / penalty, scores * penalty)
+        token = pick(logits)
+        chosen.append(token)
+        return token
+
+    return penalized
+
+
+def _pick(config: GenerationConfig, seed: int) -> Chooser:
+    """The token rule without penalties: greedy, or seeded temperature + top-p sampling."""
     if config.temperature == 0:
         return greedy
     rng = torch.Generator(device="cpu").manual_seed(seed)

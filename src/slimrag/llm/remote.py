@@ -8,7 +8,8 @@ Request (streaming, always)
     ``POST {root}/chat/completions`` with ``model``, ``messages`` (from `Prompt.messages`, so the
     bytes are the deterministic rendering that lets the server's prefix cache hit),
     ``temperature``, ``top_p``, ``max_tokens``, ``stop`` (omitted when empty; some servers reject
-    an empty list), ``stream: true`` and ``stream_options: {"include_usage": true}``.
+    an empty list), ``repetition_penalty`` (only when not 1: an extension that vLLM, SGLang and
+    llama.cpp accept), ``stream: true`` and ``stream_options: {"include_usage": true}``.
 
 Response: server-sent events
     Lines ``data: {json}``, ended by ``data: [DONE]``. Blank lines, ``:`` comments and ``event:``/
@@ -102,6 +103,8 @@ class RemoteGenerator(Generator):
         }
         if config.stop:
             body["stop"] = list(config.stop)
+        if config.repetition_penalty != 1.0:  # not OpenAI's; vLLM, SGLang and llama.cpp accept it
+            body["repetition_penalty"] = config.repetition_penalty
         return body
 
     def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:

@@ -18,7 +18,8 @@ import torch
 from slimrag.config import GenerationConfig
 from slimrag.errors import ModelNotFoundError, SlimragError
 from slimrag.llm import weights
-from slimrag.llm.local import LocalGenerator, _find_stop, _safe_len
+from slimrag.llm.decoding import find_stop, safe_len
+from slimrag.llm.local import LocalGenerator
 from slimrag.rag.prompt import Passage, Prompt
 
 # Before anything imports transformers (it is imported lazily, inside the loaders): never a hub.
@@ -199,11 +200,11 @@ def test_repeat_is_served_from_the_tree_with_the_same_text(gen: LocalGenerator,
 
 
 def test_stream_holds_back_partial_characters_and_stop_prefixes() -> None:
-    assert _safe_len("abc\ufffd", ()) == 3
-    assert _safe_len("hello Wh", ("Whisk",)) == len("hello ")
-    assert _safe_len("hello", ("xyz",)) == 5
-    assert _find_stop("a STOP b END", ("END", "STOP")) == 2
-    assert _find_stop("nothing", ("END",)) is None
+    assert safe_len("abc\ufffd", ()) == 3
+    assert safe_len("hello Wh", ("Whisk",)) == len("hello ")
+    assert safe_len("hello", ("xyz",)) == 5
+    assert find_stop("a STOP b END", ("END", "STOP")) == 2
+    assert find_stop("nothing", ("END",)) is None
 
 
 @pytest.mark.slow

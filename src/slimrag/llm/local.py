@@ -59,9 +59,6 @@ from slimrag.types import Usage
 if TYPE_CHECKING:
     from transformers import DynamicCache
 
-# Kept importable from here (older callers and tests).
-_find_stop, _safe_len, _greedy = find_stop, safe_len, greedy
-
 DEFAULT_NAME = "smollm2-135m-instruct"
 #: Token strings that end a turn in ChatML models, added to the tokenizer's own EOS ids.
 _END_TOKENS = ("<|im_end|>", "<|endoftext|>")

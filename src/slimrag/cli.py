@@ -186,6 +186,29 @@ def chat(index: str, k: int, llm: str | None, max_tokens: int) -> None:
 
 
 @cli.command()
+@click.argument("index", type=click.Path(exists=True))
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind; 0.0.0.0 exposes the server to the network (set an API key).")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
+@click.option("--api-key", envvar="SLIMRAG_API_KEY",
+              help="Require 'Authorization: Bearer KEY' on /v1/ routes [env: SLIMRAG_API_KEY].")
+@click.option("--llm", help="OpenAI-compatible base URL; default: embedded SmolLM2.")
+def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None) -> None:
+    """Serve an index over HTTP: OpenAI-compatible chat completions (RAG) and embeddings, search, metrics."""
+    import uvicorn
+
+    from slimrag.rag.pipeline import RAG
+    from slimrag.serve.app import create_app, warm_up
+
+    with _open(index) as idx:
+        rag = RAG(idx, llm)
+        warm_up(rag)  # here, so a missing model is one error line rather than a failed startup
+        if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
+            click.echo(f"warning: serving on {host} without an API key", err=True)
+        uvicorn.run(create_app(rag, api_key=api_key), host=host, port=port, log_level="info")
+
+
+@cli.command()
 @click.argument("index", type=click.Path(exists=True), required=False)
 @click.option("--docs", is_flag=True, help="List stored documents.")
 @click.option("--llm", "show_llm", is_flag=True, help="Load the embedded LLM and report its load time.")

@@ -1,0 +1,124 @@
+"""``POST /v1/chat/completions`` as RAG: from OpenAI messages to a question, and from an answer to
+OpenAI's completion or server-sent events.
+
+Messages
+    The last message must be the user's question; it is what retrieval searches for. Earlier user
+    and assistant messages become the chat history (the last `HISTORY_MESSAGES`, four turns, as
+    `Chat` keeps). Client system messages are ignored: the served RAG's system prompt stays, so it
+    remains the byte-identical prefix that KV caches reuse.
+
+Sampling
+    ``max_tokens`` (or ``max_completion_tokens``, which wins), ``temperature``, ``top_p`` and
+    ``stop`` become a `GenerationConfig`; unset ones keep the served RAG's (greedy, 256 tokens,
+    unlike OpenAI's temperature 1).
+
+Streaming
+    ``stream: true`` answers with server-sent events in OpenAI's chunk format: a first chunk with
+    the assistant role, one per text piece, one with the finish reason, then ``data: [DONE]``;
+    with ``stream_options.include_usage`` a usage chunk (``choices: []``) comes before ``[DONE]``.
+    A failure after the 200 is sent as a ``data: {"error": ...}`` event and the stream ends
+    without ``[DONE]`` (see `slimrag.serve.errors`).
+
+The ``slimrag`` extension field
+    The completion, or the last chunk before ``[DONE]``, carries ``slimrag: {"sources": [...],
+    "ttft_s", "total_s"}``: the passages used, in prompt order, with at most `SNIPPET_CHARS` of
+    their text, and the end-to-end timings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from slimrag.config import GenerationConfig
+from slimrag.serve.errors import APIError, api_error
+from slimrag.serve.metrics import Metrics
+from slimrag.serve.schemas import ChatMessage, ChatRequest, hit_json, usage_json
+from slimrag.serve.workers import Worker
+from slimrag.types import Answer
+
+#: Earlier chat messages kept as history (four turns, as `Chat` keeps).
+HISTORY_MESSAGES = 8
+#: Characters of passage text in a completion's sources (search hits carry the whole text).
+SNIPPET_CHARS = 300
+
+
+@dataclass(frozen=True)
+class Final:
+    """The end of an answer's stream: the answer and OpenAI's ``finish_reason`` for it."""
+
+    answer: Answer
+    finish_reason: str
+
+
+def conversation(messages: list[ChatMessage]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The question (the last message, which must be the user's) and the history before it."""
+    question = messages[-1].text()
+    if messages[-1].role != "user" or not question.strip():
+        raise APIError(400, "the last message must be a user message with text: it is the question "
+                            "retrieval and the answer are for", param="messages", code="invalid_value")
+    history = tuple((m.role, m.text()) for m in messages[:-1]
+                    if m.role in ("user", "assistant") and m.text().strip())
+    return question, history[-HISTORY_MESSAGES:]
+
+
+def generation_config(req: ChatRequest, served: GenerationConfig) -> GenerationConfig:
+    """The request's sampling settings over the served defaults."""
+    stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
+    return GenerationConfig(
+        max_new_tokens=req.max_completion_tokens or req.max_tokens or served.max_new_tokens,
+        temperature=served.temperature if req.temperature is None else req.temperature,
+        top_p=served.top_p if req.top_p is None else req.top_p,
+        stop=tuple(s for s in stop if s) or served.stop,
+    )
+
+
+def extension(final: Final) -> dict[str, Any]:
+    """The ``slimrag`` field: sources in prompt order and end-to-end timings."""
+    u = final.answer.usage
+    return {"sources": [hit_json(h, SNIPPET_CHARS) for h in final.answer.sources],
+            "ttft_s": round(u.ttft_s, 4), "total_s": round(u.total_s, 4)}
+
+
+def answer_pieces(worker: Worker, question: str, history: tuple[tuple[str, str], ...], k: int,
+                  source: str | None, config: GenerationConfig) -> Iterator[str | Final]:
+    """Run RAG on ``worker``: the answer's text pieces, then its `Final`."""
+    for piece in worker.rag.stream_answer(question, k, source=source, config=config, history=history):
+        yield piece if isinstance(piece, str) else Final(piece, worker.tap.finish_reason)
+
+
+def _sse(obj: dict[str, Any] | str) -> str:
+    return f"data: {obj if isinstance(obj, str) else json.dumps(obj, separators=(',', ':'))}\n\n"
+
+
+async def sse_chunks(head: dict[str, Any], first: str | Final, rest: AsyncIterator[str | Final],
+                     include_usage: bool, metrics: Metrics) -> AsyncIterator[str]:
+    """The server-sent events of a streamed completion (see the module header)."""
+    extra = {"usage": None} if include_usage else {}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}], **extra}
+
+    try:
+        yield _sse(chunk({"role": "assistant", "content": ""}))
+        item = first
+        while isinstance(item, str):
+            yield _sse(chunk({"content": item}))
+            item = await anext(rest)
+        metrics.usage(item.answer.usage)
+        last = chunk({}, item.finish_reason)
+        if include_usage:
+            yield _sse(last)
+            last = {**head, "object": "chat.completion.chunk", "choices": [],
+                    "usage": usage_json(item.answer.usage)}
+        yield _sse({**last, "slimrag": extension(item)})
+        yield _sse("[DONE]")
+    except Exception as exc:  # the 200 is out: report in the stream, as llama.cpp does
+        err = api_error(exc)
+        metrics.inc("slimrag_errors_total", endpoint="/v1/chat/completions", status=str(err.status))
+        yield _sse(err.body())
+    finally:
+        await rest.aclose()

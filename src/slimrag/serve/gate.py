@@ -1,0 +1,127 @@
+"""`Gate`: the ASGI middleware in front of every route (counting, API key, body size, last-resort errors).
+
+It is raw ASGI rather than a FastAPI dependency so that it sees every request, unknown routes and
+refused ones included, and can refuse a body before any of it reaches pydantic.
+
+Security
+    ``slimrag serve`` binds 127.0.0.1 unless told otherwise. With an API key, every ``/v1/``
+    route needs ``Authorization: Bearer KEY`` (compared in constant time; 401 with
+    ``WWW-Authenticate: Bearer`` otherwise); ``/healthz`` and ``/metrics`` stay open (as vLLM
+    does). JSON bodies must say ``Content-Type: application/json`` (FastAPI hands a body of
+    another type over as bytes, which `validation_error` refuses with 400), so a web page cannot
+    post to the local server without a CORS preflight, which is never granted.
+
+Body size
+    ``max_body_bytes`` (default 1 MiB, set by `create_app`): a larger declared Content-Length is
+    refused with 413 before reading; a chunked body is read up to the limit and refused once it
+    passes it. An accepted body is read whole here and replayed to the route.
+
+Counting
+    Every HTTP request adds one to ``slimrag_requests_total`` by endpoint and status, and a status
+    of 400 or more to ``slimrag_errors_total``; a client that leaves before any answer counts as
+    499 (nginx's "client closed request"). An exception that escapes a route before the response
+    starts is answered in OpenAI's shape via `api_error`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from slimrag.serve.errors import APIError, api_error
+from slimrag.serve.metrics import Metrics, endpoint_of
+
+
+async def _send_json(send: Send, status: int, body: dict[str, Any],
+                     headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+    payload = json.dumps(body).encode()
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": payload})
+
+
+class Gate:
+    """ASGI middleware: counts every request for ``/metrics``, checks the API key on ``/v1/``
+    routes, refuses a body over ``max_body_bytes`` with 413 (by its Content-Length, or while
+    reading a chunked one), and answers any exception that escapes a route in the error shape."""
+
+    def __init__(self, app: ASGIApp, *, api_key: str | None, max_body_bytes: int, metrics: Metrics) -> None:
+        self.app, self.api_key, self.max_body_bytes, self.metrics = app, api_key, max_body_bytes, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 0
+
+        async def counted(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self._guarded(scope, receive, counted)
+        except Exception as exc:
+            if status:  # the response has started: nothing else can be sent
+                raise
+            err = api_error(exc)
+            await _send_json(counted, err.status, err.body())
+        finally:
+            endpoint = endpoint_of(scope["path"])
+            # 499 (nginx's "client closed request"): the client left before any answer was sent
+            self.metrics.inc("slimrag_requests_total", endpoint=endpoint, status=str(status or 499))
+            if status >= 400:
+                self.metrics.inc("slimrag_errors_total", endpoint=endpoint, status=str(status))
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if self.api_key is not None and scope["path"].startswith("/v1"):
+            given = headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {self.api_key}".encode()):
+                what = "wrong" if given else "missing"
+                err = APIError(401, f"API key {what}: send 'Authorization: Bearer KEY' with the server's key",
+                               code="invalid_api_key")
+                await _send_json(send, 401, err.body(), [(b"www-authenticate", b"Bearer")])
+                return
+        if scope["method"] in ("POST", "PUT", "PATCH"):
+            receive = await self._read_body(headers, receive, send)
+            if receive is None:
+                return
+        await self.app(scope, receive, send)
+
+    async def _read_body(self, headers: dict[str, str], receive: Receive, send: Send) -> Receive | None:
+        """Read the whole body (at most ``max_body_bytes``) and return a ``receive`` replaying it;
+        None when the request was refused or the client left."""
+        too_large = APIError(413, f"the request body is larger than {self.max_body_bytes:,} bytes; send "
+                                  "fewer or shorter texts", code="request_too_large")
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_body_bytes:
+            await _send_json(send, 413, too_large.body())
+            return None
+        parts, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            parts.append(message.get("body", b""))
+            size += len(parts[-1])
+            if size > self.max_body_bytes:
+                await _send_json(send, 413, too_large.body())
+                return None
+            if not message.get("more_body", False):
+                break
+        body, replayed = b"".join(parts), False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()  # later calls wait for the client's disconnect
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return replay

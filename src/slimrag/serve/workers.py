@@ -1,0 +1,185 @@
+"""`Workers`: the threads that do the server's blocking work, each with its own `Index`.
+
+Why threads with their own index
+    An index's SQLite connection may only be used by the thread that opened it, so the event loop
+    never touches the served `Index`: retrieval, embedding and generation run on ``workers``
+    threads (default 4, set by `create_app`), each holding a `Worker`, its own `Index` on the
+    served folder and a `RAG` over it that shares the embedder, the generator and the shadow of a
+    remote prefix cache. Generation vectors are memory-mapped, so a worker's index costs little;
+    an index with uncompacted delta parts holds them in memory once per worker, so compact large
+    ones before serving. Threads start on the first job, open their `Worker` lazily, and close
+    its index when `Workers.stop` ends them.
+
+Generators
+    The built-in generators are thread-safe (the local engine admits one prefill at a time through
+    its scheduler and interleaves decode steps under its model lock), so their requests overlap.
+    Any other `Generator` runs one generation at a time: every worker streams through one lock.
+
+Streaming
+    `Workers.stream` moves an iterator's items from a worker thread onto the event loop one at a
+    time; when the request leaves early (a client disconnect) the worker stops at its next item
+    and closes the iterator, so a generation does not run on for nobody.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Future
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from slimrag.config import GenerationConfig
+from slimrag.index.core import Index
+from slimrag.llm.base import Delta, Generator
+from slimrag.llm.remote import RemoteGenerator
+from slimrag.rag.pipeline import RAG
+from slimrag.rag.plan import PlanningCache
+from slimrag.rag.prompt import Prompt
+
+T = TypeVar("T")
+
+
+class _FinishTap(Generator):
+    """The served generator as one worker sees it: remembers the last finish reason (`Answer`
+    carries none, OpenAI's ``finish_reason`` needs it) and holds ``exclusive`` while streaming."""
+
+    def __init__(self, inner: Generator, exclusive: AbstractContextManager[Any]) -> None:
+        self.inner, self.exclusive, self.name = inner, exclusive, inner.name
+        self.finish_reason = "stop"
+
+    def planning_cache(self) -> PlanningCache | None:
+        return self.inner.planning_cache()
+
+    def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:
+        self.finish_reason = "stop"
+        with self.exclusive:
+            for delta in self.inner.stream(prompt, config):
+                self.finish_reason = delta.finish_reason or self.finish_reason
+                yield delta
+
+
+def thread_safe(llm: Generator) -> bool:
+    """True for the built-in generators, which may serve several requests at once."""
+    local = sys.modules.get("slimrag.llm.local")  # already imported when ``llm`` is a LocalGenerator
+    return isinstance(llm, RemoteGenerator) or (local is not None and isinstance(llm, local.LocalGenerator))
+
+
+@dataclass
+class Worker:
+    """What one worker thread owns: its `Index` and a `RAG` over it sharing the served generator."""
+
+    index: Index
+    rag: RAG
+    tap: _FinishTap
+
+    @classmethod
+    def open(cls, served: RAG, exclusive: AbstractContextManager[Any]) -> Worker:
+        """Open the served index again in this thread, with the served embedder and settings."""
+        index = Index.open(served.index.root, embedder=served.index.embedder)
+        tap = _FinishTap(served.llm, exclusive)
+        rag = RAG(index, tap, system=served.system, generation=served.generation, mode=served.mode,
+                  shadow=False)
+        rag.shadow = served.shadow  # one mirror of the remote prefix cache for all workers
+        return cls(index, rag, tap)
+
+
+_Job = tuple[Callable[[Worker], Any], Future[Any]]
+
+
+class Workers:
+    """A fixed set of threads running blocking work, each on its own `Worker` (see the module
+    header). Threads start on first use and stop with :meth:`stop`; each closes its index."""
+
+    def __init__(self, served: RAG, threads: int) -> None:
+        if threads < 1:
+            raise ValueError(f"workers must be >= 1, got {threads}")
+        self.served, self.n = served, threads
+        self.exclusive: AbstractContextManager[Any] = (nullcontext() if thread_safe(served.llm)
+                                                       else threading.Lock())
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def submit(self, job: Callable[[Worker], T]) -> Future[T]:
+        """Run ``job`` on a worker; its result or exception lands in the returned future."""
+        with self._lock:
+            if not self._threads:
+                self._threads = [threading.Thread(target=self._loop, name=f"slimrag-worker-{i}", daemon=True)
+                                 for i in range(self.n)]
+                for t in self._threads:
+                    t.start()
+        fut: Future[T] = Future()
+        self._jobs.put((job, fut))
+        return fut
+
+    async def run(self, job: Callable[[Worker], T]) -> T:
+        """Await ``job`` run on a worker."""
+        return await asyncio.wrap_future(self.submit(job))
+
+    async def stream(self, job: Callable[[Worker], Iterator[T]]) -> AsyncIterator[T]:
+        """Iterate ``job``'s items on a worker and yield them here; an exception it raises is
+        raised here. Leaving early tells the worker to stop and close the iterator."""
+        loop = asyncio.get_running_loop()
+        items: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        stop = threading.Event()
+
+        def run(worker: Worker) -> None:
+            it = job(worker)
+            try:
+                for item in it:
+                    if stop.is_set():
+                        return
+                    loop.call_soon_threadsafe(items.put_nowait, ("item", item))
+            finally:
+                close = getattr(it, "close", None)
+                if close is not None:
+                    close()
+
+        def done(fut: Future[None]) -> None:
+            if not fut.cancelled():
+                exc = fut.exception()
+                loop.call_soon_threadsafe(items.put_nowait, ("error", exc) if exc else ("end", None))
+
+        fut = self.submit(run)
+        fut.add_done_callback(done)
+        try:
+            while True:
+                kind, value = await items.get()
+                if kind == "error":
+                    raise value
+                if kind == "end":
+                    return
+                yield value
+        finally:
+            stop.set()
+            fut.cancel()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Let the threads finish their jobs and end (they close their indexes)."""
+        with self._lock:
+            threads, self._threads = self._threads, []
+        for _ in threads:
+            self._jobs.put(None)
+        for t in threads:
+            t.join(timeout)
+
+    def _loop(self) -> None:
+        worker: Worker | None = None
+        try:
+            while (item := self._jobs.get()) is not None:
+                job, fut = item
+                if not fut.set_running_or_notify_cancel():
+                    continue
+                try:
+                    worker = worker or Worker.open(self.served, self.exclusive)
+                    fut.set_result(job(worker))
+                except Exception as exc:  # handed to the waiting request, which answers it
+                    fut.set_exception(exc)
+        finally:
+            if worker is not None:
+                worker.index.close()

@@ -17,9 +17,11 @@ import click
 
 from slimrag.config import IndexConfig, SearchConfig
 from slimrag.errors import SlimragError
+from slimrag.serve.routing import RouterConfig
 
 _IDX = {f.name: f.default for f in fields(IndexConfig)}
 _SEARCH = {f.name: f.default for f in fields(SearchConfig)}
+_ROUTE = {f.name: f.default for f in fields(RouterConfig)}
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -206,6 +208,36 @@ def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None
         if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
             click.echo(f"warning: serving on {host} without an API key", err=True)
         uvicorn.run(create_app(rag, api_key=api_key), host=host, port=port, log_level="info")
+
+
+@cli.command()
+@click.option("--replica", "replicas", multiple=True, required=True,
+              help="A replica's URL, e.g. http://127.0.0.1:8001 (repeatable; a `slimrag serve` each).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind; 0.0.0.0 exposes the router to the network.")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
+@click.option("--cache-threshold", default=_ROUTE["cache_threshold"], show_default=True,
+              help="Prefix match ratio from which a conversation goes back to the replica that has it.")
+@click.option("--balance-abs-threshold", default=_ROUTE["balance_abs_threshold"], show_default=True,
+              help="Load is imbalanced when max - min in-flight requests exceeds this ...")
+@click.option("--balance-rel-threshold", default=_ROUTE["balance_rel_threshold"], show_default=True,
+              help="... and max exceeds this times min; then the least-loaded replica answers.")
+@click.option("--cooldown", default=_ROUTE["cooldown_s"], show_default=True,
+              help="Seconds a failed replica is left out.")
+def route(replicas: tuple[str, ...], host: str, port: int, cache_threshold: float, balance_abs_threshold: int,
+          balance_rel_threshold: float, cooldown: float) -> None:
+    """Route OpenAI-compatible requests over several `slimrag serve` replicas (cache-aware, with failover)."""
+    import uvicorn
+
+    from slimrag.serve.router import create_router_app
+
+    try:
+        config = RouterConfig(cache_threshold=cache_threshold, balance_abs_threshold=balance_abs_threshold,
+                              balance_rel_threshold=balance_rel_threshold, cooldown_s=cooldown)
+        app = create_router_app(list(replicas), config)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from e
+    uvicorn.run(app, host=host, port=port, log_level="info")
 
 
 @cli.command()

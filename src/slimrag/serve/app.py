@@ -34,14 +34,11 @@ from typing import Any
 
 import numpy as np
 from fastapi import FastAPI
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import Request
 
 from slimrag.rag.pipeline import RAG
 from slimrag.serve.chat import Final, answer_pieces, conversation, extension, generation_config, sse_chunks
-from slimrag.serve.errors import APIError, validation_error
+from slimrag.serve.errors import APIError, install_handlers
 from slimrag.serve.gate import Gate
 from slimrag.serve.metrics import Metrics
 from slimrag.serve.schemas import (
@@ -85,17 +82,7 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
     app = FastAPI(title="slimrag", summary="RAG over one index, OpenAI-compatible", lifespan=lifespan)
     app.add_middleware(Gate, api_key=api_key or None, max_body_bytes=max_body_bytes, metrics=metrics)
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        err = validation_error(exc)
-        return JSONResponse(err.body(), status_code=err.status)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        message = (f"no route {request.method} {request.url.path}; see GET /docs" if exc.status_code == 404
-                   else str(exc.detail))
-        err = APIError(exc.status_code, message, code=str(exc.status_code))
-        return JSONResponse(err.body(), status_code=err.status, headers=exc.headers)
+    install_handlers(app)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatRequest) -> Response:

@@ -23,7 +23,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
 
 from slimrag.errors import BackendError, IndexFormatError, ModelNotFoundError, SlimragError
 
@@ -89,3 +93,20 @@ def validation_error(exc: RequestValidationError) -> APIError:
     if param is None:
         return APIError(400, f"the request body must be a JSON object ({first['msg']})", code="invalid_body")
     return APIError(400, f"invalid '{param}': {first['msg']}", param=param, code="invalid_value")
+
+
+def install_handlers(app: FastAPI) -> None:
+    """Answer FastAPI's own errors in OpenAI's shape: validation errors as 400 (`validation_error`),
+    unknown routes 404, wrong methods 405."""
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        err = validation_error(exc)
+        return JSONResponse(err.body(), status_code=err.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = (f"no route {request.method} {request.url.path}; see GET /docs" if exc.status_code == 404
+                   else str(exc.detail))
+        err = APIError(exc.status_code, message, code=str(exc.status_code))
+        return JSONResponse(err.body(), status_code=err.status, headers=exc.headers)

@@ -1,0 +1,270 @@
+"""The router of ``slimrag route``: one OpenAI-compatible front over several slimrag replicas.
+
+Which replica answers follows SGLang's cache-aware router: the replica whose approximate prefix
+tree best matches the conversation, unless in-flight load is imbalanced, then the least loaded.
+The rule, its knobs and their defaults are in `slimrag.serve.routing`; the tree in
+`slimrag.serve.prefix_tree`.
+
+Endpoints
+    ``POST /v1/chat/completions``: validated as ``slimrag serve`` validates it (`ChatRequest`, so a
+    bad request gets the same OpenAI-shaped 400 without a round trip), routed by its conversation
+    text, and forwarded byte for byte, streaming or not. ``POST /v1/embeddings``,
+    ``POST /v1/search`` and ``GET /v1/models``: forwarded to the least-loaded replica, which
+    validates them. ``GET /healthz``: the router's view of each replica (healthy, in flight, tree
+    size); 503 when every replica is cooling down. ``GET /metrics``. The ``Authorization`` header
+    is passed through: replicas with an API key check it, the router holds none. Every forwarded
+    answer names its replica in ``X-Slimrag-Replica``. Bodies over ``max_body_bytes`` get 413.
+
+Forwarding and failover
+    The router sends the request with httpx and waits for the replica's status and first bytes.
+    A connection error, a timeout or a 5xx until then marks the replica down for
+    ``cooldown_s`` and the request goes to the next choice; each replica is tried at most once
+    per request, healthy ones first. When the first bytes are passed on, the request is committed:
+    the rest is relayed as it arrives (server-sent events chunk by chunk) and never retried, since
+    a client cannot take back what it received. A replica that breaks off mid-answer is marked
+    down, and an event stream then ends with a ``data: {"error": ...}`` event and no ``[DONE]``
+    (how ``slimrag serve`` reports a late failure). A 4xx is the request's fault: passed through,
+    no failover. When every replica failed: 502, naming each failure. A slimrag replica sends its
+    200 only with its first piece, so its retrieval and model failures still come as statuses.
+
+Metrics (Prometheus text)
+    ``slimrag_requests_total`` and ``slimrag_errors_total`` by endpoint and status, as ``slimrag
+    serve`` counts them (`Gate`); by replica: ``slimrag_router_routed_total`` (answered, with the
+    routing reason: cache, balance, least_loaded), ``slimrag_router_upstream_total`` (attempts, by
+    the replica's status, ``error`` when none came), ``slimrag_router_failures_total`` (attempts
+    that failed over or answers broken off), and the gauges ``slimrag_router_in_flight``,
+    ``slimrag_router_healthy`` and ``slimrag_router_tree_chars``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
+
+from slimrag.serve.errors import APIError, install_handlers
+from slimrag.serve.gate import Gate
+from slimrag.serve.metrics import Metrics
+from slimrag.serve.prefix_tree import PrefixTree
+from slimrag.serve.routing import Replica, RouterConfig, choose, replica_url
+from slimrag.serve.schemas import ChatRequest
+
+log = logging.getLogger(__name__)
+
+#: Request headers passed on to replicas, and response headers passed back to the client.
+FORWARDED = ("authorization", "content-type", "accept")
+RETURNED = ("content-type", "cache-control", "content-encoding", "www-authenticate")
+
+
+class RouterMetrics(Metrics):
+    """The router's counters (request counting as in `Metrics`, plus per-replica ones) and gauges."""
+
+    HELP = {
+        "slimrag_requests_total": Metrics.HELP["slimrag_requests_total"],
+        "slimrag_errors_total": Metrics.HELP["slimrag_errors_total"],
+        "slimrag_router_routed_total": "Requests answered, by replica and routing reason.",
+        "slimrag_router_upstream_total": "Attempts sent to replicas, by replica and status (error: none came).",
+        "slimrag_router_failures_total": "Attempts failed before the first byte, or answers broken off, by replica.",
+    }
+    GAUGES = {
+        "slimrag_router_in_flight": ("Requests in flight through the router, by replica.", lambda r: r.in_flight),
+        "slimrag_router_healthy": ("1 when the replica is not cooling down after a failure.",
+                                   lambda r: int(r.healthy())),
+        "slimrag_router_tree_chars": ("Characters in the replica's approximate prefix tree.",
+                                      lambda r: r.tree.size),
+    }
+
+    def render_all(self, replicas: Sequence[Replica]) -> str:
+        """The counters, then one gauge line per replica."""
+        lines = [self.render().rstrip("\n")]
+        for name, (text, value) in self.GAUGES.items():
+            lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge"]
+            lines += [f'{name}{{replica="{r.url}"}} {value(r)}' for r in replicas]
+        return "\n".join(lines) + "\n"
+
+
+def routing_key(req: ChatRequest) -> str:
+    """The text a chat completion is routed by: each message as ``<role>text`` and a newline."""
+    return "".join(f"<{m.role}>{m.text()}\n" for m in req.messages)
+
+
+def _reason(status: int, body: bytes) -> str:
+    """A failed replica's status and error message (OpenAI's shape when it is that)."""
+    try:
+        message = json.loads(body)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = body[:200].decode("utf-8", errors="replace")
+    return f"status {status}: {message}"
+
+
+class _Relayed(StreamingResponse):
+    """A replica's answer relayed to the client; ``release`` runs once it ends, however it ends."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], status: int, headers: dict[str, str],
+                 release: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(chunks, status_code=status, headers=headers)
+        self.release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):  # a client that left cancels the scope
+                await self.release()
+
+
+class Router:
+    """The replicas, their trees and loads, and the HTTP client of one router app. Event loop only."""
+
+    def __init__(self, replicas: Sequence[str], config: RouterConfig) -> None:
+        urls = [replica_url(u) for u in replicas]
+        if not urls:
+            raise ValueError("give at least one replica URL")
+        if len(set(urls)) != len(urls):
+            raise ValueError(f"a replica is given twice: {urls}")
+        self.config = config
+        self.replicas = [Replica(u, PrefixTree(config.max_tree_chars)) for u in urls]
+        self.metrics = RouterMetrics()
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s),
+                                        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+
+    async def forward(self, request: Request, path: str, key: str | None) -> Response:
+        """Answer ``request`` from a replica chosen by ``key`` (see the module header)."""
+        body = await request.body()
+        headers = {k: v for k in FORWARDED if (v := request.headers.get(k)) is not None}
+        tried: list[Replica] = []
+        failures: list[str] = []
+        while len(tried) < len(self.replicas):
+            now = time.monotonic()
+            untried = [r for r in self.replicas if r not in tried]
+            replica, reason = choose([r for r in untried if r.healthy(now)] or untried, key, self.config)
+            tried.append(replica)
+            outcome = await self._attempt(replica, request.method, path, body, headers)
+            if isinstance(outcome, Response):
+                if key:
+                    replica.tree.insert(key)
+                self.metrics.inc("slimrag_router_routed_total", replica=replica.url, reason=reason)
+                return outcome
+            log.warning("replica %s failed (%s); left out for %gs", replica.url, outcome, self.config.cooldown_s)
+            failures.append(f"{replica.url}: {outcome}")
+            self._failed(replica)
+        raise APIError(502, f"no replica answered ({'; '.join(failures)}); check that they are running",
+                       code="replicas_unavailable")
+
+    async def _attempt(self, replica: Replica, method: str, path: str, body: bytes,
+                       headers: dict[str, str]) -> Response | str:
+        """Send the request to ``replica``: its answer, committed, or why it failed before any byte."""
+        replica.in_flight += 1
+        upstream: httpx.Response | None = None
+        owned = True  # until the relay takes the upstream response and the in-flight count over
+        try:
+            sent = self.client.build_request(method, replica.url + path, content=body, headers=headers)
+            upstream = await self.client.send(sent, stream=True)
+            status = upstream.status_code
+            self.metrics.inc("slimrag_router_upstream_total", replica=replica.url, status=str(status))
+            if status >= 500:
+                return _reason(status, await upstream.aread())
+            chunks = upstream.aiter_raw()
+            first = await anext(chunks, b"")
+            returned = {k: v for k in RETURNED if (v := upstream.headers.get(k)) is not None}
+            owned = False
+            return _Relayed(self._relay(replica, upstream, first, chunks), status,
+                            {**returned, "x-slimrag-replica": replica.url}, self._releaser(replica, upstream))
+        except httpx.TransportError as exc:  # connection refused or reset, timeouts, broken HTTP
+            if upstream is None:
+                self.metrics.inc("slimrag_router_upstream_total", replica=replica.url, status="error")
+            return f"{type(exc).__name__}: {exc or 'no detail'}"
+        finally:
+            if owned:
+                replica.in_flight -= 1
+                if upstream is not None:
+                    await upstream.aclose()
+
+    def _releaser(self, replica: Replica, upstream: httpx.Response) -> Callable[[], Awaitable[None]]:
+        async def release() -> None:
+            replica.in_flight -= 1
+            await upstream.aclose()
+
+        return release
+
+    async def _relay(self, replica: Replica, upstream: httpx.Response, first: bytes,
+                     chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """The answer's bytes as they arrive; an error event when the replica breaks off a stream."""
+        if first:
+            yield first
+        try:
+            async for chunk in chunks:
+                yield chunk
+        except httpx.TransportError as exc:  # committed: the client has bytes, nothing can be retried
+            log.warning("replica %s broke off an answer (%s: %s)", replica.url, type(exc).__name__, exc)
+            self._failed(replica)
+            if upstream.headers.get("content-type", "").startswith("text/event-stream"):
+                err = APIError(502, f"replica {replica.url} broke off the answer ({type(exc).__name__}); "
+                                    "ask again", code="replica_failed")
+                yield f"data: {json.dumps(err.body())}\n\n".encode()
+
+    def _failed(self, replica: Replica) -> None:
+        replica.mark_down(self.config.cooldown_s)
+        self.metrics.inc("slimrag_router_failures_total", replica=replica.url)
+
+    def health(self) -> dict[str, Any]:
+        """The router's view of its replicas."""
+        now = time.monotonic()
+        states = [{"url": r.url, "healthy": r.healthy(now), "in_flight": r.in_flight, "tree_chars": r.tree.size}
+                  for r in self.replicas]
+        return {"status": "ok" if any(s["healthy"] for s in states) else "unavailable", "replicas": states}
+
+
+def create_router_app(replicas: list[str], config: RouterConfig | None = None) -> FastAPI:
+    """The router over ``replicas`` (server roots such as ``http://127.0.0.1:8001``; a trailing
+    ``/v1`` is dropped), with ``config``'s knobs (defaults: `RouterConfig`). Raises ValueError for
+    no replica, a repeated one, or a URL that is not ``http(s)://host:port``."""
+    config = config or RouterConfig()
+    router = Router(replicas, config)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await router.client.aclose()
+
+    app = FastAPI(title="slimrag router", summary="cache-aware routing over slimrag replicas", lifespan=lifespan)
+    app.add_middleware(Gate, api_key=None, max_body_bytes=config.max_body_bytes, metrics=router.metrics)
+    install_handlers(app)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(req: ChatRequest, request: Request) -> Response:
+        return await router.forward(request, "/v1/chat/completions", routing_key(req))
+
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> Response:
+        return await router.forward(request, "/v1/embeddings", None)
+
+    @app.post("/v1/search")
+    async def search(request: Request) -> Response:
+        return await router.forward(request, "/v1/search", None)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        return await router.forward(request, "/v1/models", None)
+
+    @app.get("/healthz")
+    async def healthz() -> JSONResponse:
+        state = router.health()
+        return JSONResponse(state, status_code=200 if state["status"] == "ok" else 503)
+
+    @app.get("/metrics")
+    async def metrics_text() -> PlainTextResponse:
+        return PlainTextResponse(router.metrics.render_all(router.replicas),
+                                 media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    return app

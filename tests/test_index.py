@@ -152,3 +152,21 @@ def test_interrupted_add_leaves_previous_state(tmp_path: Path, embedder: LocalEm
     rep = again.add([("b.txt", "a second document about pears")])
     assert rep.added == 1
     assert again.search("pears", k=1)[0].source == "b.txt"
+
+
+def test_write_stores_given_vectors_through_the_add_path(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    from slimrag.ingest.chunker import ChunkText
+    from slimrag.ingest.source import PreparedDoc
+
+    idx = Index.create(tmp_path / "w.slimrag", embedder=embedder)
+    pieces = [ChunkText("Comets have icy nuclei.", {"heading": "Comets"}), ChunkText("Tails point away.", {})]
+    vecs = embedder.embed([embed_input(p) for p in pieces])
+    doc = PreparedDoc("sky/comets.md", "a" * 64, 0.0, 40, pieces, vecs)
+    with pytest.raises(ValueError, match="expected"):
+        idx.write([PreparedDoc("bad.md", "b" * 64, 0.0, 1, pieces, vecs[:1])])
+    rep = idx.write([doc, PreparedDoc("empty.md", "c" * 64, 0.0, 0, [])])
+    assert (rep.added, rep.chunks, [s.source for s in rep.skipped]) == (1, 2, ["empty.md"])
+    np.testing.assert_array_equal(np.asarray(idx.vectors.vectors), vecs)  # stored as given, not re-embedded
+    assert idx.search("icy comet nucleus", k=1)[0].text == "Comets have icy nuclei."
+    assert idx.write([doc]).unchanged == 1  # same hash at the same source: nothing written
+    assert len(idx.manifest["delta_parts"]) == 1

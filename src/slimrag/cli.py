@@ -15,13 +15,14 @@ from typing import Any
 
 import click
 
-from slimrag.config import IndexConfig, SearchConfig
+from slimrag.config import IndexConfig, RayIngestConfig, SearchConfig
 from slimrag.errors import SlimragError
 from slimrag.serve.routing import RouterConfig
 
 _IDX = {f.name: f.default for f in fields(IndexConfig)}
 _SEARCH = {f.name: f.default for f in fields(SearchConfig)}
 _ROUTE = {f.name: f.default for f in fields(RouterConfig)}
+_RAY = {f.name: f.default for f in fields(RayIngestConfig)}
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -86,11 +87,27 @@ def build(source: str, out: str, storage: str, chunk_tokens: int, chunk_overlap:
 @cli.command()
 @click.argument("index", type=click.Path(exists=True))
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--ray", "use_ray", is_flag=True,
+              help="Parse and embed on Ray (pip install 'slimrag[ray]'); the index is written here.")
+@click.option("--ray-address", help="Ray cluster to use (host:6379, ray://host:10001, auto); implies --ray. "
+                                    "Default: a local Ray on this machine's CPUs.")
+@click.option("--embed-actors", type=click.IntRange(min=1), default=_RAY["num_embed_actors"],
+              help="Embedding actors with --ray  [default: half the cluster's CPUs]")
 @click.option("--json", "as_json", is_flag=True)
-def add(index: str, paths: tuple[str, ...], as_json: bool) -> None:
+def add(index: str, paths: tuple[str, ...], use_ray: bool, ray_address: str | None, embed_actors: int | None,
+        as_json: bool) -> None:
     """Add or update files or folders in an index."""
     with _open(index) as idx:
-        _report(idx.add(list(paths)), as_json)
+        if use_ray or ray_address:
+            from slimrag.ingest.distributed import ray_ingest
+
+            try:
+                rep = ray_ingest(idx, list(paths), address=ray_address, num_embed_actors=embed_actors)
+            except ValueError as e:
+                raise click.UsageError(str(e)) from e
+        else:
+            rep = idx.add(list(paths))
+        _report(rep, as_json)
 
 
 @cli.command()

@@ -56,6 +56,53 @@ class IndexConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RayIngestConfig:
+    """How `slimrag.ingest.distributed.ray_ingest` spreads parsing and embedding over Ray.
+
+    num_embed_actors: size of the embedding actor pool; each actor reserves ``embed_cpus`` CPUs
+        (and ``embed_gpus`` GPUs) and holds one copy of the embedder (~90 MB of weights for
+        MiniLM). Parsing runs as plain Ray tasks on the CPUs the actors leave free, so the pool
+        must leave at least one (else Ray would wait forever; `ray_ingest` refuses). None: half the
+        cluster's CPUs (at least 1), or one actor per ``embed_gpus`` of its GPUs when that is set.
+        More actors embed faster and parse slower; PDF-heavy folders want more CPUs left to parsing.
+    batch_size: chunks per embedder call inside an actor; None takes the index's
+        ``IndexConfig.embed_batch`` (64). Larger batches amortize per-call overhead until memory runs out.
+    embed_cpus / embed_gpus: Ray resources each actor reserves; ``embed_gpus=1`` puts an actor on a
+        GPU and the embedder runs there.
+    num_cpus: CPUs of the local Ray started when no address is given (None: all of this machine's).
+    """
+
+    num_embed_actors: int | None = None
+    batch_size: int | None = None
+    embed_cpus: float = 1.0
+    embed_gpus: float = 0.0
+    num_cpus: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_embed_actors is not None and self.num_embed_actors < 1:
+            raise ValueError(f"num_embed_actors must be >= 1, got {self.num_embed_actors}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.embed_cpus <= 0 or self.embed_gpus < 0:
+            raise ValueError("embed_cpus must be > 0 and embed_gpus >= 0")
+        if self.num_cpus is not None and self.num_cpus < 2:
+            raise ValueError(f"num_cpus must be >= 2 (one to embed, one to parse), got {self.num_cpus}")
+
+    def actors(self, cluster_cpus: float, cluster_gpus: float = 0.0) -> int:
+        """The pool size on a cluster with these resources; ValueError when it leaves no CPU to parse."""
+        n = self.num_embed_actors
+        if n is None:
+            n = int(cluster_gpus // self.embed_gpus) if self.embed_gpus else int(cluster_cpus / 2 // self.embed_cpus)
+            n = max(1, n)
+        if n * self.embed_cpus > cluster_cpus - 1:
+            raise ValueError(
+                f"{n} embedding actors of {self.embed_cpus:g} CPU leave no CPU of the cluster's {cluster_cpus:g} "
+                f"for parsing, so the pipeline would never start; use num_embed_actors <= "
+                f"{max(0, int((cluster_cpus - 1) // self.embed_cpus))} or a bigger cluster")
+        return n
+
+
+@dataclass(frozen=True, slots=True)
 class SearchConfig:
     """How a query is answered.
 

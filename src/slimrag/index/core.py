@@ -4,7 +4,9 @@ Every write follows the same path (see `slimrag.index.layout` for the on-disk ru
 read and hash files → skip unchanged ones → parse and chunk → embed in batches → in one SQLite
 transaction: replace changed documents, insert chunks → write a delta part → switch the manifest
 → commit. `build` is "create an empty index, add, compact", so a build and an incremental add
-share one code path and one set of tests.
+share one code path and one set of tests. Everything from "skip unchanged" on is `Index.write`,
+which also takes documents chunked and embedded elsewhere (`slimrag.ingest.distributed` feeds it
+from a Ray cluster), so dedup, chunk ids and crash safety do not depend on where the work ran.
 
 Search reads vectors from the current generation plus the delta parts; removed chunks are masked
 until `compact` writes a generation holding only live vectors.
@@ -15,7 +17,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,14 +27,14 @@ import numpy as np
 from slimrag.catalog import Catalog
 from slimrag.config import IndexConfig, SearchConfig
 from slimrag.embed.base import Embedder
-from slimrag.errors import IndexFormatError, IngestError
+from slimrag.errors import IndexFormatError
 from slimrag.index import layout
 from slimrag.index.flat import FlatVectors
 from slimrag.index.search import SlimArtifacts, SlimConfig, build_slim, slim_bytes
 from slimrag.index.slimstore import SlimVectors
-from slimrag.ingest.chunker import Chunker, load_tokenizer
+from slimrag.ingest.chunker import Chunker, ChunkText, default_chunker
 from slimrag.ingest.crawl import Skipped
-from slimrag.ingest.source import Inputs, iter_source_docs, parse
+from slimrag.ingest.source import Inputs, PreparedDoc, iter_inputs, prepare
 from slimrag.types import Chunk, Document, Hit
 
 log = logging.getLogger("slimrag.index")
@@ -52,8 +54,13 @@ class AddReport:
     skipped: list[Skipped] = field(default_factory=list)
     seconds: float = 0.0
 
+    def skip(self, source: str, reason: str) -> None:
+        """Record a document passed over, with one warning line (the same wherever it was parsed)."""
+        log.warning("skipped %s: %s", source, reason)
+        self.skipped.append(Skipped(source, reason))
 
-def embed_input(chunk: Chunk) -> str:
+
+def embed_input(chunk: Chunk | ChunkText) -> str:
     """The text the embedder sees for a chunk: its heading (when not already at the start) and text.
     One function, so the slim index's recomputation embeds exactly what the build embedded."""
     heading = chunk.metadata.get("heading") or ""
@@ -208,62 +215,89 @@ class Index:
     @property
     def chunker(self) -> Chunker:
         if self._chunker is None:
-            from slimrag.embed.local import default_model_dir
-
-            self._chunker = Chunker(load_tokenizer(str(default_model_dir())),
-                                    self.config.chunk_tokens, self.config.chunk_overlap)
+            self._chunker = default_chunker(self.config.chunk_tokens, self.config.chunk_overlap)
         return self._chunker
 
     # -- updates --------------------------------------------------------------------------------
     def add(self, inputs: Inputs) -> AddReport:
         """Add or update documents. Unchanged files (same content hash at the same source) are
         skipped; changed ones are replaced. Bad files are skipped with one warning each."""
-        t0 = time.perf_counter()
         report = AddReport()
+        return self.write(self._prepare(inputs, report), report)
+
+    def _prepare(self, inputs: Inputs, report: AddReport) -> Iterator[PreparedDoc]:
+        """Read, hash and chunk inputs lazily; an unchanged document is passed on unparsed."""
         root = Path(self.manifest["source_root"]) if self.manifest.get("source_root") else None
-        pending_docs: list[tuple[Document, bool]] = []
-        pending_chunks: list[Chunk] = []
+        for item in iter_inputs(inputs, root, self.config.ignore, self.config.max_file_bytes, report.skipped):
+            doc = prepare(item, self.stored_doc_id(item.source), self.chunker)
+            if isinstance(doc, Skipped):
+                report.skip(doc.source, doc.reason)
+            else:
+                yield doc
+
+    def stored_doc_id(self, source: str) -> str | None:
+        """The content hash stored for ``source``, or None when it is not in the index."""
+        old = self.catalog.document(source)
+        return old.doc_id if old is not None else None
+
+    def write(self, docs: Iterable[PreparedDoc], report: AddReport | None = None) -> AddReport:
+        """Store prepared documents: the write path of `add`, public for ingest that parses and
+        embeds elsewhere. A document whose ``doc_id`` is already stored at its source is counted
+        unchanged; one stored with another hash is replaced; a source given twice is taken once.
+        Documents are committed in transactions of about `COMMIT_CHUNKS` chunks, chunk ids given
+        in input order; ``docs`` is consumed lazily, so a producer can stream. If the iterator
+        raises, what was committed stays and the rest is not written (as for an interrupted add).
+        Raises ValueError for vectors of the wrong shape."""
+        t0 = time.perf_counter()
+        report = report if report is not None else AddReport()
+        dim = int(self.manifest["embedder"]["dim"])
+        pending: list[tuple[Document, bool, list[Chunk], np.ndarray | None]] = []
+        n_pending = 0
         next_id = max(self.manifest["next_chunk_id"], self.catalog.max_chunk_id() + 1)
         seen: set[str] = set()
-        for source, sha, mtime, size, data, path in iter_source_docs(
-                inputs, root, self.config.ignore, self.config.max_file_bytes, report.skipped):
-            if source in seen:
+        for d in docs:
+            if d.source in seen:
                 continue
-            seen.add(source)
-            old = self.catalog.document(source)
-            if old is not None and old.doc_id == sha:
+            seen.add(d.source)
+            old_id = self.stored_doc_id(d.source)
+            if old_id == d.doc_id:
                 report.unchanged += 1
                 continue
-            try:
-                pieces = self.chunker.chunk(parse(source, data, path))
-            except IngestError as e:
-                log.warning("skipped %s: %s", source, e)
-                report.skipped.append(Skipped(source, str(e)))
+            if not d.pieces:
+                report.skip(d.source, "no text")
                 continue
-            if not pieces:
-                log.warning("skipped %s: no text", source)
-                report.skipped.append(Skipped(source, "no text"))
-                continue
-            doc = Document(sha, source, mtime, size)
-            pending_docs.append((doc, old is not None))
-            for i, p in enumerate(pieces):
-                pending_chunks.append(Chunk(next_id, sha, source, i, p.text, {**p.metadata, "ordinal": i}))
-                next_id += 1
-            if len(pending_chunks) >= COMMIT_CHUNKS:
-                self._commit(pending_docs, pending_chunks, next_id, report)
-                pending_docs, pending_chunks = [], []
-        if pending_docs:
-            self._commit(pending_docs, pending_chunks, next_id, report)
-        report.seconds = time.perf_counter() - t0
+            if d.vectors is not None and d.vectors.shape != (len(d.pieces), dim):
+                raise ValueError(f"{d.source}: vectors of shape {d.vectors.shape}, expected "
+                                 f"({len(d.pieces)}, {dim}) (one row per piece, this index's embedder)")
+            chunks = [Chunk(next_id + i, d.doc_id, d.source, i, p.text, {**p.metadata, "ordinal": i})
+                      for i, p in enumerate(d.pieces)]
+            next_id += len(chunks)
+            pending.append((Document(d.doc_id, d.source, d.mtime, d.size), old_id is not None, chunks, d.vectors))
+            n_pending += len(chunks)
+            if n_pending >= COMMIT_CHUNKS:
+                self._commit(pending, next_id, report)
+                pending, n_pending = [], 0
+        if pending:
+            self._commit(pending, next_id, report)
+        report.seconds += time.perf_counter() - t0
         return report
 
-    def _commit(self, docs: list[tuple[Document, bool]], chunks: list[Chunk], next_id: int,
+    def _commit(self, docs: list[tuple[Document, bool, list[Chunk], np.ndarray | None]], next_id: int,
                 report: AddReport) -> None:
-        vecs = self.embedder.embed([embed_input(c) for c in chunks], batch_size=self.config.embed_batch)
+        chunks = [c for _, _, cs, _ in docs for c in cs]
+        todo = [embed_input(c) for _, _, cs, v in docs if v is None for c in cs]
+        fresh = self.embedder.embed(todo, batch_size=self.config.embed_batch) if todo else None
+        parts, used = [], 0
+        for _, _, cs, v in docs:  # given vectors where a document has them, fresh ones in order otherwise
+            if v is None:
+                assert fresh is not None
+                v, used = fresh[used: used + len(cs)], used + len(cs)
+            parts.append(v)
+        vecs = np.concatenate(parts)
         ids = np.array([c.chunk_id for c in chunks], dtype=np.int64)
         self.catalog.begin()
         try:
-            for doc, replaced in docs:
+            for doc, replaced, _, _ in docs:
                 if replaced:
                     self.catalog.delete_document(doc.source)
                 self.catalog.put_document(doc)
@@ -279,8 +313,8 @@ class Index:
             self.catalog.rollback()
             raise
         self.manifest = manifest
-        report.added += sum(1 for _, r in docs if not r)
-        report.updated += sum(1 for _, r in docs if r)
+        report.added += sum(1 for _, r, _, _ in docs if not r)
+        report.updated += sum(1 for _, r, _, _ in docs if r)
         report.chunks += len(chunks)
         self._load_vectors()
 

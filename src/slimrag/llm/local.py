@@ -38,7 +38,6 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -199,13 +198,14 @@ class LocalGenerator(Generator):
         seg_ids = self.encode_texts([s.text for s in segments])
         ids = [i for seg in seg_ids for i in seg]
         max_new = self._room(len(ids), config.max_new_tokens)
-        with self._warm_prefill(segments, seg_ids) as (cache, logits, cached, store):
-            choose = chooser(config, self.seed)
-            steps = self._decode(logits, cache, len(ids), choose)
-            first = next(steps)
-            ttft = time.perf_counter() - t0
-            store()  # after the first token: inserting (and demoting to disk) is off the TTFT path
-        yield from self._emit(first, steps, config, max_new, len(ids), cached, t0, ttft)
+        cache, logits, cached, store = self._warm_prefill(segments, seg_ids)
+        steps = self._decode(logits, cache, len(ids), chooser(config, self.seed))
+        first = next(steps)
+        ttft = time.perf_counter() - t0
+        # The tree insert (and any demotion to disk it causes) runs once the first piece is out,
+        # before the second token's forward grows the cache past the prompt.
+        yield from self._emit(first, _after(store, steps), config, max_new, len(ids), cached, t0, ttft)
+        store()  # generation ended at the first token (EOS, stop string, max_new_tokens=1)
 
     def _emit(self, first: int, steps: Iterator[int], config: GenerationConfig, max_new: int,
               prompt_tokens: int, cached: int, t0: float, ttft: float) -> Iterator[Delta]:
@@ -259,10 +259,10 @@ class LocalGenerator(Generator):
         seg_ids = self.encode_texts([s.text for s in segments])
         n = sum(len(s) for s in seg_ids)
         max_new = self._room(n, max_new_tokens)
-        with self._warm_prefill(segments, seg_ids) as (cache, logits, cached, store):
-            steps = self._decode(logits, cache, n, greedy)
-            out = [next(steps)]
-            store()
+        cache, logits, cached, store = self._warm_prefill(segments, seg_ids)
+        steps = self._decode(logits, cache, n, greedy)
+        out = [next(steps)]
+        store()
         while out[-1] not in self._eos and len(out) < max_new:
             out.append(next(steps))
         return out, cached
@@ -286,31 +286,33 @@ class LocalGenerator(Generator):
 
     # -- the loop, in pieces -------------------------------------------------------------------
 
-    @contextmanager
     def _warm_prefill(self, segments: list[Segment], seg_ids: list[list[int]],
-                      ) -> Iterator[tuple[DynamicCache, torch.Tensor, int, Callable[[], None]]]:
-        """Prefill a prompt, reusing the cached prefix of its segments. Yields the model cache
-        (holding the whole prompt), the last position's logits, the number of prompt tokens served
-        from the cache and ``store``, which adds the newly computed segments to the tree: call it
-        (at most once, before the cache grows past the prompt) once the first token is out. The
-        matched nodes stay pinned until the block ends; the scheduler's prefill turn ends with
-        the prefill, so other requests prefill while this one stores and decodes."""
+                      ) -> tuple[DynamicCache, torch.Tensor, int, Callable[[], None]]:
+        """Prefill a prompt, reusing the cached prefix of its segments. Returns the model cache
+        (holding the whole prompt), the last position's logits, the number of prompt tokens
+        served from the cache and ``store``, which adds the newly computed segments to the tree;
+        call it (it runs once) before the cache grows past the prompt.
+
+        The match is taken once the scheduler admits the request, so a request that waited
+        sees what earlier ones stored meanwhile; its nodes are pinned only during the prefill.
+        ``store`` needs no pins: ``KVTree.insert`` walks and pins the path itself and adds
+        nothing when the prefix was evicted in between (a lost chance to cache, never a wrong
+        KV)."""
         root, path = self.cache_path(segments)
         reuse = self.reuse
-        with reuse.lease(root, path) as lease:
-            with self.scheduler.turn(lambda: reuse.cached_tokens(root, path)):
-                cache = self._new_cache(lease.past())
-                logits = self._prefill_segments(seg_ids, cache, lease.segments)
-            lengths = [len(s) for s in seg_ids[:-1]]
-            stored = False
+        with self.scheduler.turn(lambda: reuse.cached_tokens(root, path)), reuse.lease(root, path) as lease:
+            cache = self._new_cache(lease.past())
+            logits = self._prefill_segments(seg_ids, cache, lease.segments)
+        lengths = [len(s) for s in seg_ids[:-1]]
+        stored = False
 
-            def store() -> None:
-                nonlocal stored
-                if not stored:
-                    stored = True
-                    lease.store(cache_layers(cache), lengths)
+        def store() -> None:
+            nonlocal stored
+            if not stored:
+                stored = True
+                lease.store(cache_layers(cache), lengths)
 
-            yield cache, logits, lease.tokens, store
+        return cache, logits, lease.tokens, store
 
     def _new_cache(self, past: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> DynamicCache:
         from transformers import DynamicCache
@@ -385,3 +387,9 @@ def _eos_ids(loaded: LoadedModel) -> frozenset[int]:
     vocab = tok.get_vocab()
     ids.update(vocab[t] for t in _END_TOKENS if t in vocab)
     return frozenset(ids)
+
+
+def _after(first: Callable[[], None], steps: Iterator[int]) -> Iterator[int]:
+    """``steps``, calling ``first()`` just before the first item is asked for."""
+    first()
+    yield from steps

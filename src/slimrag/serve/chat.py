@@ -72,6 +72,7 @@ def generation_config(req: ChatRequest, served: GenerationConfig) -> GenerationC
         temperature=served.temperature if req.temperature is None else req.temperature,
         top_p=served.top_p if req.top_p is None else req.top_p,
         stop=tuple(s for s in stop if s) or served.stop,
+        repetition_penalty=served.repetition_penalty,
     )
 
 

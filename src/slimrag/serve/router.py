@@ -17,8 +17,10 @@ Endpoints
 
 Forwarding and failover
     The router sends the request with httpx and waits for the replica's status and first bytes.
-    A connection error, a timeout or a 5xx until then marks the replica down for
-    ``cooldown_s`` and the request goes to the next choice; each replica is tried at most once
+    A 5xx, a connection error or a timeout until then sends the request to the next choice;
+    only the last two and 503/504 also mark the replica down for ``cooldown_s`` (another 5xx may
+    be the request's own fault, and taking every replica down for it would be an outage). A
+    refused request (4xx) is passed through and leaves no key. Each replica is tried at most once
     per request, healthy ones first. When the first bytes are passed on, the request is committed:
     the rest is relayed as it arrives (server-sent events chunk by chunk) and never retried, since
     a client cannot take back what it received. A replica that breaks off mid-answer is marked
@@ -43,6 +45,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -98,6 +101,16 @@ def routing_key(req: ChatRequest) -> str:
     return "".join(f"<{m.role}>{m.text()}\n" for m in req.messages)
 
 
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """Why an attempt failed before any byte reached the client; ``down``: leave the replica out
+    for the cool-down (unreachable, timed out, 503/504), not for another 5xx, which may be this
+    request's own fault and would otherwise take every replica down at once."""
+
+    reason: str
+    down: bool
+
+
 def _reason(status: int, body: bytes) -> str:
     """A failed replica's status and error message (OpenAI's shape when it is that)."""
     try:
@@ -151,18 +164,22 @@ class Router:
             tried.append(replica)
             outcome = await self._attempt(replica, request.method, path, body, headers)
             if isinstance(outcome, Response):
-                if key:
+                if key and outcome.status_code < 400:  # a refused request left nothing cached there
                     replica.tree.insert(key)
                 self.metrics.inc("slimrag_router_routed_total", replica=replica.url, reason=reason)
                 return outcome
-            log.warning("replica %s failed (%s); left out for %gs", replica.url, outcome, self.config.cooldown_s)
-            failures.append(f"{replica.url}: {outcome}")
-            self._failed(replica)
+            failures.append(f"{replica.url}: {outcome.reason}")
+            if outcome.down:
+                log.warning("replica %s failed (%s); left out for %gs", replica.url, outcome.reason,
+                            self.config.cooldown_s)
+                self._failed(replica)
+            else:
+                log.warning("replica %s answered %s; trying another", replica.url, outcome.reason)
         raise APIError(502, f"no replica answered ({'; '.join(failures)}); check that they are running",
                        code="replicas_unavailable")
 
     async def _attempt(self, replica: Replica, method: str, path: str, body: bytes,
-                       headers: dict[str, str]) -> Response | str:
+                       headers: dict[str, str]) -> Response | _Failure:
         """Send the request to ``replica``: its answer, committed, or why it failed before any byte."""
         replica.in_flight += 1
         upstream: httpx.Response | None = None
@@ -172,8 +189,8 @@ class Router:
             upstream = await self.client.send(sent, stream=True)
             status = upstream.status_code
             self.metrics.inc("slimrag_router_upstream_total", replica=replica.url, status=str(status))
-            if status >= 500:
-                return _reason(status, await upstream.aread())
+            if status >= 500:  # retried elsewhere; only an unreachable or overloaded replica is left out
+                return _Failure(_reason(status, await upstream.aread()), down=status in (503, 504))
             chunks = upstream.aiter_raw()
             first = await anext(chunks, b"")
             returned = {k: v for k in RETURNED if (v := upstream.headers.get(k)) is not None}
@@ -183,7 +200,7 @@ class Router:
         except httpx.TransportError as exc:  # connection refused or reset, timeouts, broken HTTP
             if upstream is None:
                 self.metrics.inc("slimrag_router_upstream_total", replica=replica.url, status="error")
-            return f"{type(exc).__name__}: {exc or 'no detail'}"
+            return _Failure(f"{type(exc).__name__}: {exc or 'no detail'}", down=True)
         finally:
             if owned:
                 replica.in_flight -= 1
@@ -212,6 +229,8 @@ class Router:
                 err = APIError(502, f"replica {replica.url} broke off the answer ({type(exc).__name__}); "
                                     "ask again", code="replica_failed")
                 yield f"data: {json.dumps(err.body())}\n\n".encode()
+            else:
+                raise  # a JSON answer cut short: abort the connection rather than end it cleanly
 
     def _failed(self, replica: Replica) -> None:
         replica.mark_down(self.config.cooldown_s)

@@ -42,8 +42,8 @@ Knobs (`RouterConfig`; SGLang's defaults in brackets where ours differ)
     request busier than an idle one when ``balance_abs_threshold`` >= 1.
     ``max_tree_chars`` 4 Mi [SGLang caps nodes, 2**24]: characters kept per replica tree, evicted
     least recently used first (at the cap: 4 MB of text plus about 300 bytes per stored key).
-    ``cooldown_s`` 10: how long a replica that failed (connection error, or a 5xx before any byte
-    of its answer was sent) is left out; its tree is cleared, since a failure usually means a
+    ``cooldown_s`` 10: how long a replica that failed (connection error, timeout, or 503/504 before
+    any byte of its answer was sent) is left out; its tree is cleared, since a failure usually means a
     restart and an empty cache. When every untried replica is cooling down they are tried anyway.
     ``connect_timeout_s`` 3 and ``timeout_s`` 600: connecting to a replica, and waiting for its
     next bytes (generation can take minutes on a CPU).

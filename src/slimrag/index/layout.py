@@ -9,8 +9,8 @@ NAME.slimrag/
 ```
 
 Row -> chunk id arrays (``ids.npy`` of a generation, ``ids`` of a delta part) are written in the
-smallest unsigned type that holds the largest id (:func:`narrow_ids`: uint16 below 65,536 chunks,
-uint32 below 2^32; 2 or 4 bytes per row instead of int64's 8) and widened to int64 on read, so
+smallest unsigned type that holds the largest id (:func:`narrow_ids`: uint8, uint16 or uint32,
+1-4 bytes per row instead of int64's 8; int64 past 2^32) and widened to int64 on read, so
 folders written with int64 ids read the same.
 
 Crash safety comes from one rule: nothing the manifest points at is ever modified. A new

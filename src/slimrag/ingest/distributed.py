@@ -102,6 +102,10 @@ def ray_ingest(index: Index | str | Path, sources: Inputs, *, address: str | Non
             try:
                 ds = _pipeline(ray, rows, idx, model_dir, cfg)
                 idx.write(_documents(ds.iter_batches(batch_size=None, batch_format="numpy"), report), report)
+            except ray.exceptions.RayError as e:  # a task or actor died: say so in one line
+                raise SlimragError(f"a Ray worker failed ({type(e).__name__}: {str(e).splitlines()[0]}); "
+                                   "documents written before it are kept. Check that slimrag and the "
+                                   "embedder package are installed on every node") from e
             finally:
                 if started:
                     ray.shutdown()
@@ -213,10 +217,14 @@ def _documents(batches: Iterable[dict[str, np.ndarray]], report: AddReport) -> I
             if kind == DOC:
                 yield PreparedDoc(*head, [])
                 continue
-            assert int(b["ordinal"][i]) == len(pieces), "chunk rows out of order"
+            if int(b["ordinal"][i]) != len(pieces):
+                raise SlimragError(f"Ray returned the chunks of {source} out of order; nothing of it "
+                                   "was written (earlier documents were); run the add again")
             pieces.append(ChunkText(str(b["text"][i]), json.loads(str(b["metadata"][i]))))
             vectors.append(b["vector"][i])
             if len(pieces) == int(b["n"][i]):
                 yield PreparedDoc(*head, pieces, np.stack(vectors).astype(np.float32))
                 pieces, vectors = [], []
-    assert not pieces, "a document's chunk rows were cut short"
+    if pieces:
+        raise SlimragError("Ray's output ended inside a document; documents before it were written, "
+                           "run the add again for the rest")

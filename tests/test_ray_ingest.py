@@ -126,4 +126,8 @@ def test_actor_pool_size_leaves_a_cpu_for_parsing() -> None:
         RayIngestConfig(num_embed_actors=2).actors(2)
     with pytest.raises(ValueError, match="num_embed_actors"):
         RayIngestConfig(num_embed_actors=0)
+    with pytest.raises(ValueError, match="wait forever"):  # GPUs asked of a CPU-only cluster
+        RayIngestConfig(embed_gpus=1).actors(16, 0)
+    with pytest.raises(ValueError, match="needs at least 2"):
+        RayIngestConfig().actors(1)
 

@@ -94,11 +94,17 @@ class RayIngestConfig:
         if n is None:
             n = int(cluster_gpus // self.embed_gpus) if self.embed_gpus else int(cluster_cpus / 2 // self.embed_cpus)
             n = max(1, n)
+        if cluster_cpus < 1 + self.embed_cpus:
+            raise ValueError(f"the Ray cluster has {cluster_cpus:g} CPUs; distributed ingest needs at least "
+                             f"{1 + self.embed_cpus:g} (one to parse, {self.embed_cpus:g} per embedding actor)")
         if n * self.embed_cpus > cluster_cpus - 1:
             raise ValueError(
                 f"{n} embedding actors of {self.embed_cpus:g} CPU leave no CPU of the cluster's {cluster_cpus:g} "
                 f"for parsing, so the pipeline would never start; use num_embed_actors <= "
-                f"{max(0, int((cluster_cpus - 1) // self.embed_cpus))} or a bigger cluster")
+                f"{max(1, int((cluster_cpus - 1) // self.embed_cpus))} or a bigger cluster")
+        if n * self.embed_gpus > cluster_gpus:
+            raise ValueError(f"{n} embedding actors of {self.embed_gpus:g} GPU need {n * self.embed_gpus:g} GPUs; "
+                             f"the Ray cluster has {cluster_gpus:g}, so they would wait forever")
         return n
 
 

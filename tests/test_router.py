@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
+from asgi_server import running
 from click.testing import CliRunner
 from openai_server import OpenAIServer
 
@@ -32,26 +32,6 @@ from slimrag.serve.routing import Replica, RouterConfig, choose, replica_url
 TIMEOUT = 10.0
 MODEL = "test-model"
 CHAT = "/v1/chat/completions"
-
-
-@contextmanager
-def running(app: Any) -> Iterator[str]:
-    """Serve ``app`` with uvicorn from a thread; yields the base URL; stops on exit."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 @contextmanager

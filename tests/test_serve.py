@@ -8,20 +8,18 @@ import base64
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
-import uvicorn
+from asgi_server import running
 from conftest import DOCS, write_tree
 from openai_server import OpenAIServer
 
@@ -39,26 +37,6 @@ from slimrag.types import Usage
 KEY = "test-key"
 TIMEOUT = 10.0
 CAT_Q = "What is the office cat called?"
-
-
-@contextmanager
-def running(app: Any) -> Iterator[str]:
-    """Serve ``app`` with uvicorn from a thread; yields the base URL; stops on exit."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,34 @@
+"""A real uvicorn server for an ASGI app, on 127.0.0.1 in a thread: what the HTTP tests serve
+slimrag's own apps (``slimrag serve``, ``slimrag route``) with."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+
+
+@contextmanager
+def running(app: Any) -> Iterator[str]:
+    """Serve ``app`` with uvicorn from a thread on an ephemeral 127.0.0.1 port; yields the base
+    URL; stops the server (and closes its socket) on exit."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()

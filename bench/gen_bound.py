@@ -29,6 +29,8 @@ from typing import Any
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
+from bench.generation import add_workload_args, requests, token_counter  # noqa: E402
+
 RESULTS = Path(__file__).resolve().parent / "results" / "gen_bound.json"
 
 
@@ -100,24 +102,9 @@ def shares(reqs: list[Any], count: Any) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workloads", default="grouped,zipf")
-    ap.add_argument("--passages", type=int, default=30)
-    ap.add_argument("--zipf-n", type=int, default=200)
-    ap.add_argument("--zipf-passages", type=int, default=200)
-    ap.add_argument("--zipf-s", type=float, default=1.0)
-    ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--seed", type=int, default=0)
+    add_workload_args(ap)
     args = ap.parse_args()
-    from bench.generation import requests
-    from slimrag.llm.weights import load_model
-
-    tok = load_model(device="cpu").tokenizer
-    memo: dict[str, int] = {}
-
-    def count(text: str) -> int:
-        if text not in memo:
-            memo[text] = len(tok.encode(text, add_special_tokens=False))
-        return memo[text]
+    count = token_counter()
 
     result = {}
     for workload in args.workloads.split(","):

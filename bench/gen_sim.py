@@ -25,6 +25,8 @@ from typing import Any
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
+from bench.generation import add_workload_args, requests, token_counter  # noqa: E402
+
 RESULTS = Path(__file__).resolve().parent / "results" / "gen_sim.json"
 KV_BYTES_PER_TOKEN = 2 * 30 * 3 * 64 * 4  # K and V x layers x kv heads x head dim x float32
 
@@ -104,28 +106,13 @@ def replay(reqs: list[Any], mode: str, policy: str, host_mib: int, disk_mib: int
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workloads", default="grouped,zipf")
-    ap.add_argument("--passages", type=int, default=30)
-    ap.add_argument("--zipf-n", type=int, default=200)
-    ap.add_argument("--zipf-passages", type=int, default=200)
-    ap.add_argument("--zipf-s", type=float, default=1.0)
-    ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--seed", type=int, default=0)
+    add_workload_args(ap)
     ap.add_argument("--burst", type=int, default=8)
     ap.add_argument("--budgets", default="256+512,512+1024,100000+0", help="host+disk MiB pairs")
     ap.add_argument("--policies", default="lru,gdsf")
     ap.add_argument("--modes", default="bcd")
     args = ap.parse_args()
-    from bench.generation import requests
-    from slimrag.llm.weights import load_model
-
-    tok = load_model(device="cpu").tokenizer
-    memo: dict[str, int] = {}
-
-    def count(text: str) -> int:
-        if text not in memo:
-            memo[text] = len(tok.encode(text, add_special_tokens=False))
-        return memo[text]
+    count = token_counter()
 
     result: dict[str, Any] = {}
     for workload in args.workloads.split(","):

@@ -45,6 +45,33 @@ def p90(xs: list[float]) -> float:
     return sorted(xs)[max(0, round(0.9 * len(xs)) - 1)] if xs else 0.0
 
 
+def add_workload_args(ap: argparse.ArgumentParser) -> None:
+    """The options that define the workloads (shared with ``bench.gen_bound`` and ``bench.gen_sim``,
+    so the three replay the same arrivals)."""
+    ap.add_argument("--workloads", default="grouped,zipf")
+    ap.add_argument("--passages", type=int, default=30)
+    ap.add_argument("--zipf-n", type=int, default=200)
+    ap.add_argument("--zipf-passages", type=int, default=200)
+    ap.add_argument("--zipf-s", type=float, default=1.0)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0)
+
+
+def token_counter() -> Any:
+    """``count(text)``: SmolLM2 tokens of a segment text, memoized (segments recur across prompts)."""
+    from slimrag.llm.weights import load_model
+
+    tok = load_model(device="cpu").tokenizer
+    memo: dict[str, int] = {}
+
+    def count(text: str) -> int:
+        if text not in memo:
+            memo[text] = len(tok.encode(text, add_special_tokens=False))
+        return memo[text]
+
+    return count
+
+
 def requests(args: argparse.Namespace, workload: str) -> list[Any]:
     """The workload's arrivals with their retrieved passages (relevance order). With
     ``--requests-file`` they are read from a file ``--dump-requests`` wrote (a GPU machine then
@@ -185,13 +212,8 @@ def load(args: argparse.Namespace) -> Any:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="60-question smoke run (grouped, 9 passages)")
-    ap.add_argument("--workloads", default="grouped,zipf")
+    add_workload_args(ap)
     ap.add_argument("--modes", default="abcd")
-    ap.add_argument("--passages", type=int, default=30)
-    ap.add_argument("--zipf-n", type=int, default=200)
-    ap.add_argument("--zipf-passages", type=int, default=200)
-    ap.add_argument("--zipf-s", type=float, default=1.0)
-    ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--burst", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=10)
     ap.add_argument("--host-mib", type=int, default=256)
@@ -203,7 +225,6 @@ def main() -> None:
     ap.add_argument("--tokenizer", help="folder with SmolLM2's tokenizer files (random-llama models)")
     ap.add_argument("--requests-file", type=Path, help="read the arrivals from this file (see --dump-requests)")
     ap.add_argument("--dump-requests", type=Path, help="write the workloads' arrivals to this file and exit")
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--limit", type=int, default=0, help="serve only the first N arrivals of each workload")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--report", type=Path, help="print the tables of a results file (partial or whole) and exit")

@@ -35,21 +35,12 @@ RESULTS = Path(__file__).resolve().parent / "results" / "gen_bound.json"
 
 
 def shares(reqs: list[Any], count: Any) -> dict[str, float]:
+    from bench.gen_sim import TreeView as View
     from slimrag.config import CacheConfig
     from slimrag.llm.kvpayload import SegmentKV
     from slimrag.llm.kvtree import KVTree
     from slimrag.rag.plan import plan_prompt
     from slimrag.rag.prompt import Prompt
-
-    class View:
-        def __init__(self, tree: KVTree) -> None:
-            self.tree = tree
-
-        def root_key(self, prompt: Prompt) -> str:
-            return prompt.system_key()
-
-        def walk(self, root: str, choose: Any) -> tuple[list[str], int]:
-            return self.tree.walk(root, choose)
 
     def hindsight(tree: KVTree, root: str, keys: set[str]) -> list[str]:
         def dfs(node: Any, rest: set[str]) -> tuple[list[str], int]:

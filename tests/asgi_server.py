@@ -1,5 +1,6 @@
 """A real uvicorn server for an ASGI app, on 127.0.0.1 in a thread: what the HTTP tests serve
-slimrag's own apps (``slimrag serve``, ``slimrag route``) with."""
+slimrag's own apps (``slimrag serve``, ``slimrag route``) with; and the check of OpenAI's error
+shape that both apps must answer bad requests with."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import httpx
 import uvicorn
 
 
@@ -32,3 +34,14 @@ def running(app: Any) -> Iterator[str]:
         server.should_exit = True
         thread.join(10)
         sock.close()
+
+
+def assert_error(response: httpx.Response, status: int, param: str | None = None) -> dict[str, Any]:
+    """Assert ``response`` is an OpenAI-shaped error with ``status`` (and ``param``); its body."""
+    assert response.status_code == status, response.text
+    err = response.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    assert err["type"] == ("invalid_request_error" if status < 500 else "server_error")
+    if param is not None:
+        assert err["param"] == param
+    return err

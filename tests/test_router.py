@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_server import running
+from asgi_server import assert_error, running
 from click.testing import CliRunner
 from openai_server import OpenAIServer
 
@@ -85,15 +85,6 @@ def metric(text: str, name: str, **labels: str) -> float:
     line = f"{name}{{{want}}} " if labels else f"{name} "
     return sum(float(ln[len(line):]) for ln in text.splitlines() if ln.startswith(line))
 
-
-def assert_error(response: httpx.Response, status: int, param: str | None = None) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    err = response.json()["error"]
-    assert set(err) == {"message", "type", "param", "code"} and err["message"]
-    assert err["type"] == ("invalid_request_error" if status < 500 else "server_error")
-    if param is not None:
-        assert err["param"] == param
-    return err
 
 
 # -- the prefix tree and the rule, without HTTP --------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from asgi_server import running
+from asgi_server import assert_error, running
 from conftest import DOCS, write_tree
 from openai_server import OpenAIServer
 
@@ -73,15 +73,6 @@ def sse(response: httpx.Response) -> list[Any]:
     events = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
     return [e if e == "[DONE]" else json.loads(e) for e in events]
 
-
-def assert_error(response: httpx.Response, status: int, param: str | None = None) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    err = response.json()["error"]
-    assert set(err) == {"message", "type", "param", "code"} and err["message"]
-    assert err["type"] == ("invalid_request_error" if status < 500 else "server_error")
-    if param is not None:
-        assert err["param"] == param
-    return err
 
 
 # -- chat completions ----------------------------------------------------------------------------

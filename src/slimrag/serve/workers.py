@@ -10,6 +10,13 @@ Why threads with their own index
     ones before serving. Threads start on the first job, open their `Worker` lazily, and close
     its index when `Workers.stop` ends them.
 
+Index updates
+    A worker keeps the index version it opened. Restart the server after `slimrag add`, `remove`
+    or `compact` in another process: until then workers answer from the version they opened
+    (workers opened at different times may differ), and a slim index whose generation was
+    replaced fails its searches with a clear error (status 500). Reopening on a manifest change
+    is not done yet.
+
 Generators
     The built-in generators are thread-safe (the local engine admits one prefill at a time through
     its scheduler and interleaves decode steps under its model lock), so their requests overlap.

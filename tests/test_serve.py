@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -245,6 +246,22 @@ def test_search_finds_the_expected_chunk(client: httpx.Client) -> None:
     assert hits and all(h["source"].startswith("notes/") for h in hits)
     hits = client.post("/v1/search", json={"query": "Whiskers", "mode": "keyword"}).json()["data"]
     assert [h["source"] for h in hits] == ["guide/cats.md"]
+
+
+def test_workers_follow_index_updates_without_a_restart(tmp_path: Path, embedder: LocalEmbedder,
+                                                        echo: OpenAIServer) -> None:
+    docs = write_tree(tmp_path / "docs", DOCS)
+    with Index.build(docs, tmp_path / "live.slimrag", embedder=embedder) as idx, \
+            running(create_app(RAG(idx, echo.base_url), workers=1)) as url, \
+            httpx.Client(base_url=url, timeout=TIMEOUT) as c:
+        query = {"query": "Which ferry crosses the fjord at dawn?", "k": 1}
+        assert c.post("/v1/search", json=query).json()["data"][0]["source"] != "ferry.md"
+        with Index.open(tmp_path / "live.slimrag", embedder=embedder) as writer:  # another writer
+            writer.add([("ferry.md", "The Nordlys ferry crosses the fjord at dawn, every day.")])
+        assert c.post("/v1/search", json=query).json()["data"][0]["source"] == "ferry.md"
+        with Index.open(tmp_path / "live.slimrag", embedder=embedder) as writer:
+            writer.remove(["ferry.md"])
+        assert c.post("/v1/search", json=query).json()["data"][0]["source"] != "ferry.md"
 
 
 def test_models_and_health(client: httpx.Client, embedder: LocalEmbedder) -> None:

@@ -11,11 +11,13 @@ Why threads with their own index
     its index when `Workers.stop` ends them.
 
 Index updates
-    A worker keeps the index version it opened. Restart the server after `slimrag add`, `remove`
-    or `compact` in another process: until then workers answer from the version they opened
-    (workers opened at different times may differ), and a slim index whose generation was
-    replaced fails its searches with a clear error (status 500). Reopening on a manifest change
-    is not done yet.
+    `slimrag add` and `compact` (from any process) end by replacing ``manifest.json`` with a new
+    file (write, fsync, rename); `remove` only commits tombstones to the SQLite catalog. Before
+    each job a worker compares the manifest's inode and modification time, and its catalog
+    connection's ``PRAGMA data_version`` (which SQLite changes when another connection commits),
+    with what it opened; when any differs it closes its index and opens the folder again, so
+    answers follow the index without a restart. The check costs a stat and a pragma, microseconds.
+    A job already running finishes on the version it started with.
 
 Generators
     The built-in generators are thread-safe (the local engine admits one prefill at a time through
@@ -38,10 +40,12 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from slimrag.config import GenerationConfig
 from slimrag.index.core import Index
+from slimrag.index.layout import MANIFEST
 from slimrag.llm.base import Delta, Generator
 from slimrag.llm.remote import RemoteGenerator
 from slimrag.rag.pipeline import RAG
@@ -83,16 +87,34 @@ class Worker:
     index: Index
     rag: RAG
     tap: _FinishTap
+    version: tuple[int, int, int]
 
     @classmethod
     def open(cls, served: RAG, exclusive: AbstractContextManager[Any]) -> Worker:
         """Open the served index again in this thread, with the served embedder and settings."""
         index = Index.open(served.index.root, embedder=served.index.embedder)
+        version = index_version(index)
         tap = _FinishTap(served.llm, exclusive)
         rag = RAG(index, tap, system=served.system, generation=served.generation, mode=served.mode,
                   shadow=False)
         rag.shadow = served.shadow  # one mirror of the remote prefix cache for all workers
-        return cls(index, rag, tap)
+        return cls(index, rag, tap, version)
+
+    def current(self, served: RAG, exclusive: AbstractContextManager[Any]) -> Worker:
+        """This worker, or a fresh one when the index changed on disk since it was opened."""
+        if index_version(self.index) == self.version:
+            return self
+        self.index.close()
+        return Worker.open(served, exclusive)
+
+
+def index_version(index: Index) -> tuple[int, int, int]:
+    """What changes when another process updates ``index``: the manifest file's (inode, mtime in
+    ns), replaced by a rename at every add and compact, and the catalog connection's SQLite
+    ``data_version``, which moves when another connection commits (a remove)."""
+    st = (Path(index.root) / MANIFEST).stat()
+    (data_version,) = index.catalog.db.execute("PRAGMA data_version").fetchone()
+    return st.st_ino, st.st_mtime_ns, int(data_version)
 
 
 _Job = tuple[Callable[[Worker], Any], Future[Any]]
@@ -183,7 +205,8 @@ class Workers:
                 if not fut.set_running_or_notify_cancel():
                     continue
                 try:
-                    worker = worker or Worker.open(self.served, self.exclusive)
+                    worker = (worker.current(self.served, self.exclusive) if worker is not None
+                              else Worker.open(self.served, self.exclusive))
                     fut.set_result(job(worker))
                 except Exception as exc:  # handed to the waiting request, which answers it
                     fut.set_exception(exc)

@@ -66,6 +66,26 @@ def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:
     return root
 
 
+#: The bad inputs of :func:`write_mixed_tree`, each of which must be skipped with one warning.
+BAD_FILES = ("corrupt.pdf", "binary.txt", "latin1.txt", "huge.txt")
+
+
+def write_mixed_tree(root: Path) -> Path:
+    """Three good files (markdown, text, PDF) beside the :data:`BAD_FILES`: a corrupt PDF, a binary
+    file, invalid UTF-8 and a sparse 200 MB file over the size limit."""
+    write_tree(root, {
+        "good.md": "# Volcano\n\nMount Etna erupted again in spring.",
+        "good2.txt": "The submarine dived to four hundred metres.",
+        "corrupt.pdf": b"%PDF-1.7\n%\xe2\xe3\n1 0 obj <</Type /Catalog /Pages 9 0 R>> trailer",
+        "binary.txt": bytes(range(256)) * 64,
+        "latin1.txt": "na\xefve caf\xe9".encode("latin-1"),
+        "ok.pdf": make_pdf("Pluto was reclassified as a dwarf planet."),
+    })
+    with open(root / "huge.txt", "wb") as f:  # sparse: no disk used
+        f.truncate(200 * 2**20)
+    return root
+
+
 @pytest.fixture(scope="session")
 def embedder() -> LocalEmbedder:
     """The real all-MiniLM-L6-v2, loaded once per test session."""

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import make_pdf, write_tree
+from conftest import BAD_FILES, write_mixed_tree
 
 from slimrag.cli import cli
 from slimrag.config import RayIngestConfig
@@ -65,16 +65,7 @@ def test_ray_ingest_stores_what_index_add_stores(docs_dir: Path, tmp_path: Path,
 
 def test_bad_files_skipped_with_the_local_warnings(tmp_path: Path, embedder: LocalEmbedder,
                                                    caplog: pytest.LogCaptureFixture) -> None:
-    root = write_tree(tmp_path / "mixed", {
-        "good.md": "# Volcano\n\nMount Etna erupted again in spring.",
-        "good2.txt": "The submarine dived to four hundred metres.",
-        "corrupt.pdf": b"%PDF-1.7\n%\xe2\xe3\n1 0 obj <</Type /Catalog /Pages 9 0 R>> trailer",
-        "binary.txt": bytes(range(256)) * 64,
-        "latin1.txt": "na\xefve caf\xe9".encode("latin-1"),
-        "ok.pdf": make_pdf("Pluto was reclassified as a dwarf planet."),
-    })
-    with open(root / "huge.txt", "wb") as f:  # sparse: over the size limit, skipped by the crawl on the driver
-        f.truncate(200 * 2**20)
+    root = write_mixed_tree(tmp_path / "mixed")
     with caplog.at_level(logging.WARNING, logger="slimrag"):
         local_report = Index.create(tmp_path / "l.slimrag", embedder=embedder, source_root=root).add(root)
     local_warned = _warnings(caplog)
@@ -85,7 +76,7 @@ def test_bad_files_skipped_with_the_local_warnings(tmp_path: Path, embedder: Loc
     warned = _warnings(caplog)
 
     assert sorted(warned) == sorted(local_warned) and len(warned) == 4
-    for bad in ("corrupt.pdf", "binary.txt", "latin1.txt", "huge.txt"):
+    for bad in BAD_FILES:
         assert sum(bad in w for w in warned) == 1, (bad, warned)
     _same_counts(report, local_report)
     assert sorted(d.source for d in idx.documents()) == ["good.md", "good2.txt", "ok.pdf"]

@@ -4,7 +4,9 @@ shape that both apps must answer bad requests with."""
 
 from __future__ import annotations
 
+import re
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -45,3 +47,13 @@ def assert_error(response: httpx.Response, status: int, param: str | None = None
     if param is not None:
         assert err["param"] == param
     return err
+
+
+def cli_server_url(proc: subprocess.Popen[str]) -> str:
+    """The base URL a ``slimrag serve``/``route`` subprocess (started with ``stderr=PIPE``,
+    ``text=True`` and ``--port 0``) reports in uvicorn's "running on" line."""
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if m := re.search(r"running on (http://127\.0\.0\.1:\d+)", line):
+            return m.group(1)
+    raise AssertionError("no 'running on' line from uvicorn")

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_server import assert_error, running
+from asgi_server import assert_error, cli_server_url, running
 from click.testing import CliRunner
 from openai_server import OpenAIServer
 
@@ -357,13 +357,7 @@ def test_slimrag_route_command(replicas: list[OpenAIServer]) -> None:
            "--replica", replicas[0].base_url, "--replica", root(replicas[1])]
     proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True)
     try:
-        assert proc.stderr is not None
-        url = None
-        for line in proc.stderr:
-            if m := re.search(r"running on (http://127\.0\.0\.1:\d+)", line):
-                url = m.group(1)
-                break
-        assert url is not None, "no 'running on' line from uvicorn"
+        url = cli_server_url(proc)
         health = httpx.get(f"{url}/healthz", timeout=TIMEOUT).json()
         assert [s["url"] for s in health["replicas"]] == [root(replicas[0]), root(replicas[1])]
         r = httpx.post(f"{url}{CHAT}", json=body("cli"), timeout=TIMEOUT)

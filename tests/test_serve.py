@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -20,7 +19,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from asgi_server import assert_error, running
+from asgi_server import assert_error, cli_server_url, running
 from conftest import DOCS, write_tree
 from openai_server import OpenAIServer
 
@@ -377,13 +376,7 @@ def test_slimrag_serve_command(index: Index, echo: OpenAIServer) -> None:
            "--llm", echo.base_url]
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
     try:
-        assert proc.stderr is not None
-        url = None
-        for line in proc.stderr:
-            if m := re.search(r"running on (http://127\.0\.0\.1:\d+)", line):
-                url = m.group(1)
-                break
-        assert url is not None, "no 'running on' line from uvicorn"
+        url = cli_server_url(proc)
         assert httpx.get(f"{url}/v1/models", timeout=TIMEOUT).status_code == 401
         hits = httpx.post(f"{url}/v1/search", json={"query": "office cat", "k": 1}, timeout=TIMEOUT,
                           headers={"Authorization": f"Bearer {KEY}"}).json()["data"]

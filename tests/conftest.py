@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -12,6 +13,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 from slimrag.embed.local import LocalEmbedder  # noqa: E402
+from slimrag.rag.prompt import Passage  # noqa: E402
 
 DOCS = {
     "guide/install.md": "# Installing\n\nRun `make demo` to install slimrag into a virtual environment.\n\n"
@@ -64,6 +66,18 @@ def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:
         else:
             p.write_text(content, encoding="utf-8")
     return root
+
+
+#: Words of the random passages of the warm-generation tests.
+WORDS = ("river stone cat moon paper green seven blue house tree light harbour lamp tower "
+         "winter apple clock bridge violin garden").split()
+
+
+def word_passages(rng: random.Random, n: int = 8, max_words: int = 24) -> list[Passage]:
+    """Short random passages: cheap to prefill, different enough to change the answer."""
+    return [Passage(f"p{i}", f"notes/{i}.md#0",
+                    " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, max_words))) + ".")
+            for i in range(n)]
 
 
 #: The bad inputs of :func:`write_mixed_tree`, each of which must be skipped with one warning.

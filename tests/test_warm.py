@@ -13,19 +13,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import WORDS, word_passages
 
 from slimrag.config import CacheConfig, GenerationConfig
 from slimrag.errors import ModelNotFoundError
 from slimrag.llm import weights
 from slimrag.llm.local import LocalGenerator
 from slimrag.rag.plan import plan_prompt
-from slimrag.rag.prompt import Passage, Prompt
+from slimrag.rag.prompt import Prompt
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
-WORDS = ("river stone cat moon paper green seven blue house tree light harbour lamp tower "
-         "winter apple clock bridge violin garden").split()
 NEW_TOKENS = 8
 
 
@@ -53,17 +52,12 @@ def cold(model: weights.LoadedModel) -> LocalGenerator:
     return LocalGenerator(loaded=model, cache=None)
 
 
-def pool(rng: random.Random, n: int = 8) -> list[Passage]:
-    """Short random passages: cheap to prefill, different enough to change the answer."""
-    return [Passage(f"p{i}", f"notes/{i}.md#0",
-                    " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 24))) + ".")
-            for i in range(n)]
 
 
 def test_cached_tokens_equal_uncached_over_random_passage_sets(model: weights.LoadedModel,
                                                                 cold: LocalGenerator) -> None:
     rng = random.Random(1234)
-    passages = pool(rng)
+    passages = word_passages(rng)
     warm = LocalGenerator(loaded=model)
     served = 0
     for case in range(12):
@@ -89,7 +83,7 @@ def test_exact_through_eviction_and_the_disk_tier(model: weights.LoadedModel, co
                                                    tmp_path: Path) -> None:
     """A host budget of a few segments: nodes are demoted to disk and promoted back, output unchanged."""
     rng = random.Random(7)
-    passages = pool(rng, 6)
+    passages = word_passages(rng, 6)
     budget = 46_080 * 130  # SmolLM2-135M KV in float32: the system segment (~45 tokens) + ~4 passages
     warm = LocalGenerator(loaded=model, cache=CacheConfig(host_bytes=budget, disk_bytes=50 * budget,
                                                           disk_dir=str(tmp_path)))
@@ -109,7 +103,7 @@ def test_exact_through_eviction_and_the_disk_tier(model: weights.LoadedModel, co
 
 def test_stream_reports_cached_tokens_and_the_planner_puts_them_first(model: weights.LoadedModel) -> None:
     rng = random.Random(3)
-    a, b, c, d = pool(rng, 4)
+    a, b, c, d = word_passages(rng, 4)
     warm = LocalGenerator(loaded=model)
     cfg = GenerationConfig(max_new_tokens=2)
     first, plan = plan_prompt("Which tree?", [a, b, c], warm.planning_cache())

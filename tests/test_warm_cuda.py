@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import WORDS, word_passages
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
@@ -23,11 +24,9 @@ if not torch.cuda.is_available():
 from slimrag.config import CacheConfig  # noqa: E402
 from slimrag.llm import weights  # noqa: E402
 from slimrag.llm.local import LocalGenerator  # noqa: E402
-from slimrag.rag.prompt import Passage, Prompt  # noqa: E402
+from slimrag.rag.prompt import Prompt  # noqa: E402
 
 os.environ["HF_HUB_OFFLINE"] = "1"
-WORDS = ("river stone cat moon paper green seven blue house tree light harbour lamp tower "
-         "winter apple clock bridge violin garden").split()
 KV_BYTES_PER_TOKEN = 2 * 4 * 2 * 64 * 2  # K and V x layers x kv heads x head dim x bfloat16
 
 
@@ -47,16 +46,12 @@ def model() -> Iterator[weights.LoadedModel]:
     yield weights.LoadedModel(net, tokenizer, 0.0, False, Path(folder), "cuda")
 
 
-def pool(rng: random.Random, n: int) -> list[Passage]:
-    return [Passage(f"p{i}", f"notes/{i}.md#0",
-                    " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 40))) + ".")
-            for i in range(n)]
 
 
 def test_cached_tokens_equal_uncached_through_device_host_and_disk(model: weights.LoadedModel,
                                                                     tmp_path: Path) -> None:
     rng = random.Random(99)
-    passages = pool(rng, 10)
+    passages = word_passages(rng, 10, max_words=40)
     segment = KV_BYTES_PER_TOKEN * 64
     warm = LocalGenerator(loaded=model, cache=CacheConfig(
         device="cuda", device_bytes=3 * segment, host_bytes=4 * segment, disk_bytes=100 * segment,

@@ -19,6 +19,7 @@ included) to the first generated piece, ``total_s`` to the last.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -60,9 +61,9 @@ LOCAL_REPETITION_PENALTY = 1.1
 def default_generation(llm: Generator, max_new_tokens: int = 256) -> GenerationConfig:
     """The sampling settings a `RAG` uses when given none: greedy, with
     :data:`LOCAL_REPETITION_PENALTY` for a model that runs in this process."""
-    from slimrag.llm.local import LocalGenerator
-
-    penalty = LOCAL_REPETITION_PENALTY if isinstance(llm, LocalGenerator) else 1.0
+    local = sys.modules.get("slimrag.llm.local")  # imported already when ``llm`` is local; never
+    penalty = (LOCAL_REPETITION_PENALTY  # import torch just to learn a remote model is not local
+               if local is not None and isinstance(llm, local.LocalGenerator) else 1.0)
     return GenerationConfig(max_new_tokens=max_new_tokens, repetition_penalty=penalty)
 
 

@@ -222,7 +222,7 @@ def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None
         warm_up(rag)  # here, so a missing model is one error line rather than a failed startup
         if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
             click.echo(f"warning: serving on {host} without an API key", err=True)
-        uvicorn.run(create_app(rag, api_key=api_key), host=host, port=port, log_level="info")
+        uvicorn.run(create_app(rag, api_key=api_key, warm=False), host=host, port=port, log_level="info")
 
 
 @cli.command()

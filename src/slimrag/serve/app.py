@@ -61,12 +61,13 @@ def warm_up(rag: RAG) -> None:
 
 
 def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimrag", workers: int = 4,
-               max_body_bytes: int = 1 << 20) -> FastAPI:
+               max_body_bytes: int = 1 << 20, warm: bool = True) -> FastAPI:
     """The server for ``rag``'s index folder, generator and settings (see the module header).
 
     api_key: required as a bearer token on ``/v1/`` routes when set. model_name: the id listed at
     ``/v1/models`` and named in completions. workers: threads doing blocking work, each with its
-    own index. max_body_bytes: larger request bodies get 413.
+    own index. max_body_bytes: larger request bodies get 413. warm: load the models at startup
+    (:func:`warm_up`); False when the caller already did.
     """
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
@@ -75,7 +76,8 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        await asyncio.to_thread(warm_up, rag)
+        if warm:
+            await asyncio.to_thread(warm_up, rag)
         yield
         await asyncio.to_thread(pool.stop)
 

@@ -36,11 +36,11 @@ RESULTS = Path(__file__).resolve().parent / "results" / "gen_bound.json"
 
 def shares(reqs: list[Any], count: Any) -> dict[str, float]:
     from bench.gen_sim import TreeView as View
-    from slimrag.config import CacheConfig
-    from slimrag.llm.kvpayload import SegmentKV
-    from slimrag.llm.kvtree import KVTree
+    from slimrag.llm.kv.config import CacheConfig
+    from slimrag.llm.kv.payload import SegmentKV
+    from slimrag.llm.kv.tree import KVTree
+    from slimrag.prompt import Prompt
     from slimrag.rag.plan import plan_prompt
-    from slimrag.rag.prompt import Prompt
 
     def hindsight(tree: KVTree, root: str, keys: set[str]) -> list[str]:
         def dfs(node: Any, rest: set[str]) -> tuple[list[str], int]:

@@ -29,12 +29,12 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from slimrag.config import CacheConfig
+from slimrag.llm.kv.config import CacheConfig
 from slimrag.llm.local import LocalGenerator
 from slimrag.llm.scheduler import pick_next
 from slimrag.llm.weights import LoadedModel
+from slimrag.prompt import Passage, Prompt
 from slimrag.rag.plan import plan_prompt
-from slimrag.rag.prompt import Passage, Prompt
 
 
 @dataclass(frozen=True)

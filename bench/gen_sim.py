@@ -49,8 +49,8 @@ def orders(mode: str, burst: list[Any], view: TreeView) -> Any:
     each request is admitted)."""
     from bench.gen_modes import relevance_prompt
     from slimrag.llm.scheduler import pick_next
+    from slimrag.prompt import Prompt
     from slimrag.rag.plan import plan_prompt
-    from slimrag.rag.prompt import Prompt
 
     if mode == "b":
         yield from (relevance_prompt(r) for r in burst)
@@ -80,9 +80,9 @@ def orders(mode: str, burst: list[Any], view: TreeView) -> Any:
 def replay(reqs: list[Any], mode: str, policy: str, host_mib: int, disk_mib: int, burst: int,
            count: Any) -> dict[str, float]:
     """Serve ``reqs`` in bursts through one simulated tree; the cached share and tier activity."""
-    from slimrag.config import CacheConfig
-    from slimrag.llm.kvpayload import SegmentKV
-    from slimrag.llm.kvtree import KVTree
+    from slimrag.llm.kv.config import CacheConfig
+    from slimrag.llm.kv.payload import SegmentKV
+    from slimrag.llm.kv.tree import KVTree
 
     if mode == "c":
         with contextlib.suppress(AttributeError):

@@ -78,8 +78,8 @@ def requests(args: argparse.Namespace, workload: str) -> list[Any]:
     needs neither the index nor the embedder)."""
     from bench.gen_modes import Request
     from bench.qa_workload import flat_index, grouped, zipf
+    from slimrag.prompt import Passage
     from slimrag.rag.pipeline import passage_of
-    from slimrag.rag.prompt import Passage
 
     if getattr(args, "requests_file", None):
         saved = json.loads(Path(args.requests_file).read_text())[workload]
@@ -104,7 +104,8 @@ def run(args: argparse.Namespace, workload: str, model: Any, checkpoint: Any) ->
     the summary so far (a long run on a busy machine leaves usable partial results)."""
     from bench.gen_modes import MODES, relevance_prompt
     from bench.qa_workload import exact_match, f1
-    from slimrag.config import CacheConfig, GenerationConfig
+    from slimrag.config import GenerationConfig
+    from slimrag.llm.kv.config import CacheConfig
 
     cache = CacheConfig(device=str(model.model.device), device_bytes=args.device_mib << 20,
                         host_bytes=args.host_mib << 20, disk_bytes=args.disk_mib << 20)

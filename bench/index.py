@@ -212,19 +212,19 @@ class Flat(System):
 
 class Slim(System):
     fixed_files = ("pq_codebooks.npy", "slim.json")
-    modules = ("slimrag.index.search",)
+    modules = ("slimrag.index.slim",)
 
     def _config(self) -> Any:
-        from slimrag.index.codes import PQConfig
-        from slimrag.index.graph import GraphConfig
-        from slimrag.index.search import SlimConfig
+        from slimrag.index.slim import SlimConfig
+        from slimrag.index.slim.graph import GraphConfig
+        from slimrag.index.slim.pq import PQConfig
 
         p = self.params
         return SlimConfig(graph=GraphConfig(**p.get("graph", {})), pq=PQConfig(**p.get("pq", {})),
                           **{k: v for k, v in p.items() if k not in ("graph", "pq")})
 
     def build(self, x: np.ndarray, folder: Path) -> None:
-        from slimrag.index.search import SlimArtifacts, SlimSearcher, build_slim
+        from slimrag.index.slim import SlimArtifacts, SlimSearcher, build_slim
 
         self.cfg = dataclasses.replace(self._config(), cache_bytes=0)
         build_slim(x, self.cfg).save(folder)
@@ -239,7 +239,7 @@ class Slim(System):
         return res.rows.tolist()
 
     def prepare_latency(self, texts: list[str], embed: Any) -> None:
-        from slimrag.index.search import SlimSearcher
+        from slimrag.index.slim import SlimSearcher
 
         self.searcher = SlimSearcher(self.art, lambda rows: embed([texts[r] for r in rows.tolist()]), self.cfg)
         self.stats = []

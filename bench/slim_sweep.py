@@ -21,9 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from slimrag.index.codes import PQConfig, train_pq
-from slimrag.index.graph import build_graph, pick_hubs
-from slimrag.index.search import (
+from slimrag.index.slim import (
     SlimArtifacts,
     SlimConfig,
     SlimSearcher,
@@ -31,6 +29,8 @@ from slimrag.index.search import (
     calibrate_pq_error,
     slim_bytes,
 )
+from slimrag.index.slim.graph import build_graph, pick_hubs
+from slimrag.index.slim.pq import PQConfig, train_pq
 
 
 def text_like(n: int, nq: int, d: int = 384, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -13,7 +13,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 from slimrag.embed.local import LocalEmbedder  # noqa: E402
-from slimrag.rag.prompt import Passage  # noqa: E402
+from slimrag.prompt import Passage  # noqa: E402
 
 DOCS = {
     "guide/install.md": "# Installing\n\nRun `make demo` to install slimrag into a virtual environment.\n\n"

@@ -133,7 +133,7 @@ def test_interrupted_add_leaves_previous_state(tmp_path: Path, embedder: LocalEm
     def boom(*a: object, **k: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr("slimrag.index.layout.write_json_atomic", boom)
+    monkeypatch.setattr("slimrag.files.write_json_atomic", boom)
     with pytest.raises(OSError):
         idx.add([("b.txt", "a second document about pears")])
     monkeypatch.undo()

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from slimrag.llm.kvtree import (
+from slimrag.llm.kv.tree import (
     EVICTION_POLICIES,
     KVTree,
     KVTreeConfig,

@@ -20,7 +20,7 @@ from slimrag.errors import ModelNotFoundError, SlimragError
 from slimrag.llm import weights
 from slimrag.llm.decoding import find_stop, safe_len
 from slimrag.llm.local import LocalGenerator
-from slimrag.rag.prompt import Passage, Prompt
+from slimrag.prompt import Passage, Prompt
 
 # Before anything imports transformers (it is imported lazily, inside the loaders): never a hub.
 os.environ["HF_HUB_OFFLINE"] = "1"

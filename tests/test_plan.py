@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from slimrag.llm.kvtree import KVTree, KVTreeConfig, SegmentKV
+from slimrag.llm.kv.tree import KVTree, KVTreeConfig, SegmentKV
+from slimrag.prompt import Passage
 from slimrag.rag.plan import Plan, plan_passages, split_turn
-from slimrag.rag.prompt import Passage
 
 S = SegmentKV.simulated
 
@@ -108,8 +108,8 @@ class View:
 
 
 def test_plan_prompt_uses_content_keys_and_states_the_ranking() -> None:
+    from slimrag.prompt import Prompt
     from slimrag.rag.plan import plan_prompt
-    from slimrag.rag.prompt import Prompt
 
     a, b, c = (Passage(k, f"doc/{k}.md#0", f"text of {k}") for k in "abc")
     tree = KVTree.simulated(KVTreeConfig(device="cpu", host_bytes=1 << 20))

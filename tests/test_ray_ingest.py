@@ -24,7 +24,7 @@ from slimrag.index.core import AddReport, Index
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
 
-from slimrag.ingest.distributed import ray_ingest  # noqa: E402
+from slimrag.index.distributed import ray_ingest  # noqa: E402
 
 QUERIES = ["how do I install it on Windows", "what is the cat called", "bread baking temperature",
            "fibonacci function", "planet with two moons", "galaxy seen through a telescope"]

@@ -18,7 +18,7 @@ from slimrag.config import GenerationConfig
 from slimrag.embed.remote import RemoteEmbedder
 from slimrag.errors import BackendError, SlimragError
 from slimrag.llm.remote import RemoteGenerator, api_root
-from slimrag.rag.prompt import Passage, Prompt
+from slimrag.prompt import Passage, Prompt
 
 TIMEOUT = 5.0
 PROMPT = Prompt(

@@ -25,9 +25,9 @@ from click.testing import CliRunner
 from openai_server import OpenAIServer
 
 from slimrag.cli import cli
-from slimrag.serve.prefix_tree import PrefixTree
-from slimrag.serve.router import create_router_app
-from slimrag.serve.routing import Replica, RouterConfig, choose, replica_url
+from slimrag.route.app import create_router_app
+from slimrag.route.policy import Replica, RouterConfig, choose, replica_url
+from slimrag.route.prefix_tree import PrefixTree
 
 TIMEOUT = 10.0
 MODEL = "test-model"

@@ -29,8 +29,8 @@ from slimrag.errors import BackendError
 from slimrag.index.core import Index
 from slimrag.llm.base import Delta, Generator
 from slimrag.llm.remote import RemoteGenerator
+from slimrag.prompt import Prompt
 from slimrag.rag.pipeline import RAG
-from slimrag.rag.prompt import Prompt
 from slimrag.serve.app import create_app
 from slimrag.types import Usage
 

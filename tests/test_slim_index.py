@@ -22,9 +22,9 @@ from openai_server import OpenAIServer
 
 from slimrag.config import IndexConfig
 from slimrag.embed.remote import RemoteEmbedder
-from slimrag.index.codes import PQConfig
 from slimrag.index.core import Index, embed_input
-from slimrag.index.search import SlimConfig
+from slimrag.index.slim import SlimConfig
+from slimrag.index.slim.pq import PQConfig
 
 WORDS = ("river stone cloud engine violin garden copper lantern harbor orbit meadow signal falcon "
          "pepper quartz timber canyon glacier marble velvet ember mosaic nectar saddle tundra").split()
@@ -111,22 +111,23 @@ def test_auto_storage_picks_by_size(server: OpenAIServer, tmp_path: Path) -> Non
 
 CHILD = """
 import sys, time
-from slimrag.index import layout, search
+from slimrag import files
+from slimrag.index.slim import artifacts
 from slimrag.index.core import Index
 stage = sys.argv[2]
 if stage == "writing":
-    orig = search.SlimArtifacts.save
+    orig = artifacts.SlimArtifacts.save
     def slow_save(self, folder):
         orig(self, folder)
         print("writing", flush=True)
         time.sleep(120)
-    search.SlimArtifacts.save = slow_save
+    artifacts.SlimArtifacts.save = slow_save
 else:
-    orig_switch = layout.write_json_atomic
+    orig_switch = files.write_json_atomic
     def slow_switch(path, data):
         print("switching", flush=True)
         time.sleep(120)
-    layout.write_json_atomic = slow_switch
+    files.write_json_atomic = slow_switch
 idx = Index.open(sys.argv[1])
 idx.compact()
 """

@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 from conftest import WORDS, word_passages
 
-from slimrag.config import CacheConfig, GenerationConfig
+from slimrag.config import GenerationConfig
 from slimrag.errors import ModelNotFoundError
 from slimrag.llm import weights
+from slimrag.llm.kv.config import CacheConfig
 from slimrag.llm.local import LocalGenerator
+from slimrag.prompt import Prompt
 from slimrag.rag.plan import plan_prompt
-from slimrag.rag.prompt import Prompt
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"

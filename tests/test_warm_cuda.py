@@ -21,10 +21,10 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
-from slimrag.config import CacheConfig  # noqa: E402
 from slimrag.llm import weights  # noqa: E402
+from slimrag.llm.kv.config import CacheConfig  # noqa: E402
 from slimrag.llm.local import LocalGenerator  # noqa: E402
-from slimrag.rag.prompt import Prompt  # noqa: E402
+from slimrag.prompt import Prompt  # noqa: E402
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 KV_BYTES_PER_TOKEN = 2 * 4 * 2 * 64 * 2  # K and V x layers x kv heads x head dim x bfloat16

@@ -17,7 +17,7 @@ import click
 
 from slimrag.config import IndexConfig, RayIngestConfig, SearchConfig
 from slimrag.errors import SlimragError
-from slimrag.serve.routing import RouterConfig
+from slimrag.route.policy import RouterConfig
 
 _IDX = {f.name: f.default for f in fields(IndexConfig)}
 _SEARCH = {f.name: f.default for f in fields(SearchConfig)}
@@ -99,7 +99,7 @@ def add(index: str, paths: tuple[str, ...], use_ray: bool, ray_address: str | No
     """Add or update files or folders in an index."""
     with _open(index) as idx:
         if use_ray or ray_address:
-            from slimrag.ingest.distributed import ray_ingest
+            from slimrag.index.distributed import ray_ingest
 
             try:
                 rep = ray_ingest(idx, list(paths), address=ray_address, num_embed_actors=embed_actors)
@@ -244,7 +244,7 @@ def route(replicas: tuple[str, ...], host: str, port: int, cache_threshold: floa
     """Route OpenAI-compatible requests over several `slimrag serve` replicas (cache-aware, with failover)."""
     import uvicorn
 
-    from slimrag.serve.router import create_router_app
+    from slimrag.route.app import create_router_app
 
     try:
         config = RouterConfig(cache_threshold=cache_threshold, balance_abs_threshold=balance_abs_threshold,

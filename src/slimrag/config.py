@@ -7,13 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from slimrag.llm.eviction import EVICTION_POLICIES
-
 STORAGES = ("flat", "slim", "auto")
 SEARCH_MODES = ("vector", "keyword", "hybrid")
 DTYPES = ("float32", "float16")
-#: Tier names of the knowledge tree, top first.
-DEVICE, HOST, DISK = "device", "host", "disk"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +53,7 @@ class IndexConfig:
 
 @dataclass(frozen=True, slots=True)
 class RayIngestConfig:
-    """How `slimrag.ingest.distributed.ray_ingest` spreads parsing and embedding over Ray.
+    """How `slimrag.index.distributed.ray_ingest` spreads parsing and embedding over Ray.
 
     num_embed_actors: size of the embedding actor pool; each actor reserves ``embed_cpus`` CPUs
         (and ``embed_gpus`` GPUs) and holds one copy of the embedder (~90 MB of weights for
@@ -154,54 +150,3 @@ class GenerationConfig:
             raise ValueError("temperature must be >= 0 and top_p in (0, 1]")
         if self.repetition_penalty < 1.0:
             raise ValueError(f"repetition_penalty must be >= 1 (1 = off), got {self.repetition_penalty}")
-
-
-@dataclass(frozen=True, slots=True)
-class CacheConfig:
-    """Budgets and policy of the knowledge tree (:class:`slimrag.llm.kvtree.KVTree`).
-
-    device: where the model runs (``"cpu"``, ``"cuda"``, ``"cuda:1"``). On ``"cpu"`` there is no
-    separate device tier and ``device_bytes`` is ignored.
-    device_bytes / host_bytes: memory budgets. Rule of thumb: KV bytes per token = 2 (K and V) ×
-    layers × kv_heads × head_dim × dtype bytes; SmolLM2-135M in float32 is 46 KB/token, so a
-    200-token passage is ~9 MB and the 1 GiB host default holds ~110 passages.
-    disk_bytes: budget of the disk tier; 0 (default) disables it. Reading a segment back from a
-    local SSD is much cheaper than recomputing it on a CPU, less so next to a fast GPU.
-    disk_dir: parent folder of the tier's scratch folder (a fresh temp folder inside it, removed
-    by ``KVTree.close``); None means the system temp folder.
-    policy: a key of :data:`slimrag.llm.eviction.EVICTION_POLICIES`; ``"gdsf"`` (default) weighs
-    recompute cost, size and frequency, ``"lru"``/``"lfu"`` are baselines.
-    attention_scale: the context length at which a token's attention work equals its
-    linear-layer work (≈ 6 × hidden size); only shapes ``kvpayload.prefill_cost``.
-    """
-
-    device: str = "cpu"
-    device_bytes: int = 2 << 30
-    host_bytes: int = 1 << 30
-    disk_bytes: int = 0
-    disk_dir: str | None = None
-    policy: str = "gdsf"
-    attention_scale: float = 4096.0
-
-    def __post_init__(self) -> None:
-        if not self.device:
-            raise ValueError("device must be a torch device string such as 'cpu' or 'cuda'")
-        if min(self.device_bytes, self.host_bytes, self.disk_bytes) < 0:
-            raise ValueError("device_bytes, host_bytes and disk_bytes must be >= 0")
-        if self.host_bytes == 0 and (self.on_cpu or self.device_bytes == 0):
-            raise ValueError("at least one memory tier needs a positive budget")
-        if self.policy not in EVICTION_POLICIES:
-            raise ValueError(f"policy must be one of {sorted(EVICTION_POLICIES)}, got {self.policy!r}")
-        if self.attention_scale <= 0:
-            raise ValueError(f"attention_scale must be positive, got {self.attention_scale}")
-
-    @property
-    def on_cpu(self) -> bool:
-        """True when the model runs on the CPU, so the device tier and the host tier are one."""
-        return self.device.split(":")[0] == "cpu"
-
-    def tiers(self) -> list[tuple[str, int]]:
-        """The tiers in use, top first, as (name, budget); tiers with a zero budget are left out."""
-        named = [(HOST, self.host_bytes)] if self.on_cpu else [(DEVICE, self.device_bytes), (HOST, self.host_bytes)]
-        named.append((DISK, self.disk_bytes))
-        return [(name, budget) for name, budget in named if budget > 0]

@@ -1,0 +1,1 @@
+"""Embedders behind one `Embedder` interface: the packaged MiniLM (`local`), OpenAI-compatible endpoints (`remote`)."""

@@ -5,7 +5,7 @@ read and hash files → skip unchanged ones → parse and chunk → embed in bat
 transaction: replace changed documents, insert chunks → write a delta part → switch the manifest
 → commit. `build` is "create an empty index, add, compact", so a build and an incremental add
 share one code path and one set of tests. Everything from "skip unchanged" on is `Index.write`,
-which also takes documents chunked and embedded elsewhere (`slimrag.ingest.distributed` feeds it
+which also takes documents chunked and embedded elsewhere (`slimrag.index.distributed` feeds it
 from a Ray cluster), so dedup, chunk ids and crash safety do not depend on where the work ran.
 
 Search reads vectors from the current generation plus the delta parts; removed chunks are masked
@@ -28,10 +28,11 @@ from slimrag.catalog import Catalog
 from slimrag.config import IndexConfig, SearchConfig
 from slimrag.embed.base import Embedder
 from slimrag.errors import IndexFormatError
+from slimrag import files
 from slimrag.index import layout
 from slimrag.index.flat import FlatVectors
-from slimrag.index.search import SlimArtifacts, SlimConfig, build_slim, slim_bytes
-from slimrag.index.slimstore import SlimVectors
+from slimrag.index.slim import SlimArtifacts, SlimConfig, build_slim, slim_bytes
+from slimrag.index.slim.store import SlimVectors
 from slimrag.ingest.chunker import Chunker, ChunkText, default_chunker
 from slimrag.ingest.crawl import Skipped
 from slimrag.ingest.source import Inputs, PreparedDoc, iter_inputs, prepare
@@ -128,7 +129,7 @@ class Index:
         layout.write_generation(out, 0, {"ids": layout.narrow_ids(np.zeros(0, np.int64)),
                                          "vectors": np.zeros((0, embedder.dim), config.dtype)})
         now = time.time()
-        layout.write_json_atomic(out / layout.MANIFEST, {
+        files.write_json_atomic(out / layout.MANIFEST, {
             "format": layout.FORMAT_VERSION, "storage": config.storage, "gen_kind": "flat",
             "slim": (slim or SlimConfig()).to_dict(), "embedder": _embedder_record(embedder),
             "config": asdict(config), "generation": 0, "delta_parts": [], "next_chunk_id": 0, "next_part": 0,
@@ -307,7 +308,7 @@ class Index:
             manifest = {**self.manifest, "delta_parts": [*self.manifest["delta_parts"], part],
                         "next_part": self.manifest["next_part"] + 1, "next_chunk_id": next_id,
                         "updated": time.time()}
-            layout.write_json_atomic(self.root / layout.MANIFEST, manifest)
+            files.write_json_atomic(self.root / layout.MANIFEST, manifest)
             self.catalog.commit()
         except BaseException:
             self.catalog.rollback()
@@ -358,7 +359,7 @@ class Index:
                                                      "vectors": vecs.astype(self.config.dtype)})
         manifest = {**self.manifest, "generation": gen, "gen_kind": storage, "delta_parts": [],
                     "updated": time.time()}
-        layout.write_json_atomic(self.root / layout.MANIFEST, manifest)
+        files.write_json_atomic(self.root / layout.MANIFEST, manifest)
         self.manifest = manifest
         self.catalog.clear_tombstones()
         layout.collect_garbage(self.root, manifest)

@@ -36,35 +36,12 @@ from typing import Any
 import numpy as np
 
 from slimrag.errors import IndexFormatError
+from slimrag.files import fsync_dir
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 CATALOG = "catalog.sqlite"
 DELTA = "delta"
-
-
-def fsync_dir(path: Path) -> None:
-    """fsync a folder, so a rename inside it survives a crash."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Replace ``path`` with ``data`` so a reader sees either the old or the new file, never half."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
 
 
 def read_manifest(root: Path) -> dict[str, Any]:

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from slimrag.config import GenerationConfig
-from slimrag.rag.prompt import Prompt
+from slimrag.prompt import Prompt
 from slimrag.types import Usage
 
 if TYPE_CHECKING:
-    from slimrag.rag.plan import PlanningCache
+    from slimrag.prompt import PlanningCache
 
 
 @dataclass(frozen=True, slots=True)

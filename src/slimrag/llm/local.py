@@ -11,7 +11,7 @@ with ``generate``'s own cache management, so the loop is ours. One request:
    segment boundaries; that is deliberate.)
 2. Wait for the prefill gate (:mod:`slimrag.llm.scheduler`: one prefill at a time, longest cached
    prefix first, with an age bound).
-3. Lease the cached prefix from the KV reuse strategy (:mod:`slimrag.llm.warm`; the knowledge
+3. Lease the cached prefix from the KV reuse strategy (:mod:`slimrag.llm.kv.reuse`; the knowledge
    tree by default), seed a ``DynamicCache`` with it, and prefill the remaining segments one
    forward per segment with explicit position ids, keeping only the last position's logits
    (``logits_to_keep=1``: the 49k-wide vocabulary projection of every prompt position would cost
@@ -43,16 +43,17 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from slimrag.config import CacheConfig, GenerationConfig
+from slimrag.config import GenerationConfig
 from slimrag.errors import SlimragError
 from slimrag.llm.base import Delta, Generator
 from slimrag.llm.decoding import Chooser, chooser, find_stop, greedy, safe_len
-from slimrag.llm.kvpayload import cache_layers
-from slimrag.llm.kvtree import KVTree, KVTreeStats
+from slimrag.llm.kv.config import CacheConfig
+from slimrag.llm.kv.payload import cache_layers
+from slimrag.llm.kv.reuse import KVReuse, NoReuse, PlanningView, TreeReuse
+from slimrag.llm.kv.tree import KVTree, KVTreeStats
 from slimrag.llm.scheduler import PrefillScheduler, SchedulerConfig
-from slimrag.llm.warm import KVReuse, NoReuse, PlanningView, TreeReuse, root_key
 from slimrag.llm.weights import LoadedModel, load_model
-from slimrag.rag.prompt import Prompt, Segment
+from slimrag.prompt import Prompt, Segment, root_key
 from slimrag.types import Usage
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ class LocalGenerator(Generator):
     already loaded model to use instead (lets several generators, or tests, share one copy).
     cache: how passage KV is reused across requests: a :class:`CacheConfig` (default: a knowledge
     tree with a 1 GiB host budget; its device tier follows the model's device), a ready
-    :class:`KVTree` or :class:`~slimrag.llm.warm.KVReuse`, or None for no reuse.
+    :class:`KVTree` or :class:`~slimrag.llm.kv.reuse.KVReuse`, or None for no reuse.
     scheduler: settings of the prefill gate (:class:`SchedulerConfig`).
 
     Loading is lazy: the constructor is cheap and the first :meth:`stream` (or :meth:`load`) pays

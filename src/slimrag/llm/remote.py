@@ -51,7 +51,7 @@ from slimrag.config import GenerationConfig
 from slimrag.errors import BackendError
 from slimrag.llm.base import Delta, Generator
 from slimrag.openai_http import HINT_5XX, OpenAIClient, api_root, server_message
-from slimrag.rag.prompt import Prompt
+from slimrag.prompt import Prompt
 from slimrag.types import Usage
 
 __all__ = ["OpenAIClient", "RemoteGenerator", "api_root"]

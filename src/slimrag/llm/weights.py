@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from slimrag.errors import ModelNotFoundError, SlimragError
-from slimrag.index.layout import fsync_dir as _fsync_dir
+from slimrag.files import fsync_dir, fsync_tree, write_json_atomic
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -137,7 +137,7 @@ def gguf_sha256(path: Path, home: Path | None = None) -> str:
             return sha
     sha = file_sha256(path)
     index[str(path)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}
-    _write_json_atomic(index_path, index)
+    write_json_atomic(index_path, index)
     return sha
 
 
@@ -205,7 +205,7 @@ def convert_gguf(gguf_path: Path, dest: Path) -> None:
         tokenizer.save_pretrained(tmp)
         marker = {"format": CACHE_FORMAT, "source": str(gguf_path.resolve()), "created": time.time()}
         (tmp / MARKER).write_text(json.dumps(marker, indent=1))
-        _fsync_tree(tmp)
+        fsync_tree(tmp)
         try:
             tmp.rename(dest)
         except OSError:
@@ -213,7 +213,7 @@ def convert_gguf(gguf_path: Path, dest: Path) -> None:
             if not is_converted(dest):
                 raise
             shutil.rmtree(tmp, ignore_errors=True)
-        _fsync_dir(dest.parent)
+        fsync_dir(dest.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -263,17 +263,6 @@ def _sweep_stale_tmp(parent: Path) -> None:
             continue  # another process swept it first
 
 
-def _fsync_tree(folder: Path) -> None:
-    for f in folder.iterdir():
-        if f.is_file():
-            fd = os.open(f, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-    _fsync_dir(folder)
-
-
 def _read_json(path: Path) -> dict[str, Any]:
     """A JSON object from ``path``, or ``{}`` when it is missing or unreadable (caches rebuild)."""
     try:
@@ -281,15 +270,3 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 
 from slimrag.config import GenerationConfig
 from slimrag.llm.base import Delta, Generator
+from slimrag.prompt import DEFAULT_SYSTEM, Passage, Prompt
 from slimrag.rag.plan import PlanningCache, plan_prompt
-from slimrag.rag.prompt import DEFAULT_SYSTEM, Passage, Prompt
 from slimrag.rag.shadow import ShadowCache
 from slimrag.types import Answer, Hit, Usage
 

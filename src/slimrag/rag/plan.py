@@ -36,34 +36,10 @@ Cost: :func:`plan_prompt` computes k content digests (about a microsecond each) 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
-from slimrag.rag.prompt import DEFAULT_SYSTEM, Passage, Prompt
-
-
-class CachedSegment(Protocol):
-    """What the planner reads of a cached node: its token count."""
-
-    @property
-    def tokens(self) -> int: ...
-
-
-class PrefixCache(Protocol):
-    """A tree the planner can walk (``KVTree.walk``): ``choose`` is given the current node's
-    children and returns the key to descend to, or None to stop; returns (keys, cached tokens)."""
-
-    def walk(self, root_key: str, choose: Callable[[Mapping[str, CachedSegment]], str | None],
-             ) -> tuple[list[str], int]: ...
-
-
-class PlanningCache(PrefixCache, Protocol):
-    """A prefix cache as a generator exposes it to the planner (``Generator.planning_cache``):
-    the walk plus the root key under which it files a prompt (its system segment, namespaced by
-    the model)."""
-
-    def root_key(self, prompt: Prompt) -> str: ...
+from slimrag.prompt import DEFAULT_SYSTEM, CachedSegment, Passage, PlanningCache, PrefixCache, Prompt
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from slimrag.config import CacheConfig
-from slimrag.llm.kvpayload import SegmentKV
-from slimrag.llm.kvtree import KVTree
-from slimrag.rag.plan import CachedSegment
-from slimrag.rag.prompt import Prompt
+from slimrag.llm.kv.config import CacheConfig
+from slimrag.llm.kv.payload import SegmentKV
+from slimrag.llm.kv.tree import KVTree
+from slimrag.prompt import CachedSegment, Prompt, root_key
 
 #: Characters per token assumed for remote tokenizers.
 CHARS_PER_TOKEN = 4
@@ -39,7 +38,7 @@ class ShadowCache:
 
     def root_key(self, prompt: Prompt) -> str:
         """The shadow tree's root for ``prompt``'s system segment."""
-        return f"{self.namespace}|{prompt.system_key()}"
+        return root_key(self.namespace, prompt.system_key())
 
     def walk(self, root_key: str, choose: Callable[[Mapping[str, CachedSegment]], str | None],
              ) -> tuple[list[str], int]:

@@ -15,11 +15,11 @@ Endpoints
     ``encoding_format`` ``float`` or ``base64`` (little-endian float32, as OpenAI sends it).
     ``POST /v1/search``: ``{query, k=5, source?, mode?}`` → hits with chunk id, source, score, text.
     ``GET /v1/models``, ``GET /healthz``, ``GET /metrics`` (Prometheus text format, see
-    `slimrag.serve.metrics`).
+    `slimrag.api.metrics`).
 
 Errors
     Every error, FastAPI's own included (422 validation errors become 400, unknown routes 404), is
-    answered in OpenAI's shape; see `slimrag.serve.errors` for the statuses.
+    answered in OpenAI's shape; see `slimrag.api.errors` for the statuses.
 """
 
 from __future__ import annotations
@@ -36,12 +36,10 @@ import numpy as np
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from slimrag.rag.pipeline import RAG
-from slimrag.serve.chat import Final, answer_pieces, conversation, extension, generation_config, sse_chunks
-from slimrag.serve.errors import APIError, install_handlers
-from slimrag.serve.gate import Gate
-from slimrag.serve.metrics import Metrics
-from slimrag.serve.schemas import (
+from slimrag.api.errors import APIError, install_handlers
+from slimrag.api.gate import Gate
+from slimrag.api.metrics import Metrics
+from slimrag.api.schemas import (
     MAX_EMBED_INPUTS,
     ChatRequest,
     EmbeddingsRequest,
@@ -49,6 +47,8 @@ from slimrag.serve.schemas import (
     hit_json,
     usage_json,
 )
+from slimrag.rag.pipeline import RAG
+from slimrag.serve.chat import Final, answer_pieces, conversation, extension, generation_config, sse_chunks
 from slimrag.serve.workers import Worker, Workers
 
 

@@ -17,7 +17,7 @@ Streaming
     the assistant role, one per text piece, one with the finish reason, then ``data: [DONE]``;
     with ``stream_options.include_usage`` a usage chunk (``choices: []``) comes before ``[DONE]``.
     A failure after the 200 is sent as a ``data: {"error": ...}`` event and the stream ends
-    without ``[DONE]`` (see `slimrag.serve.errors`).
+    without ``[DONE]`` (see `slimrag.api.errors`).
 
 The ``slimrag`` extension field
     The completion, or the last chunk before ``[DONE]``, carries ``slimrag: {"sources": [...],
@@ -32,10 +32,10 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from slimrag.api.errors import APIError, api_error
+from slimrag.api.metrics import Metrics
+from slimrag.api.schemas import ChatMessage, ChatRequest, hit_json, usage_json
 from slimrag.config import GenerationConfig
-from slimrag.serve.errors import APIError, api_error
-from slimrag.serve.metrics import Metrics
-from slimrag.serve.schemas import ChatMessage, ChatRequest, hit_json, usage_json
 from slimrag.serve.workers import Worker
 from slimrag.types import Answer
 

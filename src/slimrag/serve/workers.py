@@ -48,9 +48,9 @@ from slimrag.index.core import Index
 from slimrag.index.layout import MANIFEST
 from slimrag.llm.base import Delta, Generator
 from slimrag.llm.remote import RemoteGenerator
+from slimrag.prompt import Prompt
 from slimrag.rag.pipeline import RAG
 from slimrag.rag.plan import PlanningCache
-from slimrag.rag.prompt import Prompt
 
 T = TypeVar("T")
 

@@ -67,7 +67,7 @@ from pathlib import Path
 
 import numpy as np
 
-from slimrag.index._threads import single_thread_blas
+from slimrag.index.slim._threads import single_thread_blas
 
 INDPTR_FILE = "graph_indptr.npy"
 INDICES_FILE = "graph_indices.npy"

@@ -2,8 +2,8 @@
 
 Which replica answers follows SGLang's cache-aware router: the replica whose approximate prefix
 tree best matches the conversation, unless in-flight load is imbalanced, then the least loaded.
-The rule, its knobs and their defaults are in `slimrag.serve.routing`; the tree in
-`slimrag.serve.prefix_tree`.
+The rule, its knobs and their defaults are in `slimrag.route.policy`; the tree in
+`slimrag.route.prefix_tree`.
 
 Endpoints
     ``POST /v1/chat/completions``: validated as ``slimrag serve`` validates it (`ChatRequest`, so a
@@ -55,12 +55,12 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from slimrag.serve.errors import APIError, install_handlers
-from slimrag.serve.gate import Gate
-from slimrag.serve.metrics import Metrics
-from slimrag.serve.prefix_tree import PrefixTree
-from slimrag.serve.routing import Replica, RouterConfig, choose, replica_url
-from slimrag.serve.schemas import ChatRequest
+from slimrag.api.errors import APIError, install_handlers
+from slimrag.api.gate import Gate
+from slimrag.api.metrics import Metrics
+from slimrag.api.schemas import ChatRequest
+from slimrag.route.policy import Replica, RouterConfig, choose, replica_url
+from slimrag.route.prefix_tree import PrefixTree
 
 log = logging.getLogger(__name__)
 

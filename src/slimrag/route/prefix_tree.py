@@ -1,6 +1,6 @@
 """`PrefixTree`: a character-level radix tree of the texts sent to one replica, with an LRU size cap.
 
-The router keeps one per replica (see `slimrag.serve.routing`). It holds no KV and no tokens,
+The router keeps one per replica (see `slimrag.route.policy`). It holds no KV and no tokens,
 only text: it approximates what the replica's prefix cache holds, as SGLang's router does
 (its "approximate tree" stores raw characters to avoid tokenizing in the router).
 

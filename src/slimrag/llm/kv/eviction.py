@@ -1,7 +1,7 @@
 """Eviction policies of the knowledge tree: each orders eviction candidates by a priority tuple.
 
 A policy is a tiny class (SGLang's ``mem_cache`` style) that turns a node's bookkeeping into a
-tuple; the tree (:mod:`slimrag.llm.kvtree`) evicts the smallest tuple among the unpinned leaves of
+tuple; the tree (:mod:`slimrag.llm.kv.tree`) evicts the smallest tuple among the unpinned leaves of
 a tier. Policies are picked by name from :data:`EVICTION_POLICIES`, never by an if/elif chain.
 
 - ``gdsf`` (default, RAGCache's prefix-aware Greedy-Dual-Size-Frequency):

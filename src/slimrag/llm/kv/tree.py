@@ -4,7 +4,7 @@ Sources: RAGCache (arXiv 2404.12457), SGLang RadixAttention (``mem_cache/radix_c
 
 Structure
 ---------
-A prompt is ``[system][passage]...[question]`` (see :mod:`slimrag.rag.prompt`); each segment is
+A prompt is ``[system][passage]...[question]`` (see :mod:`slimrag.prompt`); each segment is
 tokenized on its own, so the KV of a passage depends only on the segments *before* it. The tree
 stores exactly that: a hidden sentinel has one child per **root key** (the system segment's
 content key with the model name folded in, so different system prompts or models never share
@@ -44,7 +44,7 @@ keeps a heap of its evictable nodes, fed whenever a node may become evictable (p
 unpinned, a child gone) and checked lazily when popped; it is rebuilt by a full scan when stale
 entries outnumber the nodes four to one.
 
-Engine usage (``slimrag.llm.warm.TreeReuse`` does exactly this for the embedded engine)::
+Engine usage (``slimrag.llm.kv.reuse.TreeReuse`` does exactly this for the embedded engine)::
 
     m = tree.match(root, keys)                       # pins the cached prefix
     try:
@@ -54,8 +54,8 @@ Engine usage (``slimrag.llm.warm.TreeReuse`` does exactly this for the embedded 
     finally:
         tree.release(m)
 
-Modules: payloads and tensor helpers live in :mod:`slimrag.llm.kvpayload`, eviction policies in
-:mod:`slimrag.llm.eviction`, tier storage in :mod:`slimrag.llm.kvstorage`, the budgets in
+Modules: payloads and tensor helpers live in :mod:`slimrag.llm.kv.payload`, eviction policies in
+:mod:`slimrag.llm.kv.eviction`, tier storage in :mod:`slimrag.llm.kv.storage`, the budgets in
 :class:`slimrag.config.CacheConfig` (``KVTreeConfig`` is the same class); this module re-exports
 the names it always had.
 
@@ -78,9 +78,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from slimrag.config import DISK, CacheConfig
-from slimrag.llm.eviction import EVICTION_POLICIES
-from slimrag.llm.kvpayload import (  # noqa: F401  (re-exported: the tree's public helpers)
+from slimrag.llm.kv.config import DISK, CacheConfig
+from slimrag.llm.kv.eviction import EVICTION_POLICIES
+from slimrag.llm.kv.payload import (  # noqa: F401  (re-exported: the tree's public helpers)
     SegmentKV,
     assemble_kv,
     cache_layers,
@@ -88,7 +88,7 @@ from slimrag.llm.kvpayload import (  # noqa: F401  (re-exported: the tree's publ
     segment_key,
     split_kv,
 )
-from slimrag.llm.kvstorage import KVStorage, SimulatedStorage, TorchStorage
+from slimrag.llm.kv.storage import KVStorage, SimulatedStorage, TorchStorage
 
 #: The tree's configuration; it lives in :mod:`slimrag.config` as ``CacheConfig``.
 KVTreeConfig = CacheConfig

@@ -30,7 +30,9 @@ prefix caches see identical bytes for identical passage orders.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 DEFAULT_SYSTEM = (
     "You are a helpful assistant. Answer the question using only the passages given. "
@@ -134,3 +136,33 @@ class Prompt:
         body += "".join(self.passage_text(p) for p in self.passages)
         msgs.append({"role": "user", "content": body + self.question_text()})
         return msgs
+
+
+def root_key(namespace: str, system_key: str) -> str:
+    """The tree root of a system segment under a cache namespace (a model name, or ``remote``):
+    one rule for the engine that files KV under it and the planner that walks it."""
+    return f"{namespace}|{system_key}"
+
+
+# -- what the planner reads of a prefix cache (the engine's tree, or the remote shadow) -----------
+class CachedSegment(Protocol):
+    """What the planner reads of a cached node: its token count."""
+
+    @property
+    def tokens(self) -> int: ...
+
+
+class PrefixCache(Protocol):
+    """A tree the planner can walk (``KVTree.walk``): ``choose`` is given the current node's
+    children and returns the key to descend to, or None to stop; returns (keys, cached tokens)."""
+
+    def walk(self, root_key: str, choose: Callable[[Mapping[str, CachedSegment]], str | None],
+             ) -> tuple[list[str], int]: ...
+
+
+class PlanningCache(PrefixCache, Protocol):
+    """A prefix cache as a generator exposes it to the planner (``Generator.planning_cache``):
+    the walk plus the root key under which it files a prompt (its system segment, namespaced by
+    the model)."""
+
+    def root_key(self, prompt: Prompt) -> str: ...

@@ -61,7 +61,7 @@ from pathlib import Path
 
 import numpy as np
 
-from slimrag.index._threads import single_thread_blas
+from slimrag.index.slim._threads import single_thread_blas
 
 CODEBOOKS_FILE = "pq_codebooks.npy"
 CODES_FILE = "pq_codes.npy"

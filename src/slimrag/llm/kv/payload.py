@@ -1,6 +1,6 @@
 """Key/value payloads of prompt segments and the tensor helpers an engine needs around them.
 
-A :class:`SegmentKV` is what one node of the knowledge tree (:mod:`slimrag.llm.kvtree`) holds: the
+A :class:`SegmentKV` is what one node of the knowledge tree (:mod:`slimrag.llm.kv.tree`) holds: the
 per-layer K and V of one segment, computed after the path above it. The helpers cut a model's
 cache into per-segment payloads (:func:`split_kv`) and join matched payloads back into the
 tensors a ``DynamicCache`` is built from (:func:`assemble_kv`); both copy, so the tree never

@@ -26,7 +26,7 @@ Per request, over the healthy replicas not yet tried for it:
   sequential requests with new prefixes spread over the replicas.
 
 The chosen replica's tree gets the key once the replica accepted the request (see
-`slimrag.serve.router`), so a failed attempt leaves no false belief behind. Requests without a key
+`slimrag.route.app`), so a failed attempt leaves no false belief behind. Requests without a key
 (embeddings, search, models) go to the least-loaded replica. Where SGLang differs: it inserts at
 selection time, needs the ratio strictly above the threshold, counts the load of unhealthy
 workers too, and evicts by node count on a timer rather than by characters on insert.
@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from slimrag.serve.prefix_tree import PrefixTree
+from slimrag.route.prefix_tree import PrefixTree
 
 
 @dataclass(frozen=True, slots=True)

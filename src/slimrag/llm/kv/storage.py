@@ -1,6 +1,6 @@
 """Where knowledge-tree payloads live: how a :class:`SegmentKV` moves between tiers.
 
-The tree (:mod:`slimrag.llm.kvtree`) decides *which* node goes where; a storage does the moving.
+The tree (:mod:`slimrag.llm.kv.tree`) decides *which* node goes where; a storage does the moving.
 :class:`TorchStorage` holds real tensors (device tier on the model's device, host tier on the
 CPU, disk tier as one ``torch.save`` file per node in a scratch folder removed on close or at
 exit); :class:`SimulatedStorage` keeps sizes only, for unit tests and for mirroring a remote
@@ -16,8 +16,8 @@ import weakref
 from pathlib import Path
 from typing import Protocol
 
-from slimrag.config import DEVICE, CacheConfig
-from slimrag.llm.kvpayload import SegmentKV
+from slimrag.llm.kv.config import DEVICE, CacheConfig
+from slimrag.llm.kv.payload import SegmentKV
 
 
 class KVStorage(Protocol):

@@ -32,8 +32,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from slimrag.serve.errors import APIError, api_error
-from slimrag.serve.metrics import Metrics, endpoint_of
+from slimrag.api.errors import APIError, api_error
+from slimrag.api.metrics import Metrics, endpoint_of
 
 
 async def _send_json(send: Send, status: int, body: dict[str, Any],

@@ -10,7 +10,7 @@ per-layer K/V of the whole prompt so the segments it computed are stored.
 Two strategies, picked by what the engine is given (a null object, not ``if enabled:`` branches):
 
 - :class:`NoReuse`: nothing is cached; every request prefills from position 0.
-- :class:`TreeReuse`: the knowledge tree (:mod:`slimrag.llm.kvtree`). Its root key is the system
+- :class:`TreeReuse`: the knowledge tree (:mod:`slimrag.llm.kv.tree`). Its root key is the system
   segment's key namespaced by the model name, so two models or two system prompts never share
   entries; its edges are the passages' content-addressed keys (``Prompt.passage_key``).
 
@@ -34,11 +34,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from slimrag.config import CacheConfig
-from slimrag.llm.kvpayload import assemble_kv, split_kv
-from slimrag.llm.kvtree import KVTree, KVTreeStats, Match
-from slimrag.rag.plan import CachedSegment
-from slimrag.rag.prompt import Prompt
+from slimrag.llm.kv.config import CacheConfig
+from slimrag.llm.kv.payload import assemble_kv, split_kv
+from slimrag.llm.kv.tree import KVTree, KVTreeStats, Match
+from slimrag.prompt import CachedSegment, Prompt, root_key
 
 Layers = list[tuple[Any, Any]]
 
@@ -174,8 +173,3 @@ class PlanningView:
     def walk(self, root_key: str, choose: Callable[[Mapping[str, CachedSegment]], str | None],
              ) -> tuple[list[str], int]:
         return self.reuse.walk(root_key, choose)
-
-
-def root_key(namespace: str, system_key: str) -> str:
-    """The tree root of a system segment under a model namespace (one rule for engine and planner)."""
-    return f"{namespace}|{system_key}"

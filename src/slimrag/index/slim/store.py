@@ -18,7 +18,9 @@ from collections.abc import Callable
 import numpy as np
 
 from slimrag.index.flat import FlatVectors
-from slimrag.index.search import SlimArtifacts, SlimConfig, SlimSearcher
+from slimrag.index.slim.artifacts import SlimArtifacts
+from slimrag.index.slim.config import SlimConfig
+from slimrag.index.slim.searcher import SlimSearcher
 
 #: graph rows at or below which a filtered query recomputes the allowed rows instead of walking
 SMALL_FILTER = 64

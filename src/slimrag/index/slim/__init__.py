@@ -1,0 +1,103 @@
+"""The slim index: graph + PQ codes, no embeddings; two-level search: PQ-guided graph walk, then exact rerank of a few recomputed embeddings.
+
+The slim index keeps no full embeddings: a pruned graph (``graph.py``), PQ codes (``codes.py``),
+the fp16 vectors of a few hub nodes and the ids of an entry layer. A query is answered in two
+levels (after LEANN and DiskANN):
+
+1. **Entry.** The ``entries`` best hubs by exact (fp16) inner product, plus the ``entries`` best rows
+   of the *entry layer* (a seeded random sample of ~n/16 rows, scored by PQ in one gather) seed the
+   walk. The entry layer is a flat stand-in for HNSW's upper layers: on clustered data a walk that
+   starts in the wrong cluster stays there (recall@10 0.70 with 16 entry points, 1.00 with 312, on
+   the 5k synthetic set); it costs 2 bytes per entry and ~n/16 table lookups per query.
+2. **Approximate level.** Best-first beam search over the graph (HNSW's search-layer loop): pop the
+   best unexpanded node, score its unvisited neighbours by normalized PQ asymmetric distance (one
+   table gather per batch, see ``codes.py``), keep the best ``ef``, stop when the best unexpanded
+   node is worse than the ``ef``-th kept. Tombstoned rows are walked through (they still connect
+   the graph) but never kept.
+3. **Exact level.** The kept rows, in PQ order, are re-scored exactly with embeddings recomputed by
+   the caller's ``recompute(rows) -> (len(rows), d) float32`` (in production: re-embed the chunk
+   texts, one batch per call). The first ``max(rerank, k)`` positions are eligible; rows in the LRU
+   cache of recomputed vectors are scored for free wherever they rank, so a query never
+   recomputes more than ``max(rerank, k)`` rows. Results carry exact scores.
+
+Early termination (``early_stop=True``)
+----------------------------------------
+Recomputation dominates latency (~30 ms per passage on a laptop CPU), so rerank goes in waves: the
+first wave covers ``k`` positions, later waves ``wave``; all queries of a batch share one
+``recompute`` call per wave. After each wave, with ``s_k`` the k-th best exact score so far and ``p``
+the PQ estimate of the next row still to recompute (the list is sorted by estimate, so ``p`` bounds
+all later rows), the query stops when ``p + pq_error < s_k``. ``pq_error`` is an *empirical* bound
+measured at build time: the ``error_quantile`` quantile of ``exact - estimate`` over pairs of a
+sample vector and its 32 exact nearest neighbours, the pairs that decide a top-k (0.07 for m=64 on
+MiniLM vectors). A sound bound exists, the residual norm ``||x - x̂||`` by Cauchy-Schwarz, but it is
+~5x larger and would never stop early; with the quantile a row that belongs in the top-k is cut
+with probability about ``1 - error_quantile``. Measured on 6,000 real MiniLM vectors (rerank 24):
+k=3 recomputes 13.6 rows instead of 24 at the same recall@3 (0.987), k=5 18.5 instead of 24
+(0.986); k=10 saves little (23.5), its top-10 being a flat stretch of near-equal scores.
+
+Knobs (``SlimConfig``; build knobs are in ``GraphConfig`` and ``PQConfig``)
+----------------------------------------------------------------------------
+- ``pq`` (default ``PQConfig()``: m and bits chosen from n, rule in ``codes.py``): the one knob
+  that moves bytes and recall together. The rule keeps the whole index, codebooks included, under
+  100 bytes per vector and under LEANN's compact index (119.0 B/vec at 1,204 rows, 105.8 at 2,000,
+  same vectors): 4-bit m=96 below 32,768 rows, 8-bit m=48 from there. Measured with
+  ``python -m bench.index --systems flat,slim`` (MiniLM, d=384, ef 128, rerank 24; B/vec = every
+  file / n; recall against exact search over 1,000 queries; * = what the rule picks):
+
+      n                    PQ                      B/vec  recall@10  recall@3
+      1,204  (disfl_qa)    8-bit m=64              256.8  0.997      1.000
+                         * 4-bit m=96               87.7  0.979      0.999
+      2,000  (pydocs)      8-bit m=64              186.7  0.997      1.000
+                         * 4-bit m=96               78.5  0.982      0.999
+      43,402 (pydocs)      8-bit m=64               95.1  0.983      0.999
+                         * 8-bit m=48               79.1  0.966      0.997
+                           4-bit m=96               74.9  0.959      0.997
+                           4-bit m=96, rerank 32    74.9  0.977      0.999
+
+  8-bit m=64, the default before the rule, is 1.9-2.6x over budget on small corpora (its 197 KB of
+  codebooks) and, at 43k, over LEANN's likely size (not measured there; ~87 B/vec extrapolated).
+  4-bit codes have a larger error bound (``pq_error`` 0.13 at 1-2k rows, against 0.06 for 8-bit
+  m=64), so early stop fires less and queries recompute ~23 rows instead of ~20; at 43k every
+  variant recomputes 23-24. Not measured above 43,402 rows or for other dimensions; set
+  ``PQConfig(m=..., bits=...)`` explicitly to opt out.
+- ``ef`` (default 128): beam width, the pool rerank draws from. Recall@10 at rerank 24 on the real
+  set: 0.955 at ef=64, 0.971 at 128, 0.977 at 192; each step costs ~2 ms of Python per query
+  (~800 nodes scored at 128). Must be >= ``rerank``.
+- ``rerank`` (default 24): positions eligible for exact rerank: the latency knob. Recall@10 on the
+  real set: 0.930 at 16, 0.958 at 20, 0.971 at 24, 0.981 at 32.
+- ``wave`` (default 4): positions per extra wave. 2 saves ~1% more recomputation than 4, at twice
+  the ``recompute`` calls; 8 stops later.
+- ``early_stop`` (default True): the wave-wise stop above. False reranks exactly ``rerank`` rows.
+- ``error_quantile`` (default 0.999): quantile behind ``pq_error``; 0.99 stops ~7% sooner at k=10.
+- ``hubs`` (default 0 = auto: ``n // 512``, at least ``min(n, 8)``, at most 4096): hub vectors kept
+  in fp16, ``2 d`` bytes each (768 for d=384: ~1.5 bytes per vector at the auto rule).
+- ``entry_points`` (default 0 = auto: ``n // 16``, at least ``min(n, 64)``, at most 8192): size of
+  the entry layer; 2 bytes each on disk.
+- ``entries`` (default 4): seeds taken from the hubs and, again, from the entry layer.
+- ``cache_bytes`` (default 16 MiB): budget of the LRU of recomputed float32 vectors (``4 d`` bytes
+  each: 16 MiB holds ~10,900 MiniLM vectors). 0 disables it. Memory only, never on disk.
+
+Bytes on disk per vector at the defaults (d=384, n < 65,536): 48 (codes, either width) + ~2 x 10.5
+(edges) + 4 (indptr) + ~1.5 (hubs) + 0.125 (entry ids) ~ 75; plus the fp16 codebooks, 12 KB at 4
+bits (10 B/vec at 1,204 rows) or 197 KB at 8 bits (at most 6 B/vec, by the rule): 75-88 B/vec
+measured. From 65,536 rows on, edges take 4 bytes: ~96 + codebooks, at the budget's edge (not
+measured there); ``GraphConfig(base_degree=8)`` saves ~5.
+
+Thread-safety: ``SlimSearcher`` keeps a visited-stamp array and the cache, so one instance must
+not be used by two threads at once (wrap it in a lock or make one per thread). ``SlimArtifacts``
+is read-only and may be shared.
+"""
+from slimrag.index.slim.artifacts import SlimArtifacts, slim_bytes
+from slimrag.index.slim.build import build_slim, calibrate_pq_error
+from slimrag.index.slim.config import SlimConfig
+from slimrag.index.slim.graph import Graph, GraphConfig, build_graph
+from slimrag.index.slim.pq import PQConfig, ProductQuantizer, train_pq
+from slimrag.index.slim.searcher import Recompute, SearchResult, SearchStats, SlimSearcher
+from slimrag.index.slim.store import SlimVectors
+from slimrag.index.slim.vcache import VectorCache
+
+__all__ = [
+    "Graph", "GraphConfig", "PQConfig", "ProductQuantizer", "Recompute", "SearchResult", "SearchStats",
+    "SlimArtifacts", "SlimConfig", "SlimSearcher", "SlimVectors", "VectorCache", "build_graph", "build_slim",
+    "calibrate_pq_error", "slim_bytes", "train_pq",
+]

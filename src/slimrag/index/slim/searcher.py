@@ -1,0 +1,227 @@
+"""`SlimSearcher`: entry from hubs and the entry layer, PQ beam search, exact rerank in waves.
+
+The algorithm and its knobs are described in the package header (`slimrag.index.slim`)."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from slimrag.index.slim.artifacts import SlimArtifacts
+from slimrag.index.slim.config import SlimConfig
+from slimrag.index.slim.pq import (
+    ADCScorer,
+)
+from slimrag.index.slim.vcache import VectorCache
+
+Recompute = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True, slots=True)
+class SearchStats:
+    """What one query cost: graph nodes scored by PQ, rows recomputed, rerank rows served by the cache."""
+
+    visited: int
+    recomputed: int
+    cache_hits: int
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """Top rows by exact inner product, best first: ``rows`` int64, ``scores`` float32."""
+
+    rows: np.ndarray
+    scores: np.ndarray
+    stats: SearchStats
+
+
+class SlimSearcher:
+    """Searches one :class:`SlimArtifacts` with exact rerank through ``recompute``. Not thread-safe
+    (visited stamps and cache are per instance); see the module header."""
+
+    def __init__(self, artifacts: SlimArtifacts, recompute: Recompute, config: SlimConfig | None = None) -> None:
+        self.art = artifacts
+        self.recompute = recompute
+        self.config = config or SlimConfig()
+        self.cache = VectorCache(self.config.cache_bytes, artifacts.dim)
+        self._indptr = np.asarray(artifacts.graph.indptr, dtype=np.int64)
+        self._indices = np.asarray(artifacts.graph.indices)
+        self._hubs = np.asarray(artifacts.hub_vectors, dtype=np.float32)
+        self._codes = artifacts.pq.unpack(np.asarray(artifacts.codes))
+        self._scale = artifacts.pq.inverse_norms(self._codes)
+        self._stamp = np.zeros(artifacts.n, dtype=np.uint32)
+        self._epoch = 0
+
+    def search(self, query: np.ndarray, k: int = 10, skip: np.ndarray | Iterable[int] | None = None) -> SearchResult:
+        """Top-``k`` rows for one unit-norm query vector (d,)."""
+        return self.search_batch(np.asarray(query, dtype=np.float32)[None, :], k, skip)[0]
+
+    def search_batch(
+        self, queries: np.ndarray, k: int = 10, skip: np.ndarray | Iterable[int] | None = None
+    ) -> list[SearchResult]:
+        """Top-``k`` rows for each of ``queries`` (nq, d). ``skip``: a bool mask of length n or row
+        ids that must never be returned (tombstones). Each rerank wave is one ``recompute`` call
+        for the whole batch, rows shared by several queries computed once."""
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        q = np.asarray(queries, dtype=np.float32)
+        if q.ndim != 2 or q.shape[1] != self.art.dim:
+            raise ValueError(f"queries must be (nq, {self.art.dim}), got shape {q.shape}")
+        mask = self._skip_mask(skip)
+        luts = self.art.pq.lookup_tables(q)
+        hub_scores = q @ self._hubs.T
+        pools, visited = [], []
+        for i in range(len(q)):
+            scorer = self.art.pq.scorer(luts[i], self._codes, self._scale)
+            entry = self.art.entry_rows
+            seeds = np.concatenate(
+                [
+                    self.art.hub_rows[np.argsort(-hub_scores[i])[: self.config.entries]],
+                    entry[np.argsort(-scorer(entry))[: self.config.entries]],
+                ]
+            )
+            rows, pq_scores, seen = self._beam(scorer, seeds, mask)
+            pools.append((rows, pq_scores))
+            visited.append(seen)
+        return self._rerank(q, pools, visited, k)
+
+    def _skip_mask(self, skip: np.ndarray | Iterable[int] | None) -> np.ndarray:
+        n = self.art.n
+        if skip is None:
+            return np.zeros(n, dtype=bool)
+        arr = np.asarray(skip if isinstance(skip, np.ndarray) else list(skip))
+        if arr.dtype == bool:
+            if arr.shape != (n,):
+                raise ValueError(f"skip mask must have shape ({n},), got {arr.shape}")
+            return arr
+        mask = np.zeros(n, dtype=bool)
+        mask[arr.astype(np.int64)] = True
+        return mask
+
+    def _beam(self, scorer: ADCScorer, seeds: np.ndarray, skip: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """Best-first search by PQ score; returns the beam's non-skipped rows sorted by PQ score
+        (descending), their scores, and the number of nodes scored."""
+        ef = self.config.ef
+        self._epoch += 1
+        if self._epoch == 2**32 - 1:  # wrap-around: stamps from long ago could alias
+            self._stamp[:] = 0
+            self._epoch = 1
+        stamp, epoch, indptr, indices = self._stamp, self._epoch, self._indptr, self._indices
+        seeds = np.unique(seeds)
+        stamp[seeds] = epoch
+        seed_scores = scorer(seeds)
+        cand = [(-s, r) for s, r in zip(seed_scores.tolist(), seeds.tolist(), strict=True)]
+        heapq.heapify(cand)
+        res = [(s, r) for s, r in zip(seed_scores.tolist(), seeds.tolist(), strict=True) if not skip[r]]
+        heapq.heapify(res)
+        seen = len(seeds)
+        while cand:
+            neg, row = heapq.heappop(cand)
+            if len(res) >= ef and -neg < res[0][0]:
+                break
+            nb = indices[indptr[row] : indptr[row + 1]]
+            nb = nb[stamp[nb] != epoch]
+            if not len(nb):
+                continue
+            stamp[nb] = epoch
+            seen += len(nb)
+            sc = scorer(nb)
+            if len(res) >= ef:
+                good = sc > res[0][0]
+                nb, sc = nb[good], sc[good]
+            for s, r in zip(sc.tolist(), nb.tolist(), strict=True):
+                if len(res) < ef or s > res[0][0]:
+                    heapq.heappush(cand, (-s, r))
+                    if not skip[r]:
+                        heapq.heappush(res, (s, r))
+                        if len(res) > ef:
+                            heapq.heappop(res)
+        res.sort(reverse=True)
+        rows = np.fromiter((r for _, r in res), dtype=np.int64, count=len(res))
+        scores = np.fromiter((s for s, _ in res), dtype=np.float32, count=len(res))
+        return rows, scores, seen
+
+    def _rerank(
+        self, q: np.ndarray, pools: list[tuple[np.ndarray, np.ndarray]], visited: list[int], k: int
+    ) -> list[SearchResult]:
+        """Exact level. Each query's pool is walked in PQ order up to ``max(rerank, k)``
+        positions, in waves; one ``recompute`` call per wave serves the whole batch."""
+        cfg = self.config
+        nq = len(q)
+        limit = [min(len(rows), max(cfg.rerank, k)) for rows, _ in pools]
+        exact: list[dict[int, float]] = [{} for _ in range(nq)]
+        pos = [0] * nq
+        recomputed = [0] * nq
+        hits = [0] * nq
+        # Free exact scores for every pooled row already in the cache, wherever it ranks.
+        for i, (rows, _) in enumerate(pools):
+            for r in rows.tolist():
+                if r in self.cache:
+                    exact[i][r] = float(self.cache.get(r) @ q[i])
+                    hits[i] += 1
+        first = True
+        active = [i for i in range(nq) if not self._done(pools[i], exact[i], pos[i], limit[i], k)]
+        while active:
+            want: dict[int, list[int]] = {}
+            for i in active:
+                step = (k if cfg.early_stop else limit[i]) if first else cfg.wave
+                end = min(limit[i], pos[i] + step)
+                take = []
+                for r in pools[i][0][pos[i] : end].tolist():
+                    if r in exact[i]:
+                        continue
+                    if r in self.cache:  # recomputed by an earlier wave or another query of the batch
+                        exact[i][r] = float(self.cache.get(r) @ q[i])
+                        hits[i] += 1
+                    else:
+                        take.append(r)
+                pos[i] = end
+                want[i] = take
+            first = False
+            need = np.array(sorted({r for take in want.values() for r in take}), dtype=np.int64)
+            if len(need):
+                vecs = self._recompute(need)
+                self.cache.put(need, vecs)
+                at = {r: j for j, r in enumerate(need.tolist())}
+                for i, take in want.items():
+                    if take:
+                        scores = vecs[[at[r] for r in take]] @ q[i]
+                        exact[i].update(zip(take, scores.tolist(), strict=True))
+                        recomputed[i] += len(take)
+            active = [i for i in active if not self._done(pools[i], exact[i], pos[i], limit[i], k)]
+        out = []
+        for i in range(nq):
+            items = sorted(exact[i].items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+            out.append(
+                SearchResult(
+                    rows=np.array([r for r, _ in items], dtype=np.int64),
+                    scores=np.array([s for _, s in items], dtype=np.float32),
+                    stats=SearchStats(visited=visited[i], recomputed=recomputed[i], cache_hits=hits[i]),
+                )
+            )
+        return out
+
+    def _done(self, pool: tuple[np.ndarray, np.ndarray], exact: dict[int, float], pos: int, limit: int, k: int) -> bool:
+        """True when the query needs no more waves: the rerank depth is used up, or (early stop)
+        the next row still to recompute cannot beat the k-th exact score even with ``pq_error``
+        added. The pool is sorted by PQ score, so that row's bound covers all later rows."""
+        rows, pq_scores = pool
+        while pos < limit and int(rows[pos]) in exact:  # already scored for free (cache)
+            pos += 1
+        if pos >= limit:
+            return True
+        if not self.config.early_stop or len(exact) < k:
+            return False
+        kth = sorted(exact.values(), reverse=True)[k - 1]
+        return float(pq_scores[pos]) + self.art.pq_error < kth
+
+    def _recompute(self, rows: np.ndarray) -> np.ndarray:
+        vecs = np.asarray(self.recompute(rows), dtype=np.float32)
+        if vecs.shape != (len(rows), self.art.dim):
+            raise ValueError(
+                f"recompute returned shape {vecs.shape} for {len(rows)} rows; expected ({len(rows)}, {self.art.dim})"
+            )
+        return vecs

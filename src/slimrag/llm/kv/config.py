@@ -1,0 +1,61 @@
+"""`CacheConfig`: budgets, tiers and eviction policy of the knowledge tree (`slimrag.llm.kv`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slimrag.llm.kv.eviction import EVICTION_POLICIES
+
+#: Tier names of the knowledge tree, top first.
+DEVICE, HOST, DISK = "device", "host", "disk"
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """Budgets and policy of the knowledge tree (:class:`slimrag.llm.kv.tree.KVTree`).
+
+    device: where the model runs (``"cpu"``, ``"cuda"``, ``"cuda:1"``). On ``"cpu"`` there is no
+    separate device tier and ``device_bytes`` is ignored.
+    device_bytes / host_bytes: memory budgets. Rule of thumb: KV bytes per token = 2 (K and V) ×
+    layers × kv_heads × head_dim × dtype bytes; SmolLM2-135M in float32 is 46 KB/token, so a
+    200-token passage is ~9 MB and the 1 GiB host default holds ~110 passages.
+    disk_bytes: budget of the disk tier; 0 (default) disables it. Reading a segment back from a
+    local SSD is much cheaper than recomputing it on a CPU, less so next to a fast GPU.
+    disk_dir: parent folder of the tier's scratch folder (a fresh temp folder inside it, removed
+    by ``KVTree.close``); None means the system temp folder.
+    policy: a key of :data:`slimrag.llm.kv.eviction.EVICTION_POLICIES`; ``"gdsf"`` (default) weighs
+    recompute cost, size and frequency, ``"lru"``/``"lfu"`` are baselines.
+    attention_scale: the context length at which a token's attention work equals its
+    linear-layer work (≈ 6 × hidden size); only shapes ``kvpayload.prefill_cost``.
+    """
+
+    device: str = "cpu"
+    device_bytes: int = 2 << 30
+    host_bytes: int = 1 << 30
+    disk_bytes: int = 0
+    disk_dir: str | None = None
+    policy: str = "gdsf"
+    attention_scale: float = 4096.0
+
+    def __post_init__(self) -> None:
+        if not self.device:
+            raise ValueError("device must be a torch device string such as 'cpu' or 'cuda'")
+        if min(self.device_bytes, self.host_bytes, self.disk_bytes) < 0:
+            raise ValueError("device_bytes, host_bytes and disk_bytes must be >= 0")
+        if self.host_bytes == 0 and (self.on_cpu or self.device_bytes == 0):
+            raise ValueError("at least one memory tier needs a positive budget")
+        if self.policy not in EVICTION_POLICIES:
+            raise ValueError(f"policy must be one of {sorted(EVICTION_POLICIES)}, got {self.policy!r}")
+        if self.attention_scale <= 0:
+            raise ValueError(f"attention_scale must be positive, got {self.attention_scale}")
+
+    @property
+    def on_cpu(self) -> bool:
+        """True when the model runs on the CPU, so the device tier and the host tier are one."""
+        return self.device.split(":")[0] == "cpu"
+
+    def tiers(self) -> list[tuple[str, int]]:
+        """The tiers in use, top first, as (name, budget); tiers with a zero budget are left out."""
+        named = [(HOST, self.host_bytes)] if self.on_cpu else [(DEVICE, self.device_bytes), (HOST, self.host_bytes)]
+        named.append((DISK, self.disk_bytes))
+        return [(name, budget) for name, budget in named if budget > 0]

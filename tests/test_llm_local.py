@@ -93,6 +93,13 @@ def test_missing_package_names_the_install_command(monkeypatch: pytest.MonkeyPat
         weights.default_gguf_path()
 
 
+def test_capabilities_are_declared_and_load_returns_the_model(gen: LocalGenerator,
+                                                               first_load: weights.LoadedModel) -> None:
+    assert gen.thread_safe and not gen.shadows_prefix_cache
+    assert gen.default_repetition_penalty == 1.1
+    assert gen.load() is first_load
+
+
 def test_segments_are_tokenized_on_their_own(gen: LocalGenerator) -> None:
     tok = gen.load().tokenizer
     a = Prompt(QUESTION, passages=(CATS, DOGS))

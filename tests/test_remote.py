@@ -105,6 +105,12 @@ def test_embedding_errors_are_backend_errors(server: OpenAIServer) -> None:
 # -- generation ----------------------------------------------------------------------------------
 
 
+def test_capabilities_are_declared_and_load_is_a_no_op(gen: RemoteGenerator) -> None:
+    assert gen.thread_safe and gen.shadows_prefix_cache
+    assert gen.default_repetition_penalty == 1.0
+    assert gen.load() is None and gen.planning_cache() is None
+
+
 def test_generate_returns_echo_and_usage(server: OpenAIServer, gen: RemoteGenerator) -> None:
     out = gen.generate(PROMPT, GenerationConfig(max_new_tokens=64))
     expected, _ = OpenAIServer.reply(PROMPT.messages())

@@ -317,11 +317,10 @@ def demo(llm: str | None, rebuild: bool) -> None:
         click.echo(f"Reusing the index at {path}")
     with idx:
         rag = _rag(idx, llm, 96)
-        load = getattr(rag.llm, "load", None)
-        if load is not None:  # load before the questions, so their timings are the answers' own
-            t1 = time.perf_counter()
-            loaded = load()
-            how = "cached safetensors" if getattr(loaded, "from_cache", True) else "converted from GGUF, once"
+        t1 = time.perf_counter()
+        loaded = rag.llm.load()  # before the questions, so their timings are the answers' own
+        if loaded is not None:
+            how = "cached safetensors" if loaded.from_cache else "converted from GGUF, once"
             click.echo(f"LLM loaded in {time.perf_counter() - t1:.1f}s ({how})")
         for q in QUESTIONS:
             click.echo(click.style(f"\nQ: {q}", bold=True))

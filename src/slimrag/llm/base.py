@@ -3,6 +3,21 @@
 One required method, :meth:`Generator.stream`; :meth:`Generator.generate` is derived from it.
 The last `Delta` of a stream carries the `Usage` (prompt, cached and completion tokens, timings),
 so callers never need transport details.
+
+Capabilities
+    Callers ask a generator what it can do instead of checking its class (simonw/llm's
+    ``model.can_stream``). The defaults suit an unknown generator; the built-in ones override them:
+
+    ============================== ======= ================= ==================
+    attribute                      default `LocalGenerator`  `RemoteGenerator`
+    ============================== ======= ================= ==================
+    ``thread_safe``                False   True              True
+    ``default_repetition_penalty`` 1.0     1.1               1.0
+    ``shadows_prefix_cache``       False   False             True
+    ============================== ======= ================= ==================
+
+    :meth:`Generator.load` loads what the generator needs before the first request (the local
+    engine's weights); it does nothing, and returns None, where nothing loads.
 """
 
 from __future__ import annotations
@@ -10,7 +25,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from slimrag.config import GenerationConfig
 from slimrag.prompt import Prompt
@@ -39,12 +54,37 @@ class Completion:
     finish_reason: str
 
 
+class LoadReport(Protocol):
+    """What :meth:`Generator.load` loaded: the seconds it took and whether the weights came from a
+    converted cache (`slimrag.llm.weights.LoadedModel` is one)."""
+
+    @property
+    def load_s(self) -> float: ...
+
+    @property
+    def from_cache(self) -> bool: ...
+
+
 class Generator(ABC):
     """A language model behind one method. Implementations: `LocalGenerator` (transformers on this
-    machine) and `RemoteGenerator` (any OpenAI-compatible ``/v1/chat/completions`` endpoint)."""
+    machine) and `RemoteGenerator` (any OpenAI-compatible ``/v1/chat/completions`` endpoint).
+    The capability attributes are described in the module header."""
 
     #: A short name for logs and ``slimrag info``.
     name: str = "generator"
+    #: May serve several requests at once from different threads; when False, a server runs one
+    #: generation at a time.
+    thread_safe: bool = False
+    #: The repetition penalty a `RAG` uses when given no `GenerationConfig`.
+    default_repetition_penalty: float = 1.0
+    #: The generator sits behind a prefix cache it cannot show (a remote server's), so the pipeline
+    #: should plan against a shadow of what it sent (`slimrag.rag.shadow`).
+    shadows_prefix_cache: bool = False
+
+    def load(self) -> LoadReport | None:
+        """Load what generation needs now (idempotent), so the first request does not wait;
+        returns what was loaded, or None when nothing loads (the default)."""
+        return None
 
     def planning_cache(self) -> PlanningCache | None:
         """The prefix cache the passage planner should walk (``rag.plan``), or None when this

@@ -60,6 +60,9 @@ if TYPE_CHECKING:
     from transformers import DynamicCache
 
 DEFAULT_NAME = "smollm2-135m-instruct"
+#: Repetition penalty for local models: the embedded 135M model loops without one (measured on
+#: the demo questions: 1.1 keeps answers on topic, 1.2 starts to garble).
+LOCAL_REPETITION_PENALTY = 1.1
 #: Token strings that end a turn in ChatML models, added to the tokenizer's own EOS ids.
 _END_TOKENS = ("<|im_end|>", "<|endoftext|>")
 
@@ -85,6 +88,9 @@ class LocalGenerator(Generator):
     forwards run under one internal lock; prefills are admitted one at a time by the scheduler;
     each stream owns its model cache, so concurrent streams interleave token by token.
     """
+
+    thread_safe = True
+    default_repetition_penalty = LOCAL_REPETITION_PENALTY
 
     def __init__(
         self,

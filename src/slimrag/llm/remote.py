@@ -64,7 +64,14 @@ class RemoteGenerator(Generator):
     None, the first id of ``GET /v1/models`` is used (asked once, on first use). api_key: sent as
     a bearer token. timeout: seconds allowed for connecting and between two reads of the stream
     (not for the whole generation). Close with :meth:`close` or use as a context manager.
+
+    Repetition penalty: none by default (it is not part of OpenAI's API, and larger models do not
+    need it). The server's prefix cache is invisible from here, so the pipeline shadows it.
     """
+
+    thread_safe = True
+    default_repetition_penalty = 1.0
+    shadows_prefix_cache = True
 
     def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None,
                  timeout: float = 120.0) -> None:

@@ -19,7 +19,6 @@ included) to the first generated piece, ``total_s`` to the last.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -52,19 +51,10 @@ def make_generator(llm: Generator | str | None) -> Generator:
     raise ValueError(f"llm must be None, an http(s) URL or a Generator, got {llm!r}")
 
 
-#: Repetition penalty for local models: the embedded 135M model loops without one (measured on
-#: the demo questions: 1.1 keeps answers on topic, 1.2 starts to garble). Remote servers get none
-#: (it is not part of OpenAI's API, and larger models do not need it).
-LOCAL_REPETITION_PENALTY = 1.1
-
-
 def default_generation(llm: Generator, max_new_tokens: int = 256) -> GenerationConfig:
-    """The sampling settings a `RAG` uses when given none: greedy, with
-    :data:`LOCAL_REPETITION_PENALTY` for a model that runs in this process."""
-    local = sys.modules.get("slimrag.llm.local")  # imported already when ``llm`` is local; never
-    penalty = (LOCAL_REPETITION_PENALTY  # import torch just to learn a remote model is not local
-               if local is not None and isinstance(llm, local.LocalGenerator) else 1.0)
-    return GenerationConfig(max_new_tokens=max_new_tokens, repetition_penalty=penalty)
+    """The sampling settings a `RAG` uses when given none: greedy, with the generator's
+    ``default_repetition_penalty`` (1.1 for the embedded model, which loops without one)."""
+    return GenerationConfig(max_new_tokens=max_new_tokens, repetition_penalty=llm.default_repetition_penalty)
 
 
 def passage_of(hit: Hit) -> Passage:
@@ -85,22 +75,20 @@ class RAG:
     """Question answering over an `Index` with a `Generator`.
 
     shadow: plan for a remote generator's prefix cache by mirroring what was sent (see the
-    module header); ignored when the generator shows its own cache.
+    module header); applies only to a generator whose ``shadows_prefix_cache`` is True.
 
-    Thread-safety: `ask`/`stream` may be called from several threads when the generator is
-    thread-safe (both built-in generators are); the index should then be opened per thread.
+    Thread-safety: `ask`/`stream` may be called from several threads when the generator's
+    ``thread_safe`` is True (both built-in generators); the index should then be opened per thread.
     """
 
     def __init__(self, index: Index, llm: Generator | str | None = None, *, system: str = DEFAULT_SYSTEM,
                  generation: GenerationConfig | None = None, mode: str = "vector", shadow: bool = True) -> None:
-        from slimrag.llm.remote import RemoteGenerator
-
         self.index = index
         self.llm = make_generator(llm)
         self.system = system
         self.generation = generation or default_generation(self.llm)
         self.mode = mode
-        self.shadow = ShadowCache() if shadow and isinstance(self.llm, RemoteGenerator) else None
+        self.shadow = ShadowCache() if shadow and self.llm.shadows_prefix_cache else None
 
     def retrieve(self, question: str, k: int = 4, source: str | None = None) -> list[Hit]:
         """The passages a question will be answered from, best first."""

@@ -54,9 +54,7 @@ from slimrag.serve.workers import Worker, Workers
 
 def warm_up(rag: RAG) -> None:
     """Load the generator's model and the embedder now, so the first request does not wait."""
-    load = getattr(rag.llm, "load", None)
-    if callable(load):
-        load()
+    rag.llm.load()
     rag.index.embedder.embed_batch(["warm up"])
 
 

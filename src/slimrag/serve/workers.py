@@ -20,9 +20,10 @@ Index updates
     A job already running finishes on the version it started with.
 
 Generators
-    The built-in generators are thread-safe (the local engine admits one prefill at a time through
-    its scheduler and interleaves decode steps under its model lock), so their requests overlap.
-    Any other `Generator` runs one generation at a time: every worker streams through one lock.
+    A generator whose ``thread_safe`` is True serves requests that overlap (the built-in ones: the
+    local engine admits one prefill at a time through its scheduler and interleaves decode steps
+    under its model lock). Any other runs one generation at a time: every worker streams through
+    one lock.
 
 Streaming
     `Workers.stream` moves an iterator's items from a worker thread onto the event loop one at a
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import queue
-import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future
@@ -47,7 +47,6 @@ from slimrag.config import GenerationConfig
 from slimrag.index.core import Index
 from slimrag.index.layout import MANIFEST
 from slimrag.llm.base import Delta, Generator
-from slimrag.llm.remote import RemoteGenerator
 from slimrag.prompt import Prompt
 from slimrag.rag.pipeline import RAG
 from slimrag.rag.plan import PlanningCache
@@ -72,12 +71,6 @@ class _FinishTap(Generator):
             for delta in self.inner.stream(prompt, config):
                 self.finish_reason = delta.finish_reason or self.finish_reason
                 yield delta
-
-
-def thread_safe(llm: Generator) -> bool:
-    """True for the built-in generators, which may serve several requests at once."""
-    local = sys.modules.get("slimrag.llm.local")  # already imported when ``llm`` is a LocalGenerator
-    return isinstance(llm, RemoteGenerator) or (local is not None and isinstance(llm, local.LocalGenerator))
 
 
 @dataclass
@@ -128,7 +121,7 @@ class Workers:
         if threads < 1:
             raise ValueError(f"workers must be >= 1, got {threads}")
         self.served, self.n = served, threads
-        self.exclusive: AbstractContextManager[Any] = (nullcontext() if thread_safe(served.llm)
+        self.exclusive: AbstractContextManager[Any] = (nullcontext() if served.llm.thread_safe
                                                        else threading.Lock())
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []

@@ -7,6 +7,8 @@ so a broken server fails a test instead of hanging it.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from types import GeneratorType
 
@@ -17,8 +19,11 @@ from openai_server import OpenAIServer
 from slimrag.config import GenerationConfig
 from slimrag.embed.remote import RemoteEmbedder
 from slimrag.errors import BackendError, SlimragError
+from slimrag.llm.backends import BACKENDS, make_generator, register_backend
+from slimrag.llm.base import Delta, Generator
 from slimrag.llm.remote import RemoteGenerator, api_root
 from slimrag.prompt import Passage, Prompt
+from slimrag.types import Usage
 
 TIMEOUT = 5.0
 PROMPT = Prompt(
@@ -103,6 +108,29 @@ def test_embedding_errors_are_backend_errors(server: OpenAIServer) -> None:
 
 
 # -- generation ----------------------------------------------------------------------------------
+
+
+def test_backend_registry_builds_remote_without_torch_and_takes_new_kinds() -> None:
+    code = ("import sys; from slimrag.llm.backends import make_generator; "
+            "g = make_generator('http://127.0.0.1:9/v1'); "
+            "print(type(g).__name__, g.base_url, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.split() == ["RemoteGenerator", "http://127.0.0.1:9/v1", "False"]
+
+    class Fixed(Generator):
+        def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:
+            yield Delta("", usage=Usage(), finish_reason="stop")
+
+    made: list[str | None] = []
+    register_backend("fixed", lambda spec: made.append(spec) or Fixed())
+    try:
+        assert isinstance(make_generator("fixed://anything"), Fixed) and made == ["fixed://anything"]
+        mine = Fixed()
+        assert make_generator(mine) is mine
+    finally:
+        BACKENDS.pop("fixed")
+    with pytest.raises(ValueError, match="registered backend.*http.*got 'ftp://h'"):
+        make_generator("ftp://h")
 
 
 def test_capabilities_are_declared_and_load_is_a_no_op(gen: RemoteGenerator) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from slimrag.config import GenerationConfig
+from slimrag.llm.backends import make_generator
 from slimrag.llm.base import Delta, Generator
 from slimrag.prompt import DEFAULT_SYSTEM, Passage, Prompt
 from slimrag.rag.plan import PlanningCache, plan_prompt
@@ -33,22 +34,6 @@ from slimrag.types import Answer, Hit, Usage
 
 if TYPE_CHECKING:
     from slimrag.index.core import Index
-
-
-def make_generator(llm: Generator | str | None) -> Generator:
-    """A generator from a spec: None → the embedded SmolLM2 model (with its KV tree);
-    ``http(s)://…`` → a remote OpenAI-compatible endpoint; a `Generator` → itself."""
-    if isinstance(llm, Generator):
-        return llm
-    if llm is None:
-        from slimrag.llm.local import LocalGenerator
-
-        return LocalGenerator()
-    if isinstance(llm, str) and llm.startswith(("http://", "https://")):
-        from slimrag.llm.remote import RemoteGenerator
-
-        return RemoteGenerator(llm)
-    raise ValueError(f"llm must be None, an http(s) URL or a Generator, got {llm!r}")
 
 
 def default_generation(llm: Generator, max_new_tokens: int = 256) -> GenerationConfig:
@@ -74,7 +59,8 @@ class _Turn:
 class RAG:
     """Question answering over an `Index` with a `Generator`.
 
-    shadow: plan for a remote generator's prefix cache by mirroring what was sent (see the
+    llm: a generator or its spec (`slimrag.llm.backends`: None for the embedded model,
+    ``http(s)://host:port/v1`` for an OpenAI-compatible server). shadow: plan for a remote generator's prefix cache by mirroring what was sent (see the
     module header); applies only to a generator whose ``shadows_prefix_cache`` is True.
 
     Thread-safety: `ask`/`stream` may be called from several threads when the generator's

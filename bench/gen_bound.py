@@ -29,15 +29,14 @@ from typing import Any
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
-from bench.generation import add_workload_args, requests, token_counter  # noqa: E402
+from bench.qa_workload import add_workload_args, requests, token_counter  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gen_bound.json"
 
 
 def shares(reqs: list[Any], count: Any) -> dict[str, float]:
-    from bench.gen_sim import TreeView as View
+    from bench.gen_sim import TreeView, admit
     from slimrag.llm.kv.config import CacheConfig
-    from slimrag.llm.kv.payload import SegmentKV
     from slimrag.llm.kv.tree import KVTree
     from slimrag.prompt import Prompt
     from slimrag.rag.plan import plan_prompt
@@ -59,7 +58,7 @@ def shares(reqs: list[Any], count: Any) -> dict[str, float]:
     out = {}
     for name in ("prefix, relevance order", "prefix, planner (greedy)", "prefix, hindsight"):
         tree = KVTree.simulated(CacheConfig(host_bytes=1 << 50))
-        view, total, cached = View(tree), 0, 0
+        view, total, cached = TreeView(tree), 0, 0
         for r in reqs:
             if name.endswith("relevance order"):
                 prompt = plan_prompt(r.question, r.ranked, None)[0]
@@ -71,12 +70,8 @@ def shares(reqs: list[Any], count: Any) -> dict[str, float]:
                 path = hindsight(tree, base.system_key(), set(by))
                 order = [by[k] for k in path] + [p for p in r.ranked if base.passage_key(p) not in path]
                 prompt = Prompt(r.question, tuple(order), ranking=tuple(p.key for p in r.ranked))
-            segs = prompt.segments()
-            lengths = [count(s.text) for s in segs]
-            keys = [s.key for s in segs[1:-1]]
-            with tree.matching(segs[0].key, keys) as m:
-                tree.insert(segs[0].key, keys, [SegmentKV.simulated(n) for n in lengths[len(m.nodes):-1]])
-            total, cached = total + sum(lengths), cached + m.tokens
+            tokens, hit = admit(tree, prompt, count)
+            total, cached = total + tokens, cached + hit
         out[name] = cached / total
     seen: set[str] = set()
     total = cached = 0

@@ -29,21 +29,13 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from bench.qa_workload import Request
 from slimrag.llm.kv.config import CacheConfig
 from slimrag.llm.local import LocalGenerator
 from slimrag.llm.scheduler import pick_next
 from slimrag.llm.weights import LoadedModel
-from slimrag.prompt import Passage, Prompt
+from slimrag.prompt import Prompt
 from slimrag.rag.plan import plan_prompt
-
-
-@dataclass(frozen=True)
-class Request:
-    """One arrival: its position in the workload, question and passages in relevance order."""
-
-    index: int
-    question: str
-    ranked: tuple[Passage, ...]
 
 
 @dataclass(frozen=True)
@@ -59,6 +51,23 @@ class Scheduled:
 def relevance_prompt(r: Request) -> Prompt:
     """Passages in relevance order (no ranking line: the order is the ranking)."""
     return plan_prompt(r.question, r.ranked, None)[0]
+
+
+def pilot_prompts(burst: Sequence[Request], reordered: list[list[str]], schedule: list[int]
+                  ) -> list[tuple[Request, Prompt]]:
+    """The burst in ContextPilot's execution order, each with its passages in ContextPilot's order
+    (``reordered`` and ``schedule`` as its ``reorder`` returns them for the burst's key lists)."""
+    # Its two code paths (first build, incremental) index `reordered` differently (scheduled
+    # vs arrival order), so pair each request with a reordered list of the same passages.
+    pool = [list(ctx) for ctx in reordered]
+    out = []
+    for i in schedule:
+        r = burst[i]
+        by_key = {p.key: p for p in r.ranked}
+        ctx = next(c for c in pool if sorted(c) == sorted(by_key))
+        pool.remove(ctx)
+        out.append((r, Prompt(r.question, tuple(by_key[k] for k in ctx), ranking=tuple(p.key for p in r.ranked))))
+    return out
 
 
 class Mode:
@@ -101,18 +110,7 @@ class ContextPilotOrder(Mode):
         with contextlib.redirect_stdout(io.StringIO()):
             reordered, schedule = self.pilot.reorder([[p.key for p in r.ranked] for r in burst])
         share = (time.perf_counter() - t) / len(burst)
-        # Its two code paths (first build, incremental) index `reordered` differently (scheduled
-        # vs arrival order), so pair each request with a reordered list of the same passages.
-        pool = [list(ctx) for ctx in reordered]
-        out = []
-        for i in schedule:
-            r = burst[i]
-            by_key = {p.key: p for p in r.ranked}
-            ctx = next(c for c in pool if sorted(c) == sorted(by_key))
-            pool.remove(ctx)
-            order = tuple(by_key[k] for k in ctx)
-            out.append(Scheduled(r, Prompt(r.question, order, ranking=tuple(p.key for p in r.ranked)), share))
-        return iter(out)
+        return iter([Scheduled(r, prompt, share) for r, prompt in pilot_prompts(burst, reordered, schedule)])
 
 
 class SlimragPlanner(Mode):

@@ -25,7 +25,7 @@ from typing import Any
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
-from bench.generation import add_workload_args, requests, token_counter  # noqa: E402
+from bench.qa_workload import add_workload_args, requests, token_counter  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gen_sim.json"
 KV_BYTES_PER_TOKEN = 2 * 30 * 3 * 64 * 4  # K and V x layers x kv heads x head dim x float32
@@ -44,12 +44,24 @@ class TreeView:
         return self.tree.walk(root, choose)
 
 
+def admit(tree: Any, prompt: Any, count: Any) -> tuple[int, int]:
+    """Serve one prompt through a simulated tree: match its path of segment keys, then insert the
+    segments it missed (the question segment is never cached). Returns (prompt tokens, cached tokens)."""
+    from slimrag.llm.kv.payload import SegmentKV
+
+    segs = prompt.segments()
+    lengths = [count(s.text) for s in segs]
+    keys = [s.key for s in segs[1:-1]]
+    with tree.matching(segs[0].key, keys) as m:
+        tree.insert(segs[0].key, keys, [SegmentKV.simulated(n, KV_BYTES_PER_TOKEN) for n in lengths[len(m.nodes):-1]])
+    return sum(lengths), m.tokens
+
+
 def orders(mode: str, burst: list[Any], view: TreeView) -> Any:
     """The burst's prompts in service order, lazily (mode d plans against the tree as it is when
     each request is admitted)."""
-    from bench.gen_modes import relevance_prompt
+    from bench.gen_modes import pilot_prompts, relevance_prompt
     from slimrag.llm.scheduler import pick_next
-    from slimrag.prompt import Prompt
     from slimrag.rag.plan import plan_prompt
 
     if mode == "b":
@@ -61,13 +73,7 @@ def orders(mode: str, burst: list[Any], view: TreeView) -> Any:
             orders.pilot = ContextPilot(use_gpu=False)  # type: ignore[attr-defined]
         with contextlib.redirect_stdout(io.StringIO()):
             reordered, schedule = orders.pilot.reorder([[p.key for p in r.ranked] for r in burst])  # type: ignore[attr-defined]
-        pool = [list(ctx) for ctx in reordered]
-        for i in schedule:
-            r = burst[i]
-            by_key = {p.key: p for p in r.ranked}
-            ctx = next(c for c in pool if sorted(c) == sorted(by_key))
-            pool.remove(ctx)
-            yield Prompt(r.question, tuple(by_key[k] for k in ctx), ranking=tuple(p.key for p in r.ranked))
+        yield from (prompt for _, prompt in pilot_prompts(burst, reordered, schedule))
     else:
         waiting = list(burst)
         while waiting:
@@ -81,7 +87,6 @@ def replay(reqs: list[Any], mode: str, policy: str, host_mib: int, disk_mib: int
            count: Any) -> dict[str, float]:
     """Serve ``reqs`` in bursts through one simulated tree; the cached share and tier activity."""
     from slimrag.llm.kv.config import CacheConfig
-    from slimrag.llm.kv.payload import SegmentKV
     from slimrag.llm.kv.tree import KVTree
 
     if mode == "c":
@@ -91,13 +96,8 @@ def replay(reqs: list[Any], mode: str, policy: str, host_mib: int, disk_mib: int
     view, total, cached = TreeView(tree), 0, 0
     for start in range(0, len(reqs), burst):
         for prompt in orders(mode, reqs[start:start + burst], view):
-            segs = prompt.segments()
-            lengths = [count(s.text) for s in segs]
-            keys = [s.key for s in segs[1:-1]]
-            with tree.matching(segs[0].key, keys) as m:
-                tree.insert(segs[0].key, keys, [SegmentKV.simulated(n, KV_BYTES_PER_TOKEN)
-                                                for n in lengths[len(m.nodes):-1]])
-            total, cached = total + sum(lengths), cached + m.tokens
+            tokens, hit = admit(tree, prompt, count)
+            total, cached = total + tokens, cached + hit
     stats = tree.stats()
     tree.close()
     return {"cached_share": cached / total, "prefill_tokens": (total - cached) / len(reqs),

@@ -26,7 +26,6 @@ writes ``bench/results/generation.json``.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import platform
@@ -38,6 +37,8 @@ from typing import Any
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
+from bench.qa_workload import add_workload_args, dump_requests, exact_match, f1, requests  # noqa: E402
+
 RESULTS = Path(__file__).resolve().parent / "results" / "generation.json"
 
 
@@ -45,65 +46,10 @@ def p90(xs: list[float]) -> float:
     return sorted(xs)[max(0, round(0.9 * len(xs)) - 1)] if xs else 0.0
 
 
-def add_workload_args(ap: argparse.ArgumentParser) -> None:
-    """The options that define the workloads (shared with ``bench.gen_bound`` and ``bench.gen_sim``,
-    so the three replay the same arrivals)."""
-    ap.add_argument("--workloads", default="grouped,zipf")
-    ap.add_argument("--passages", type=int, default=30)
-    ap.add_argument("--zipf-n", type=int, default=200)
-    ap.add_argument("--zipf-passages", type=int, default=200)
-    ap.add_argument("--zipf-s", type=float, default=1.0)
-    ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--seed", type=int, default=0)
-
-
-def token_counter() -> Any:
-    """``count(text)``: SmolLM2 tokens of a segment text, memoized (segments recur across prompts)."""
-    from slimrag.llm.weights import load_model
-
-    tok = load_model(device="cpu").tokenizer
-    memo: dict[str, int] = {}
-
-    def count(text: str) -> int:
-        if text not in memo:
-            memo[text] = len(tok.encode(text, add_special_tokens=False))
-        return memo[text]
-
-    return count
-
-
-def requests(args: argparse.Namespace, workload: str) -> list[Any]:
-    """The workload's arrivals with their retrieved passages (relevance order). With
-    ``--requests-file`` they are read from a file ``--dump-requests`` wrote (a GPU machine then
-    needs neither the index nor the embedder)."""
-    from bench.gen_modes import Request
-    from bench.qa_workload import flat_index, grouped, zipf
-    from slimrag.prompt import Passage
-    from slimrag.rag.pipeline import passage_of
-
-    if getattr(args, "requests_file", None):
-        saved = json.loads(Path(args.requests_file).read_text())[workload]
-        return [(Request(r["i"], r["question"], tuple(Passage(**p) for p in r["ranked"])), r["answer"])
-                for r in saved]
-
-    qs = grouped(args.passages, args.seed) if workload == "grouped" else zipf(
-        args.zipf_n, args.zipf_passages, args.zipf_s, args.seed)
-    idx = flat_index()
-    cache: dict[str, tuple] = {}
-    out = []
-    for i, q in enumerate(qs):
-        if q.text not in cache:
-            cache[q.text] = tuple(passage_of(h) for h in idx.search(q.text, k=args.k))
-        out.append((Request(i, q.text, cache[q.text]), q.answer))
-    idx.close()
-    return out
-
-
 def run(args: argparse.Namespace, workload: str, model: Any, checkpoint: Any) -> dict[str, Any]:
     """Serve the workload in every mode; ``checkpoint(result)`` is called after each burst with
     the summary so far (a long run on a busy machine leaves usable partial results)."""
     from bench.gen_modes import MODES, relevance_prompt
-    from bench.qa_workload import exact_match, f1
     from slimrag.config import GenerationConfig
     from slimrag.llm.kv.config import CacheConfig
 
@@ -237,10 +183,7 @@ def main() -> None:
     if args.quick:
         args.workloads, args.passages = "grouped", 9
     if args.dump_requests:
-        dump = {w: [{"i": r.index, "question": r.question, "answer": a,
-                     "ranked": [dataclasses.asdict(p) for p in r.ranked]} for r, a in requests(args, w)]
-                for w in args.workloads.split(",")}
-        args.dump_requests.write_text(json.dumps(dump))
+        dump_requests(args, args.dump_requests)
         print(f"wrote {args.dump_requests}")
         return
     import torch

@@ -15,6 +15,7 @@ defers reading the weights until they are first touched. It prints a table and w
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -143,6 +144,7 @@ def _print_table(result: dict[str, Any]) -> None:
 
 def main() -> None:
     """Run the benchmark, print the table, write the JSON file."""
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     result = run()
     _print_table(result)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

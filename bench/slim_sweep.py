@@ -1,6 +1,6 @@
 """Recall of the slim index versus rerank depth R, PQ subspaces M and graph degree.
 
-    python -m bench.slim_sweep                       # synthetic 5k text-like vectors
+    python -m bench.slim_sweep                       # synthetic 5k text-like vectors (bench.vectors)
     python -m bench.slim_sweep --vectors X.npy --queries Q.npy   # your own unit-norm embeddings
 
 Ground truth is numpy brute force; ``recompute`` is backed by the true matrix, so the exact level
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.vectors import text_like
 from slimrag.index.slim import (
     SlimArtifacts,
     SlimConfig,
@@ -31,34 +32,6 @@ from slimrag.index.slim import (
 )
 from slimrag.index.slim.graph import build_graph, pick_hubs
 from slimrag.index.slim.pq import PQConfig, train_pq
-
-
-def text_like(n: int, nq: int, d: int = 384, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Unit vectors shaped like sentence embeddings: shared mean direction, topic clusters with
-    sub-topics, most variance in a 96-dimensional subspace. Queries come from the same law."""
-    rng = np.random.default_rng(seed)
-    rank = min(96, d)
-    mean = rng.normal(size=d)
-    mean /= np.linalg.norm(mean)
-    basis = np.linalg.qr(rng.normal(size=(d, rank)))[0]
-    spectrum = 1.0 / np.sqrt(1.0 + np.arange(rank))
-    clusters = max(8, n // 80)
-    centers = (rng.normal(size=(clusters, rank)) * spectrum) @ basis.T
-    subs = (rng.normal(size=(clusters * 8, rank)) * spectrum) @ basis.T
-
-    def draw(m: int) -> np.ndarray:
-        c = rng.integers(0, clusters, m)
-        s = c * 8 + rng.integers(0, 8, m)
-        x = (
-            0.35 * mean
-            + 0.9 * centers[c]
-            + 0.5 * subs[s]
-            + 0.45 * (rng.normal(size=(m, rank)) * spectrum) @ basis.T
-            + 0.04 * rng.normal(size=(m, d))
-        )
-        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-    return draw(n), draw(nq)
 
 
 def evaluate(art: SlimArtifacts, x: np.ndarray, q: np.ndarray, truth: np.ndarray, cfg: SlimConfig) -> dict:

@@ -191,6 +191,16 @@ def test_generator_that_is_not_thread_safe_runs_one_at_a_time(index: Index) -> N
     assert texts == ["one two"] * 3 and gen.most == 1
 
 
+def test_answer_carries_the_finish_reason_of_the_last_piece(index: Index) -> None:
+    class Cut(Generator):
+        def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:
+            yield Delta("cut")
+            yield Delta("", usage=Usage(prompt_tokens=5, completion_tokens=1), finish_reason="length")
+
+    answer = RAG(index, Cut()).ask("Where does Whiskers sleep?", k=1)
+    assert (answer.text, answer.finish_reason, answer.usage.completion_tokens) == ("cut", "length", 1)
+
+
 class _Endless(Generator):
     """A generator that would run for seconds; records when its stream is closed."""
 

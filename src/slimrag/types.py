@@ -62,8 +62,14 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """A generated answer with the passages it was given (in prompt order) and its usage."""
+    """A generated answer with the passages it was given (in prompt order) and its usage.
+
+    ``finish_reason`` says why generation ended, as OpenAI names it: ``"stop"`` (end of turn or a
+    stop string), ``"length"`` (``max_new_tokens`` or the model's context was reached), or what a
+    remote server reported.
+    """
 
     text: str
     sources: list[Hit]
     usage: Usage
+    finish_reason: str = "stop"

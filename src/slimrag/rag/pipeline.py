@@ -106,17 +106,19 @@ class RAG:
             self.shadow.record(turn.prompt)
 
     def _answer(self, turn: _Turn, config: GenerationConfig | None) -> Iterator[str | Answer]:
-        parts, usage = [], Usage()
+        parts, usage, reason = [], Usage(), "stop"
         for delta in self._run(turn, config):
             if delta.text:
                 parts.append(delta.text)
                 yield delta.text
             usage = delta.usage or usage
-        yield Answer("".join(parts).strip(), turn.hits, usage)
+            reason = delta.finish_reason or reason
+        yield Answer("".join(parts).strip(), turn.hits, usage, reason)
 
     def ask(self, question: str, k: int = 4, *, source: str | None = None,
             config: GenerationConfig | None = None) -> Answer:
-        """Answer ``question`` from the top-``k`` passages; returns text, sources and usage."""
+        """Answer ``question`` from the top-``k`` passages; returns text, sources, usage and the
+        finish reason."""
         *_, answer = self.stream_answer(question, k, source=source, config=config)
         assert isinstance(answer, Answer)
         return answer
@@ -131,7 +133,8 @@ class RAG:
     def stream_answer(self, question: str, k: int = 4, *, source: str | None = None,
                       config: GenerationConfig | None = None,
                       history: tuple[tuple[str, str], ...] = ()) -> Iterator[str | Answer]:
-        """Yield text pieces, then one final `Answer` (text, sources in prompt order, usage)."""
+        """Yield text pieces, then one final `Answer` (text, sources in prompt order, usage, and the
+        finish reason of the generator's last piece)."""
         t0 = time.perf_counter()
         hits = self.retrieve(question, k, source)
         prompt = self.prompt(question, hits, history)

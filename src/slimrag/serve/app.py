@@ -48,8 +48,9 @@ from slimrag.api.schemas import (
     usage_json,
 )
 from slimrag.rag.pipeline import RAG
-from slimrag.serve.chat import Final, answer_pieces, conversation, extension, generation_config, sse_chunks
+from slimrag.serve.chat import answer_pieces, conversation, extension, generation_config, sse_chunks
 from slimrag.serve.workers import Worker, Workers
+from slimrag.types import Answer
 
 
 def warm_up(rag: RAG) -> None:
@@ -101,13 +102,13 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
         final = first
         async for item in events:
             final = item
-        assert isinstance(final, Final)
-        metrics.usage(final.answer.usage)
-        message = {"role": "assistant", "content": final.answer.text}
+        assert isinstance(final, Answer)
+        metrics.usage(final.usage)
+        message = {"role": "assistant", "content": final.text}
         return JSONResponse({**head, "object": "chat.completion",
                              "choices": [{"index": 0, "message": message, "logprobs": None,
                                           "finish_reason": final.finish_reason}],
-                             "usage": usage_json(final.answer.usage), "slimrag": extension(final)})
+                             "usage": usage_json(final.usage), "slimrag": extension(final)})
 
     @app.post("/v1/embeddings")
     async def embeddings(req: EmbeddingsRequest) -> dict[str, Any]:

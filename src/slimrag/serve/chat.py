@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from slimrag.api.errors import APIError, api_error
@@ -43,14 +42,6 @@ from slimrag.types import Answer
 HISTORY_MESSAGES = 8
 #: Characters of passage text in a completion's sources (search hits carry the whole text).
 SNIPPET_CHARS = 300
-
-
-@dataclass(frozen=True)
-class Final:
-    """The end of an answer's stream: the answer and OpenAI's ``finish_reason`` for it."""
-
-    answer: Answer
-    finish_reason: str
 
 
 def conversation(messages: list[ChatMessage]) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -76,25 +67,24 @@ def generation_config(req: ChatRequest, served: GenerationConfig) -> GenerationC
     )
 
 
-def extension(final: Final) -> dict[str, Any]:
+def extension(answer: Answer) -> dict[str, Any]:
     """The ``slimrag`` field: sources in prompt order and end-to-end timings."""
-    u = final.answer.usage
-    return {"sources": [hit_json(h, SNIPPET_CHARS) for h in final.answer.sources],
+    u = answer.usage
+    return {"sources": [hit_json(h, SNIPPET_CHARS) for h in answer.sources],
             "ttft_s": round(u.ttft_s, 4), "total_s": round(u.total_s, 4)}
 
 
 def answer_pieces(worker: Worker, question: str, history: tuple[tuple[str, str], ...], k: int,
-                  source: str | None, config: GenerationConfig) -> Iterator[str | Final]:
-    """Run RAG on ``worker``: the answer's text pieces, then its `Final`."""
-    for piece in worker.rag.stream_answer(question, k, source=source, config=config, history=history):
-        yield piece if isinstance(piece, str) else Final(piece, worker.tap.finish_reason)
+                  source: str | None, config: GenerationConfig) -> Iterator[str | Answer]:
+    """Run RAG on ``worker``: the answer's text pieces, then the `Answer` (with its finish reason)."""
+    return worker.rag.stream_answer(question, k, source=source, config=config, history=history)
 
 
 def _sse(obj: dict[str, Any] | str) -> str:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj, separators=(',', ':'))}\n\n"
 
 
-async def sse_chunks(head: dict[str, Any], first: str | Final, rest: AsyncIterator[str | Final],
+async def sse_chunks(head: dict[str, Any], first: str | Answer, rest: AsyncIterator[str | Answer],
                      include_usage: bool, metrics: Metrics) -> AsyncIterator[str]:
     """The server-sent events of a streamed completion (see the module header)."""
     extra = {"usage": None} if include_usage else {}
@@ -109,12 +99,12 @@ async def sse_chunks(head: dict[str, Any], first: str | Final, rest: AsyncIterat
         while isinstance(item, str):
             yield _sse(chunk({"content": item}))
             item = await anext(rest)
-        metrics.usage(item.answer.usage)
+        metrics.usage(item.usage)
         last = chunk({}, item.finish_reason)
         if include_usage:
             yield _sse(last)
             last = {**head, "object": "chat.completion.chunk", "choices": [],
-                    "usage": usage_json(item.answer.usage)}
+                    "usage": usage_json(item.usage)}
         yield _sse({**last, "slimrag": extension(item)})
         yield _sse("[DONE]")
     except Exception as exc:  # the 200 is out: report in the stream, as llama.cpp does

@@ -22,8 +22,8 @@ Index updates
 Generators
     A generator whose ``thread_safe`` is True serves requests that overlap (the built-in ones: the
     local engine admits one prefill at a time through its scheduler and interleaves decode steps
-    under its model lock). Any other runs one generation at a time: every worker streams through
-    one lock.
+    under its model lock). Any other runs one generation at a time: the workers share it wrapped by
+    :func:`shared`, whose streams take turns through one lock.
 
 Streaming
     `Workers.stream` moves an iterator's items from a worker thread onto the event loop one at a
@@ -38,7 +38,6 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,7 +45,7 @@ from typing import Any, TypeVar
 from slimrag.config import GenerationConfig
 from slimrag.index.core import Index
 from slimrag.index.layout import MANIFEST
-from slimrag.llm.base import Delta, Generator
+from slimrag.llm.base import Delta, Generator, LoadReport
 from slimrag.prompt import Prompt
 from slimrag.rag.pipeline import RAG
 from slimrag.rag.plan import PlanningCache
@@ -54,23 +53,31 @@ from slimrag.rag.plan import PlanningCache
 T = TypeVar("T")
 
 
-class _FinishTap(Generator):
-    """The served generator as one worker sees it: remembers the last finish reason (`Answer`
-    carries none, OpenAI's ``finish_reason`` needs it) and holds ``exclusive`` while streaming."""
+class _Serialized(Generator):
+    """A generator that is not thread-safe, as the workers share it: its streams take turns
+    through one lock (held from the first piece asked for until the stream ends or is closed)."""
 
-    def __init__(self, inner: Generator, exclusive: AbstractContextManager[Any]) -> None:
-        self.inner, self.exclusive, self.name = inner, exclusive, inner.name
-        self.finish_reason = "stop"
+    thread_safe = True
+
+    def __init__(self, inner: Generator) -> None:
+        self.inner, self.name, self._lock = inner, inner.name, threading.Lock()
+        self.default_repetition_penalty = inner.default_repetition_penalty
+        self.shadows_prefix_cache = inner.shadows_prefix_cache
+
+    def load(self) -> LoadReport | None:
+        return self.inner.load()
 
     def planning_cache(self) -> PlanningCache | None:
         return self.inner.planning_cache()
 
     def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:
-        self.finish_reason = "stop"
-        with self.exclusive:
-            for delta in self.inner.stream(prompt, config):
-                self.finish_reason = delta.finish_reason or self.finish_reason
-                yield delta
+        with self._lock:
+            yield from self.inner.stream(prompt, config)
+
+
+def shared(llm: Generator) -> Generator:
+    """``llm`` as every worker may call it at once: itself when thread-safe, else taking turns."""
+    return llm if llm.thread_safe else _Serialized(llm)
 
 
 @dataclass
@@ -79,26 +86,25 @@ class Worker:
 
     index: Index
     rag: RAG
-    tap: _FinishTap
     version: tuple[int, int, int]
 
     @classmethod
-    def open(cls, served: RAG, exclusive: AbstractContextManager[Any]) -> Worker:
-        """Open the served index again in this thread, with the served embedder and settings."""
+    def open(cls, served: RAG, llm: Generator) -> Worker:
+        """Open the served index again in this thread, with the served embedder and settings;
+        ``llm`` is the served generator as the workers share it (:func:`shared`)."""
         index = Index.open(served.index.root, embedder=served.index.embedder)
         version = index_version(index)
-        tap = _FinishTap(served.llm, exclusive)
-        rag = RAG(index, tap, system=served.system, generation=served.generation, mode=served.mode,
+        rag = RAG(index, llm, system=served.system, generation=served.generation, mode=served.mode,
                   shadow=False)
         rag.shadow = served.shadow  # one mirror of the remote prefix cache for all workers
-        return cls(index, rag, tap, version)
+        return cls(index, rag, version)
 
-    def current(self, served: RAG, exclusive: AbstractContextManager[Any]) -> Worker:
+    def current(self, served: RAG, llm: Generator) -> Worker:
         """This worker, or a fresh one when the index changed on disk since it was opened."""
         if index_version(self.index) == self.version:
             return self
         self.index.close()
-        return Worker.open(served, exclusive)
+        return Worker.open(served, llm)
 
 
 def index_version(index: Index) -> tuple[int, int, int]:
@@ -121,8 +127,7 @@ class Workers:
         if threads < 1:
             raise ValueError(f"workers must be >= 1, got {threads}")
         self.served, self.n = served, threads
-        self.exclusive: AbstractContextManager[Any] = (nullcontext() if served.llm.thread_safe
-                                                       else threading.Lock())
+        self.llm = shared(served.llm)
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -198,8 +203,8 @@ class Workers:
                 if not fut.set_running_or_notify_cancel():
                     continue
                 try:
-                    worker = (worker.current(self.served, self.exclusive) if worker is not None
-                              else Worker.open(self.served, self.exclusive))
+                    worker = (worker.current(self.served, self.llm) if worker is not None
+                              else Worker.open(self.served, self.llm))
                     fut.set_result(job(worker))
                 except Exception as exc:  # handed to the waiting request, which answers it
                     fut.set_exception(exc)

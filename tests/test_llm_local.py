@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from slimrag.config import GenerationConfig
-from slimrag.errors import ModelNotFoundError, SlimragError
+from slimrag.errors import ModelNotFoundError, RequestError, SlimragError
 from slimrag.llm import weights
 from slimrag.llm.decoding import find_stop, safe_len
 from slimrag.llm.local import LocalGenerator
@@ -98,6 +98,13 @@ def test_capabilities_are_declared_and_load_returns_the_model(gen: LocalGenerato
     assert gen.thread_safe and not gen.shadows_prefix_cache
     assert gen.default_repetition_penalty == 1.1
     assert gen.load() is first_load
+
+
+def test_prompt_longer_than_the_context_is_a_request_error(gen: LocalGenerator) -> None:
+    limit = gen.load().model.config.max_position_embeddings
+    long = Passage("long", "big.txt#0", "word " * limit)
+    with pytest.raises(RequestError, match=f"holds {limit}.*fewer passages"):
+        gen.generate(Prompt(QUESTION, passages=(long,)))
 
 
 def test_segments_are_tokenized_on_their_own(gen: LocalGenerator) -> None:

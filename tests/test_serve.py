@@ -23,9 +23,10 @@ from asgi_server import assert_error, cli_server_url, running
 from conftest import DOCS, write_tree
 from openai_server import OpenAIServer
 
+from slimrag.api.errors import api_error
 from slimrag.config import GenerationConfig
 from slimrag.embed.local import LocalEmbedder
-from slimrag.errors import BackendError
+from slimrag.errors import BackendError, IndexFormatError, RequestError
 from slimrag.index.core import Index
 from slimrag.llm.base import Delta, Generator
 from slimrag.llm.remote import RemoteGenerator
@@ -322,6 +323,23 @@ def test_bad_requests_get_openai_errors(client: httpx.Client, base: str) -> None
     assert_error(post("/v1/embeddings", content=chunked(), headers={"Content-Type": "application/json"}), 413)
     assert_error(client.get("/v1/nothing"), 404)
     assert_error(client.get("/v1/chat/completions"), 405)
+
+
+class _TooLong(Generator):
+    """A generator whose model cannot hold the prompt, as the local engine reports it."""
+
+    def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:
+        raise RequestError("The prompt has 9000 tokens but the model holds 8192. Ask with fewer passages.")
+        yield Delta("")  # unreachable: makes this a generator function, like every real stream
+
+
+def test_request_errors_are_400_and_backend_errors_502(index: Index) -> None:
+    with running(create_app(RAG(index, _TooLong()))) as url, httpx.Client(base_url=url, timeout=TIMEOUT) as c:
+        err = assert_error(chat(c, "Where does Whiskers sleep?"), 400)
+        assert err["code"] == "invalid_request" and "fewer passages" in err["message"]
+    assert isinstance(RequestError("x"), ValueError)
+    assert api_error(BackendError("down")).status == 502
+    assert api_error(IndexFormatError("broken")).status == 500
 
 
 def test_api_key_is_enforced_on_v1_routes(base: str) -> None:

@@ -11,6 +11,12 @@ class SlimragError(Exception):
     """Base class of every error slimrag raises on purpose."""
 
 
+class RequestError(SlimragError, ValueError):
+    """The caller's input cannot be answered as given: a bad search mode or filter, a prompt longer
+    than the model's context, ... The server answers it with 400. It is also a `ValueError`, the
+    exception Python code expects for a bad argument."""
+
+
 class IndexFormatError(SlimragError):
     """The index folder is missing, corrupt, or written by an incompatible version."""
 

@@ -7,9 +7,11 @@ Statuses
     Invalid JSON, wrong types, missing fields and out-of-range values are 400 (not FastAPI's 422:
     OpenAI clients expect 400, naming the one parameter at fault); a missing or wrong API key 401;
     a body over ``max_body_bytes`` 413; unknown routes 404 (the last three are answered by `Gate`
-    and `create_app`). A failing remote backend (`BackendError`) is 502, a broken index or a
-    missing model 500, any other `SlimragError` at request time (a prompt too long for the model)
-    400. Anything else is a logged 500 whose message points at the server log.
+    and `create_app`). A `RequestError` (the request's input cannot be answered: a prompt too long
+    for the model, ...) is 400, a failing remote backend (`BackendError`) 502, a broken index or a
+    missing model 500. Any other `SlimragError` at request time is still 400, as it was before
+    `RequestError` existed, until every request-time raise site says which it is. Anything else is
+    a logged 500 whose message points at the server log.
 
 Streams
     A stream waits for its first piece before it sends 200, so the failures above keep their
@@ -29,7 +31,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 
-from slimrag.errors import BackendError, IndexFormatError, ModelNotFoundError, SlimragError
+from slimrag.errors import BackendError, IndexFormatError, ModelNotFoundError, RequestError, SlimragError
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +53,13 @@ def api_error(exc: Exception) -> APIError:
     """The HTTP error for an exception raised while answering (unexpected ones are logged)."""
     if isinstance(exc, APIError):
         return exc
+    if isinstance(exc, RequestError):
+        return APIError(400, str(exc), code="invalid_request")
     if isinstance(exc, BackendError):
         return APIError(502, f"the language model backend failed: {exc}", code="backend_error")
     if isinstance(exc, IndexFormatError | ModelNotFoundError):
         return APIError(500, f"the server is misconfigured: {exc}", code="server_misconfigured")
-    if isinstance(exc, SlimragError):  # at request time: a prompt longer than the model's context
+    if isinstance(exc, SlimragError):  # not yet told apart from a RequestError (see the header)
         return APIError(400, str(exc), code="invalid_request")
     log.error("unexpected error while answering", exc_info=exc)
     return APIError(500, f"internal error ({type(exc).__name__}: {exc}); see the server log",

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from slimrag.config import GenerationConfig
-from slimrag.errors import SlimragError
+from slimrag.errors import RequestError
 from slimrag.llm.base import Delta, Generator
 from slimrag.llm.decoding import Chooser, chooser, find_stop, greedy, safe_len
 from slimrag.llm.kv.config import CacheConfig
@@ -367,12 +367,13 @@ class LocalGenerator(Generator):
         return out.logits[0, -1].float()
 
     def _room(self, prompt_len: int, max_new: int) -> int:
-        """``max_new`` capped by the model's context length; an error when the prompt alone fills it."""
+        """``max_new`` capped by the model's context length; a `RequestError` when the prompt alone
+        fills it."""
         limit = getattr(self.load().model.config, "max_position_embeddings", None)
         if limit is None:
             return max_new
         if prompt_len >= limit:
-            raise SlimragError(
+            raise RequestError(
                 f"The prompt has {prompt_len} tokens but {self.name} holds {limit}. "
                 "Ask with fewer passages (smaller k) or build the index with smaller chunks."
             )

@@ -15,7 +15,8 @@ from conftest import BAD_FILES, write_mixed_tree
 
 from slimrag.embed.local import LocalEmbedder
 from slimrag.errors import IndexFormatError
-from slimrag.index.core import Index, embed_input
+from slimrag.index.core import Index
+from slimrag.index.writer import embed_input
 
 
 def _ids(hits: list) -> list[int]:

@@ -19,7 +19,8 @@ from conftest import BAD_FILES, write_mixed_tree
 from slimrag.cli import cli
 from slimrag.config import RayIngestConfig
 from slimrag.embed.local import LocalEmbedder
-from slimrag.index.core import AddReport, Index
+from slimrag.index.core import Index
+from slimrag.index.writer import AddReport
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")

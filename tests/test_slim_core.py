@@ -12,7 +12,8 @@ import pytest
 
 from slimrag.errors import IndexFormatError
 from slimrag.index.slim import SlimArtifacts, SlimConfig, SlimSearcher, build_slim, slim_bytes
-from slimrag.index.slim.graph import Graph, GraphConfig, build_graph, exact_knn, index_dtype, pick_hubs
+from slimrag.index.slim.graph import Graph, GraphConfig, build_graph, index_dtype, pick_hubs
+from slimrag.index.slim.knn import exact_knn
 from slimrag.index.slim.pq import PQConfig, train_pq
 
 N, D, NQ, K = 3000, 384, 100, 10

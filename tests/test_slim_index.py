@@ -22,9 +22,10 @@ from openai_server import OpenAIServer
 
 from slimrag.config import IndexConfig
 from slimrag.embed.remote import RemoteEmbedder
-from slimrag.index.core import Index, embed_input
+from slimrag.index.core import Index
 from slimrag.index.slim import SlimConfig
 from slimrag.index.slim.pq import PQConfig
+from slimrag.index.writer import embed_input
 
 WORDS = ("river stone cloud engine violin garden copper lantern harbor orbit meadow signal falcon "
          "pepper quartz timber canyon glacier marble velvet ember mosaic nectar saddle tundra").split()

@@ -1,1 +1,1 @@
-"""Indexes: the `Index` facade (`core`), the on-disk layout (`layout`), exact flat search (`flat`), the slim graph index (`slim`), and Ray ingest into an index (`distributed`)."""
+"""Indexes: the `Index` facade and its lifecycle (`core`), its write path (`writer`) and search (`query`), the on-disk layout (`layout`), exact flat search (`flat`), the slim graph index (`slim`), and Ray ingest into an index (`distributed`)."""

@@ -32,7 +32,7 @@ class PreparedDoc:
     doc_id: SHA-256 of the source's bytes, the dedup key. pieces: its chunks in order; empty when
     the document is unchanged (not parsed) or has no text (then skipped with a warning).
     vectors: float32 ``(len(pieces), dim)``, row i the unit-norm embedding of
-    ``index.core.embed_input(pieces[i])`` by the index's embedder; None to embed at write time.
+    ``index.writer.embed_input(pieces[i])`` by the index's embedder; None to embed at write time.
     """
 
     source: str

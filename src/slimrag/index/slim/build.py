@@ -6,11 +6,8 @@ import numpy as np
 
 from slimrag.index.slim.artifacts import SlimArtifacts
 from slimrag.index.slim.config import SlimConfig
-from slimrag.index.slim.graph import (
-    build_graph,
-    pick_hubs,
-    top_k_columns,
-)
+from slimrag.index.slim.graph import build_graph, pick_hubs
+from slimrag.index.slim.knn import top_k_columns
 from slimrag.index.slim.pq import (
     ProductQuantizer,
     train_pq,

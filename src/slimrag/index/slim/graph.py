@@ -4,10 +4,10 @@ Algorithm
 ---------
 1. **Candidate pool.** For every vector, its ``candidates`` nearest neighbours by inner product
    (cosine: vectors are unit-norm), exact, in row blocks against the whole matrix so memory is
-   ``block * n`` floats, never ``n * n``. Cost is ``n^2 d`` flops (43k x 384: ~10 s on two cores);
-   past a few hundred thousand vectors an approximate pool (HNSW level 0, NN-descent) is the next
-   step. The pool also gets the node's ``long_range`` nearest *pivots* (a seeded random sample of
-   ~2 sqrt(n) nodes), so the prune can keep a few edges that leave the local cluster.
+   ``block * n`` floats, never ``n * n`` (``knn.py``, which also gives the cost and the next step
+   past a few hundred thousand vectors). The pool also gets the node's ``long_range`` nearest
+   *pivots* (a seeded random sample of ~2 sqrt(n) nodes), so the prune can keep a few edges that
+   leave the local cluster.
 2. **Degree budget (high-degree preserving, after LEANN).** In-degree in the kNN pool marks hub
    nodes: the ``hub_fraction`` most-referenced nodes may keep ``max_degree`` out-edges, all others
    ``base_degree``. Search passes through hubs, so their long lists buy recall; the many ordinary
@@ -46,7 +46,7 @@ Knobs (``GraphConfig``)
   leave a wrong cluster (recall 0.70 -> 0.79 with 16 entry points on the synthetic set); no cost
   on disk beyond the edges the prune keeps.
 - ``block`` (default 0 = auto, ~128 MB of float32 scores per block): rows per kNN block. The
-  top-k of each block is selected in ~8 MB row chunks (``top_k_columns``), so the block's scores
+  top-k of each block is selected in ~8 MB row chunks (``knn.top_k_columns``), so the block's scores
   are the only large temporary. Memory rule: build peak ~ input + 128 MB + the kNN pool
   (``n * (candidates + long_range) * 8`` bytes, ~19 MB at 43k) + the pivot scores
   (``n * 2 sqrt(n) * 4`` bytes, 72 MB at 43k, the term that grows fastest). The whole slim build
@@ -68,14 +68,11 @@ from pathlib import Path
 import numpy as np
 
 from slimrag.index.slim._threads import single_thread_blas
+from slimrag.index.slim.knn import exact_knn, top_k_columns
 
 INDPTR_FILE = "graph_indptr.npy"
 INDICES_FILE = "graph_indices.npy"
 _PRUNE_BATCH = 512
-# float32 scores per kNN block. The block size sets how BLAS splits the product, so changing it
-# changes float rounding (ids of near-ties, ~0.2% at 43k): kept at 128 MB so graphs stay identical.
-_BLOCK_BYTES = 128 * 1024 * 1024
-_SELECT_BYTES = 8 * 1024 * 1024  # scores per top-k selection chunk, see top_k_columns
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,47 +167,6 @@ def index_dtype(n: int) -> np.dtype:
     if n <= 2**32:
         return np.dtype(np.uint32)
     return np.dtype(np.uint64)
-
-
-def top_k_columns(scores: np.ndarray, k: int) -> np.ndarray:
-    """Column ids (rows, k) int64 of the ``k`` largest entries of each row of ``scores``, in no
-    particular order. Same result as ``np.argpartition(-scores, k - 1, axis=1)[:, :k]``, computed in
-    row chunks of ~``_SELECT_BYTES`` so the negated copy and argpartition's full-width int64 index
-    array (together 3x the input, which is what made the 43k build peak at 889 MiB) stay small."""
-    rows, cols = scores.shape
-    step = max(1, _SELECT_BYTES // (4 * max(cols, 1)))
-    out = np.empty((rows, k), dtype=np.int64)
-    for start in range(0, rows, step):
-        out[start : start + step] = np.argpartition(-scores[start : start + step], k - 1, axis=1)[:, :k]
-    return out
-
-
-def exact_knn(vectors: np.ndarray, k: int, block: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` nearest other rows of every row by inner product, closest first.
-
-    Returns ``(ids, sims)`` of shape (n, k'), ``k' = min(k, n - 1)``, int32 and float32. Works in
-    row blocks: peak memory is the block's float32 scores (``block * n * 4`` bytes, ~128 MB at the
-    automatic block) plus ~3x ``_SELECT_BYTES`` for the top-k selection, plus the output.
-    """
-    x = np.ascontiguousarray(vectors, dtype=np.float32)
-    n = x.shape[0]
-    k = min(k, n - 1)
-    if k <= 0:
-        return np.zeros((n, 0), np.int32), np.zeros((n, 0), np.float32)
-    block = block or max(16, min(4096, _BLOCK_BYTES // (4 * max(n, 1))))
-    ids = np.empty((n, k), dtype=np.int32)
-    sims = np.empty((n, k), dtype=np.float32)
-    for start in range(0, n, block):
-        stop = min(n, start + block)
-        s = x[start:stop] @ x.T
-        s[np.arange(stop - start), np.arange(start, stop)] = -np.inf  # not its own neighbour
-        part = top_k_columns(s, k)
-        ps = np.take_along_axis(s, part, axis=1)
-        del s
-        order = np.argsort(-ps, axis=1, kind="stable")
-        ids[start:stop] = np.take_along_axis(part, order, axis=1)
-        sims[start:stop] = np.take_along_axis(ps, order, axis=1)
-    return ids, sims
 
 
 def robust_prune(

@@ -162,3 +162,24 @@ def test_write_stores_given_vectors_through_the_add_path(tmp_path: Path, embedde
     assert idx.search("icy comet nucleus", k=1)[0].text == "Comets have icy nuclei."
     assert idx.write([doc]).unchanged == 1  # same hash at the same source: nothing written
     assert len(idx.manifest["delta_parts"]) == 1
+
+
+def test_catalog_transaction_commits_or_rolls_back(tmp_path: Path) -> None:
+    from slimrag.catalog import Catalog
+    from slimrag.types import Chunk, Document
+
+    cat = Catalog(tmp_path / "c.sqlite")
+    with cat.transaction():
+        cat.put_document(Document("h1", "a.txt", 0.0, 5))
+        cat.put_chunks([Chunk(0, "h1", "a.txt", 0, "alpha", {})])
+    with pytest.raises(KeyError), cat.transaction():  # any exception: undone, then re-raised
+        cat.delete_document("a.txt")
+        cat.put_document(Document("h2", "b.txt", 0.0, 5))
+        raise KeyError("boom")
+    assert [d.source for d in cat.documents()] == ["a.txt"]
+    assert cat.counts() == {"documents": 1, "chunks": 1, "tombstones": 0}
+    cat.close()
+    again = Catalog(tmp_path / "c.sqlite")  # committed means on disk, seen by a new connection
+    assert again.live_ids() == [0]
+    assert [i for i, _ in again.keyword_search("alpha", 1)] == [0]
+    again.close()

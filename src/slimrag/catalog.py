@@ -22,7 +22,8 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -73,14 +74,31 @@ class Catalog:
         self.db.close()
 
     # -- transactions ---------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One write transaction around the ``with`` block: committed when the block ends,
+        rolled back when anything escapes it (KeyboardInterrupt included), which is re-raised.
+        ``BEGIN IMMEDIATE`` takes the write lock at once, so a second writer waits (or fails with
+        "database is locked") before it has done any work. Not re-entrant."""
+        self.begin()
+        try:
+            yield
+        except BaseException:
+            self.rollback()
+            raise
+        self.commit()
+
     def begin(self) -> None:
-        """Start a write transaction; pair with :meth:`commit` or :meth:`rollback`."""
+        """Start a write transaction; pair with :meth:`commit` or :meth:`rollback` (or use
+        :meth:`transaction`, which does both)."""
         self.db.execute("BEGIN IMMEDIATE")
 
     def commit(self) -> None:
+        """Commit the transaction :meth:`begin` started."""
         self.db.execute("COMMIT")
 
     def rollback(self) -> None:
+        """Undo the transaction :meth:`begin` started."""
         self.db.execute("ROLLBACK")
 
     # -- documents ------------------------------------------------------------------------------

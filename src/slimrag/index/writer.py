@@ -180,8 +180,7 @@ class IndexWriter:
             parts.append(v)
         vecs = np.concatenate(parts)
         ids = np.array([c.chunk_id for c in chunks], dtype=np.int64)
-        self.catalog.begin()
-        try:
+        with self.catalog.transaction():
             for doc, replaced, _, _ in docs:
                 if replaced:
                     self.catalog.delete_document(doc.source)
@@ -193,10 +192,6 @@ class IndexWriter:
                         "next_part": self.manifest["next_part"] + 1, "next_chunk_id": next_id,
                         "updated": time.time()}
             files.write_json_atomic(self.root / layout.MANIFEST, manifest)
-            self.catalog.commit()
-        except BaseException:
-            self.catalog.rollback()
-            raise
         self.manifest = manifest
         report.added += sum(1 for _, r, _, _ in docs if not r)
         report.updated += sum(1 for _, r, _, _ in docs if r)
@@ -208,14 +203,9 @@ class IndexWriter:
         Their vectors are masked at once and dropped at the next `compact`."""
         sources = [sources] if isinstance(sources, str) else list(sources)
         removed: list[int] = []
-        self.catalog.begin()
-        try:
+        with self.catalog.transaction():
             for s in sources:
                 removed += self.catalog.delete_document(s)
-            self.catalog.commit()
-        except BaseException:
-            self.catalog.rollback()
-            raise
         self.vectors.set_live(np.asarray(self.catalog.live_ids(), dtype=np.int64))
         return len(removed)
 

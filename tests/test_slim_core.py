@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 
 from slimrag.errors import IndexFormatError
+from slimrag.index.flat import FlatVectors
 from slimrag.index.slim import SlimArtifacts, SlimConfig, SlimSearcher, build_slim, slim_bytes
 from slimrag.index.slim.graph import Graph, GraphConfig, build_graph, index_dtype, pick_hubs
 from slimrag.index.slim.knn import exact_knn
 from slimrag.index.slim.pq import PQConfig, train_pq
+from slimrag.index.slim.store import SlimVectors
 
 N, D, NQ, K = 3000, 384, 100, 10
 
@@ -253,3 +255,23 @@ def test_corrupt_folder_raises_index_format_error(tmp_path, art):
     (tmp_path / "pq_codes.npy").unlink()
     with pytest.raises(IndexFormatError, match="rebuild"):
         SlimArtifacts.load(tmp_path)
+
+
+def test_live_vectors_recompute_graph_rows_in_batches_and_keep_delta_rows(data, art):
+    x = data[0]
+    gen_ids = np.arange(N, dtype=np.int64) * 2 + 1  # graph rows hold the odd chunk ids
+    delta = FlatVectors(np.array([4, 0]), x[:2].astype(np.float16))  # two exact rows, even ids
+    rec = Recorder(x)
+    store = SlimVectors(gen_ids, art, delta, lambda ids: rec((ids - 1) // 2), SlimConfig(cache_bytes=0))
+    live = np.concatenate([gen_ids[::3], [0]])
+    store.set_live(live)
+    ids, vecs = store.live_vectors(batch=400)
+    assert ids.tolist() == sorted(live.tolist()) and vecs.dtype == np.float32
+    np.testing.assert_array_equal(vecs[1:], x[(ids[1:] - 1) // 2])  # recomputed, in id order
+    np.testing.assert_array_equal(vecs[0], x[1].astype(np.float16).astype(np.float32))  # chunk 0: delta row 1
+    assert [len(c) for c in rec.calls] == [400, 400, 200]  # 1,000 live graph rows, 400 per call
+    flat = FlatVectors(np.array([7, 3, 5]), x[:3])
+    flat.set_live(np.array([3, 7]))
+    f_ids, f_vecs = flat.live_vectors()
+    assert f_ids.tolist() == [3, 7]
+    np.testing.assert_array_equal(f_vecs, x[[1, 0]])

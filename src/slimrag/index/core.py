@@ -31,7 +31,7 @@ from slimrag.index.flat import FlatVectors
 from slimrag.index.query import IndexQuery
 from slimrag.index.slim import SlimArtifacts, SlimConfig, slim_bytes
 from slimrag.index.slim.store import SlimVectors
-from slimrag.index.writer import COMMIT_CHUNKS, IndexWriter, embed_input
+from slimrag.index.writer import IndexWriter, embed_input
 from slimrag.ingest.chunker import Chunker
 from slimrag.ingest.source import Inputs
 from slimrag.types import Document
@@ -163,22 +163,6 @@ class Index(IndexWriter, IndexQuery):
             raise IndexFormatError(f"chunks {missing[:5]} are in the index but not in the catalog; run compact()")
         return self.embedder.embed([embed_input(chunks[int(i)]) for i in chunk_ids],
                                    batch_size=self.config.embed_batch)
-
-    def _live_vectors(self) -> tuple[np.ndarray, np.ndarray]:
-        """(chunk ids, exact float32 vectors) of every live row, sorted by id. A slim generation has
-        no stored vectors, so its live rows are re-embedded here, in batches."""
-        v = self.vectors
-        if isinstance(v, FlatVectors):
-            ids, vecs = v.ids[v.live], np.asarray(v.vectors)[v.live].astype(np.float32)
-        else:
-            gen_ids = v.gen_ids[v.live[: v.n_gen]]
-            parts = [self._recompute(gen_ids[s: s + COMMIT_CHUNKS]) for s in range(0, len(gen_ids), COMMIT_CHUNKS)]
-            d_live = v.live[v.n_gen:]
-            ids = np.concatenate([gen_ids, v.delta.ids[d_live]])
-            vecs = np.concatenate([*parts, np.asarray(v.delta.vectors, dtype=np.float32)[d_live]]) if len(ids) \
-                else np.zeros((0, self.embedder.dim), np.float32)
-        order = np.argsort(ids, kind="stable")
-        return ids[order], vecs[order]
 
     # -- inspection -----------------------------------------------------------------------------
     def documents(self) -> list[Document]:

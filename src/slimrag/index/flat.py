@@ -31,6 +31,12 @@ class FlatVectors:
         """Mark as live exactly the rows whose chunk id is in ``live_ids``."""
         self.live = np.isin(self.ids, live_ids)
 
+    def live_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk ids, float32 vectors) of the live rows, sorted by chunk id: what a compaction keeps."""
+        ids, vecs = self.ids[self.live], np.asarray(self.vectors)[self.live].astype(np.float32)
+        order = np.argsort(ids, kind="stable")
+        return ids[order], vecs[order]
+
     def search(self, queries: np.ndarray, k: int, allow: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-k for each query row. Returns (chunk_ids, scores), each (nq, k'), best first,
         where k' = min(k, live rows). ``allow`` is an optional extra row mask (metadata filters)."""

@@ -93,7 +93,6 @@ class IndexWriter:
     vectors: FlatVectors | SlimVectors
     _chunker: Chunker | None
     _load_vectors: Callable[[], None]
-    _live_vectors: Callable[[], tuple[np.ndarray, np.ndarray]]
 
     @property
     def chunker(self) -> Chunker:
@@ -217,7 +216,7 @@ class IndexWriter:
         The kind follows ``IndexConfig.storage`` ("auto": slim from ``auto_slim_chunks`` live
         chunks on). Building a slim generation needs every live vector once: delta rows have them,
         rows of a previous slim generation are re-embedded (the price of storing no embeddings)."""
-        ids, vecs = self._live_vectors()
+        ids, vecs = self.vectors.live_vectors()
         storage = self.config.storage
         if storage == "auto":
             storage = "slim" if len(ids) >= self.config.auto_slim_chunks else "flat"

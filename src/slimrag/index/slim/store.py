@@ -1,5 +1,6 @@
 """`SlimVectors`: the slim generation (graph + PQ codes, no embeddings) plus the exact delta rows,
-behind the same interface as `FlatVectors` (``ids``, ``live``, ``set_live``, ``search``).
+behind the same interface as `FlatVectors` (``ids``, ``live``, ``set_live``, ``live_vectors``,
+``search``).
 
 Rows ``[0, n_gen)`` are graph rows, answered by `SlimSearcher` with exact reranking of recomputed
 embeddings; rows ``[n_gen, n)`` are chunks added since the last compaction, kept as exact vectors
@@ -24,6 +25,8 @@ from slimrag.index.slim.searcher import SlimSearcher
 
 #: graph rows at or below which a filtered query recomputes the allowed rows instead of walking
 SMALL_FILTER = 64
+#: graph rows per ``recompute`` call in `SlimVectors.live_vectors` (bounds the texts held at once)
+RECOMPUTE_BATCH = 2048
 
 
 class SlimVectors:
@@ -47,6 +50,19 @@ class SlimVectors:
         """Mark as live exactly the rows whose chunk id is in ``live_ids``."""
         self.live = np.isin(self.ids, live_ids)
         self.delta.live = self.live[self.n_gen:]
+
+    def live_vectors(self, batch: int = RECOMPUTE_BATCH) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk ids, exact float32 vectors) of the live rows, sorted by chunk id: what a
+        compaction keeps. Graph rows store no vectors, so they are recomputed here, ``batch`` rows
+        per call (for an index: every live chunk of the generation re-embedded once)."""
+        gen_ids = self.gen_ids[self.live[: self.n_gen]]
+        parts = [np.asarray(self._recompute_ids(gen_ids[s : s + batch]), dtype=np.float32)
+                 for s in range(0, len(gen_ids), batch)]
+        d_ids, d_vecs = self.delta.live_vectors()
+        ids = np.concatenate([gen_ids, d_ids])
+        vecs = np.concatenate([*parts, d_vecs]) if parts else d_vecs
+        order = np.argsort(ids, kind="stable")
+        return ids[order], vecs[order]
 
     def search(self, queries: np.ndarray, k: int, allow: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k chunk ids and exact scores per query, best first (ties by chunk id)."""

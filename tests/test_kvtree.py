@@ -10,16 +10,15 @@ import random
 
 import pytest
 
-from slimrag.llm.kv.tree import (
+from slimrag.llm.kv import (
     EVICTION_POLICIES,
+    CacheConfig,
     KVTree,
-    KVTreeConfig,
     Match,
     SegmentKV,
     assemble_kv,
     cache_layers,
     prefill_cost,
-    segment_key,
     split_kv,
 )
 
@@ -27,7 +26,7 @@ S = SegmentKV.simulated
 
 
 def host_tree(host_bytes: int = 1000, **kw: object) -> KVTree:
-    return KVTree.simulated(KVTreeConfig(device="cpu", host_bytes=host_bytes, **kw))  # type: ignore[arg-type]
+    return KVTree.simulated(CacheConfig(device="cpu", host_bytes=host_bytes, **kw))  # type: ignore[arg-type]
 
 
 def keys(tree: KVTree) -> set[str]:
@@ -149,7 +148,7 @@ def test_internal_nodes_outlive_their_children() -> None:
 @pytest.mark.parametrize("policy", sorted(EVICTION_POLICIES))
 def test_random_workload_stays_within_budgets(policy: str) -> None:
     rng = random.Random(1234)
-    cfg = KVTreeConfig(device="cuda", device_bytes=400, host_bytes=600, disk_bytes=900, policy=policy)
+    cfg = CacheConfig(device="cuda", device_bytes=400, host_bytes=600, disk_bytes=900, policy=policy)
     tree = KVTree.simulated(cfg)
     size = {f"p{i}": rng.randint(5, 80) for i in range(40)} | {"s1": 30, "s2": 45}
     queries = [(rng.choice(["s1", "s2"]), rng.sample(sorted(size)[:40], rng.randint(1, 4))) for _ in range(60)]
@@ -186,7 +185,7 @@ def test_random_workload_stays_within_budgets(policy: str) -> None:
 
 
 def test_tiers_demote_then_promote_on_hit() -> None:
-    cfg = KVTreeConfig(device="cuda", device_bytes=30, host_bytes=30, disk_bytes=30)
+    cfg = CacheConfig(device="cuda", device_bytes=30, host_bytes=30, disk_bytes=30)
     tree = KVTree.simulated(cfg)
     for key in "abc":
         add(tree, "sys", [key], [S(10), S(10)] if key == "a" else [S(10)])
@@ -211,7 +210,7 @@ def test_disk_round_trip_returns_identical_tensors(tmp_path) -> None:
             [(torch.randn(1, 2, n, 4, generator=gen), torch.randn(1, 2, n, 4, generator=gen)) for _ in range(3)])
 
     sysk, a = seg(3), seg(5)
-    cfg = KVTreeConfig(device="cpu", host_bytes=sysk.nbytes + a.nbytes, disk_bytes=1 << 20, disk_dir=str(tmp_path))
+    cfg = CacheConfig(device="cpu", host_bytes=sysk.nbytes + a.nbytes, disk_bytes=1 << 20, disk_dir=str(tmp_path))
     tree = KVTree(cfg)
     add(tree, "sys", ["a"], [sysk, a])
     assert tree.evict(cfg.host_bytes) == cfg.host_bytes  # a, then sys, go to disk
@@ -252,7 +251,7 @@ def test_engine_flow_with_tensors() -> None:
     """match -> assemble -> prefill the rest -> split -> insert -> release, as the engine does."""
     torch = pytest.importorskip("torch")
     gen = torch.Generator().manual_seed(2)
-    tree = KVTree(KVTreeConfig(device="cpu", host_bytes=1 << 20))
+    tree = KVTree(CacheConfig(device="cpu", host_bytes=1 << 20))
     lengths = {"sys": 4, "a": 3, "b": 5}
     prompt_kv = [(torch.randn(1, 2, 14, 4, generator=gen), torch.randn(1, 2, 14, 4, generator=gen))]
     for path in (["a"], ["a", "b"]):
@@ -267,22 +266,20 @@ def test_engine_flow_with_tensors() -> None:
 
 def test_config_validation_and_helpers() -> None:
     with pytest.raises(ValueError):
-        KVTreeConfig(policy="random")
+        CacheConfig(policy="random")
     with pytest.raises(ValueError):
-        KVTreeConfig(host_bytes=-1)
+        CacheConfig(host_bytes=-1)
     with pytest.raises(ValueError):
-        KVTreeConfig(device="cpu", host_bytes=0)
-    assert [n for n, _ in KVTreeConfig(device="cpu", disk_bytes=1).tiers()] == ["host", "disk"]
-    assert [n for n, _ in KVTreeConfig(device="cuda:0").tiers()] == ["device", "host"]
-    assert segment_key([1, 2, 3], "m:") == segment_key([1, 2, 3], "m:") != segment_key([1, 2], "m:")
-    assert len(segment_key("x")) == 24 and segment_key("x", "m:").startswith("m:")
+        CacheConfig(device="cpu", host_bytes=0)
+    assert [n for n, _ in CacheConfig(device="cpu", disk_bytes=1).tiers()] == ["host", "disk"]
+    assert [n for n, _ in CacheConfig(device="cuda:0").tiers()] == ["device", "host"]
     assert prefill_cost(100, 4000) > prefill_cost(100, 0) > 0
 
 
 def test_threads_share_one_tree() -> None:
     import threading
 
-    tree = KVTree.simulated(KVTreeConfig(device="cuda", device_bytes=300, host_bytes=300, disk_bytes=300))
+    tree = KVTree.simulated(CacheConfig(device="cuda", device_bytes=300, host_bytes=300, disk_bytes=300))
     errors: list[BaseException] = []
 
     def worker(seed: int) -> None:
@@ -322,7 +319,7 @@ def test_cached_prefix_gives_the_same_logits_as_a_full_prefill() -> None:
             out = model(torch.tensor([ids]), past_key_values=cache, position_ids=pos, use_cache=True)
         return out.logits[0, -1], out.past_key_values
 
-    tree = KVTree(KVTreeConfig(device="cpu", host_bytes=1 << 20))
+    tree = KVTree(CacheConfig(device="cpu", host_bytes=1 << 20))
     keys = ["a", "b"]
     ids = segs["sys"] + segs["a"] + segs["b"] + segs["q"]
     want, _ = forward(ids, transformers.DynamicCache(config=cfg), 0)

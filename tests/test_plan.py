@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from slimrag.llm.kv.tree import KVTree, KVTreeConfig, SegmentKV
+from slimrag.llm.kv import CacheConfig, KVTree, SegmentKV
 from slimrag.prompt import Passage
 from slimrag.rag.plan import Plan, plan_passages, split_turn
 
@@ -14,7 +14,7 @@ S = SegmentKV.simulated
 
 
 def tree_with(*paths: tuple[str, list[str], list[int]]) -> KVTree:
-    tree = KVTree.simulated(KVTreeConfig(device="cpu", host_bytes=1 << 20))
+    tree = KVTree.simulated(CacheConfig(device="cpu", host_bytes=1 << 20))
     for root, path, tokens in paths:
         with tree.matching(root, path) as m:
             tree.insert(root, path, [S(n) for n in tokens[len(m.nodes):]])
@@ -112,7 +112,7 @@ def test_plan_prompt_uses_content_keys_and_states_the_ranking() -> None:
     from slimrag.rag.plan import plan_prompt
 
     a, b, c = (Passage(k, f"doc/{k}.md#0", f"text of {k}") for k in "abc")
-    tree = KVTree.simulated(KVTreeConfig(device="cpu", host_bytes=1 << 20))
+    tree = KVTree.simulated(CacheConfig(device="cpu", host_bytes=1 << 20))
     view = View(tree)
     first, plan = plan_prompt("q1", [a, b], view)
     assert [p.key for p in first.passages] == ["a", "b"] and plan.cached == 0

@@ -129,12 +129,6 @@ class LocalGenerator(Generator):
             return self._loaded
 
     @property
-    def eos_ids(self) -> frozenset[int]:
-        """Token ids that end generation."""
-        self.load()
-        return self._eos
-
-    @property
     def reuse(self) -> KVReuse:
         """The KV reuse strategy (built on first use, on the model's device)."""
         with self._lock:

@@ -1,6 +1,24 @@
 """The knowledge tree of passage KV (RAGCache's tree, SGLang's radix cache) and how the engine reuses it.
 
-Parts: `config` (budgets, tiers, policy), `payload` (one segment's per-layer K/V), `tree` (match,
-insert, release, eviction of leaves across tiers), `storage` (the tier stores), `eviction` (the
-policies, a registry), `reuse` (the strategies the engine calls: no reuse, exact tree reuse).
+Parts: `config` (budgets, tiers, policy), `payload` (one segment's per-layer K/V and the tensor
+helpers), `node` (one cached segment), `tree` (match, insert, release, walk, stats), `tiers`
+(placement, promotion, demotion and eviction across tiers), `storage` (the tier stores),
+`eviction` (the policies, a registry), `reuse` (the strategies the engine calls: no reuse, exact
+tree reuse). Importing this package does not import torch.
 """
+
+from slimrag.llm.kv.config import DEVICE, DISK, HOST, CacheConfig
+from slimrag.llm.kv.eviction import EVICTION_POLICIES, EvictionPolicy
+from slimrag.llm.kv.node import Node
+from slimrag.llm.kv.payload import SegmentKV, assemble_kv, cache_layers, prefill_cost, split_kv
+from slimrag.llm.kv.reuse import KVReuse, Lease, NoReuse, PlanningView, TreeReuse
+from slimrag.llm.kv.storage import KVStorage, SimulatedStorage, TorchStorage
+from slimrag.llm.kv.tiers import Tiers
+from slimrag.llm.kv.tree import KVTree, KVTreeStats, Match, TierStats
+
+__all__ = [
+    "DEVICE", "DISK", "EVICTION_POLICIES", "HOST", "CacheConfig", "EvictionPolicy", "KVReuse", "KVStorage",
+    "KVTree", "KVTreeStats", "Lease", "Match", "Node", "NoReuse", "PlanningView", "SegmentKV",
+    "SimulatedStorage", "Tiers", "TierStats", "TorchStorage", "TreeReuse", "assemble_kv", "cache_layers",
+    "prefill_cost", "split_kv",
+]

@@ -12,7 +12,6 @@ without it, which is what the tree's unit tests and the remote shadow cache use.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -95,18 +94,6 @@ def assemble_kv(payloads: Sequence[SegmentKV], device: str | None = None) -> lis
         vs = [p.layers[i][1].to(device) if device else p.layers[i][1] for p in payloads]
         out.append((torch.cat(ks, dim=-2), torch.cat(vs, dim=-2)))
     return out
-
-
-def segment_key(data: str | bytes | Sequence[int], namespace: str = "") -> str:
-    """A short stable key for a segment: SHA-256 of its token ids (or text), prefixed by
-    ``namespace`` (use the model id, so two models never share a root)."""
-    if isinstance(data, str):
-        raw = data.encode()
-    elif isinstance(data, bytes):
-        raw = data
-    else:
-        raw = b",".join(str(int(t)).encode() for t in data)
-    return f"{namespace}{hashlib.sha256(raw).hexdigest()[:24]}"
 
 
 def prefill_cost(tokens: int, prefix_tokens: int, attention_scale: float = 4096.0) -> float:

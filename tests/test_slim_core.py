@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from slimrag.config import SearchConfig
 from slimrag.errors import IndexFormatError
 from slimrag.index.flat import FlatVectors
 from slimrag.index.slim import SlimArtifacts, SlimConfig, SlimSearcher, build_slim, slim_bytes
@@ -76,7 +77,7 @@ def recall(results, truth: np.ndarray, k: int) -> float:
 
 def test_recall_against_brute_force(data, art):
     x, q, truth = data
-    cfg = SlimConfig()
+    cfg = SearchConfig()
     results = SlimSearcher(art, Recorder(x), SlimConfig(cache_bytes=0)).search_batch(q, K)
     assert recall(results, truth, 10) >= 0.95
     assert recall(results, truth, 3) >= 0.95
@@ -89,8 +90,9 @@ def test_recall_against_brute_force(data, art):
 
 def test_early_stop_saves_recomputation_without_losing_recall(data, art):
     x, q, truth = data
-    full = SlimSearcher(art, Recorder(x), SlimConfig(cache_bytes=0, early_stop=False)).search_batch(q, K)
-    early = SlimSearcher(art, Recorder(x), SlimConfig(cache_bytes=0, early_stop=True)).search_batch(q, K)
+    searcher = SlimSearcher(art, Recorder(x), SlimConfig(cache_bytes=0))
+    full = searcher.search_batch(q, K, config=SearchConfig(early_stop=False))  # per-call knobs
+    early = searcher.search_batch(q, K, config=SearchConfig(early_stop=True))
     assert sum(r.stats.recomputed for r in early) <= sum(r.stats.recomputed for r in full)
     assert recall(early, truth, 10) >= recall(full, truth, 10) - 0.01
 
@@ -98,7 +100,7 @@ def test_early_stop_saves_recomputation_without_losing_recall(data, art):
 def test_one_recompute_call_per_wave_and_no_duplicates(data, art):
     x, q, _ = data
     rec = Recorder(x)
-    SlimSearcher(art, rec, SlimConfig(cache_bytes=0, early_stop=False)).search_batch(q[:20], K)
+    SlimSearcher(art, rec, SlimConfig(cache_bytes=0), SearchConfig(early_stop=False)).search_batch(q[:20], K)
     assert len(rec.calls) == 1  # no early stop: one wave, one batch for all 20 queries
     assert len(np.unique(rec.calls[0])) == len(rec.calls[0])
 
@@ -222,15 +224,22 @@ def test_pq_auto_rule_resolves_from_n_and_explicit_values_win(data):
 
 def test_config_validation():
     with pytest.raises(ValueError, match="ef"):
-        SlimConfig(ef=8, rerank=16)
+        SearchConfig(ef=8, rerank=16)
+    with pytest.raises(ValueError, match="wave"):
+        SearchConfig(wave=0)
     with pytest.raises(ValueError, match="base_degree"):
         GraphConfig(base_degree=40, max_degree=32)
     with pytest.raises(ValueError, match="bits"):
         PQConfig(bits=5)
     with pytest.raises(ValueError, match="divide"):
         train_pq(np.ones((10, 10), np.float32), PQConfig(m=3))
-    cfg = SlimConfig(rerank=20, graph=GraphConfig(base_degree=10))
+    cfg = SlimConfig(hubs=20, graph=GraphConfig(base_degree=10))
     assert SlimConfig.from_dict(cfg.to_dict()) == cfg
+    # manifests written when the query knobs were SlimConfig's still read; other unknown keys raise
+    old = {**cfg.to_dict(), "ef": 64, "rerank": 16, "wave": 2, "early_stop": False}
+    assert SlimConfig.from_dict(old) == cfg
+    with pytest.raises(TypeError):
+        SlimConfig.from_dict({**cfg.to_dict(), "rerankk": 16})
 
 
 def test_recompute_shape_is_checked(data, art):

@@ -9,6 +9,7 @@ real MiniLM (session ``embedder`` fixture) to check 4-bit PQ recall on real sent
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -20,10 +21,11 @@ import numpy as np
 import pytest
 from openai_server import OpenAIServer
 
-from slimrag.config import IndexConfig
+from slimrag.config import IndexConfig, SearchConfig
 from slimrag.embed.remote import RemoteEmbedder
 from slimrag.index.core import Index
 from slimrag.index.slim import SlimConfig
+from slimrag.index.slim.config import MOVED_TO_SEARCH
 from slimrag.index.slim.pq import PQConfig
 from slimrag.index.writer import embed_input
 
@@ -50,8 +52,8 @@ def _emb(server: OpenAIServer) -> RemoteEmbedder:
     return RemoteEmbedder(server.base_url, "test-model", dim=64, timeout=10)
 
 
-def _by_text(idx: Index, q: str, k: int) -> list[str]:
-    return [h.text for h in idx.search(q, k=k)]
+def _by_text(idx: Index, q: str, k: int, cfg: SearchConfig | None = None) -> list[str]:
+    return [h.text for h in idx.search(q, k=k, config=None if cfg is None else dataclasses.replace(cfg, k=k))]
 
 
 def test_slim_recall_against_flat(server: OpenAIServer, tmp_path: Path) -> None:
@@ -81,24 +83,24 @@ def test_slim_recall_against_flat(server: OpenAIServer, tmp_path: Path) -> None:
 
 
 def test_updates_match_a_flat_index_of_the_same_live_chunks(server: OpenAIServer, tmp_path: Path) -> None:
-    wide = SlimConfig(pq=PQConfig(m=16), rerank=96, ef=160, early_stop=False)  # small n: rerank covers all
+    wide = SearchConfig(rerank=96, ef=160, early_stop=False)  # small n: rerank covers all
     base, extra = texts(300, 1), texts(60, 2)
-    slim = Index.build(base, tmp_path / "s", embedder=_emb(server), storage="slim", slim=wide)
+    slim = Index.build(base, tmp_path / "s", embedder=_emb(server), storage="slim", slim=SLIM)
     slim.add(extra)                                     # delta buffer, searched alongside the graph
     gone = [s for s, _ in base[:40]] + [s for s, _ in extra[:10]]
     slim.remove(gone)                                   # tombstones in graph and delta
     live = [d for d in base + extra if d[0] not in set(gone)]
     ref = Index.build(live, tmp_path / "ref", embedder=_emb(server))
     for q in QUERIES[:20]:
-        assert _by_text(slim, q, 5) == _by_text(ref, q, 5)
+        assert _by_text(slim, q, 5, wide) == _by_text(ref, q, 5)
     slim.compact()                                      # new generation: graph over live chunks only
     assert slim.stats()["counts"]["vectors"] == len(live) and slim.stats()["gen_kind"] == "slim"
     for q in QUERIES[:20]:
-        assert _by_text(slim, q, 5) == _by_text(ref, q, 5)
+        assert _by_text(slim, q, 5, wide) == _by_text(ref, q, 5)
     slim.close()
     again = Index.open(tmp_path / "s")                  # embedder reopened from the manifest
     for q in QUERIES[:5]:
-        assert _by_text(again, q, 5) == _by_text(ref, q, 5)
+        assert _by_text(again, q, 5, wide) == _by_text(ref, q, 5)
 
 
 def test_auto_storage_picks_by_size(server: OpenAIServer, tmp_path: Path) -> None:
@@ -108,6 +110,26 @@ def test_auto_storage_picks_by_size(server: OpenAIServer, tmp_path: Path) -> Non
     small.add(texts(80, 4))
     small.compact()
     assert small.stats()["gen_kind"] == "slim"
+
+
+def test_manifests_with_the_old_query_knobs_still_open(server: OpenAIServer, tmp_path: Path) -> None:
+    path = tmp_path / "o"
+    idx = Index.build(texts(120, 7), path, embedder=_emb(server), storage="slim", slim=SLIM)
+    assert not set(MOVED_TO_SEARCH) & set(idx.manifest["slim"])  # query knobs: per query, not in the manifest
+    before = {q: _by_text(idx, q, 5) for q in QUERIES[:3]}
+    idx.close()
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["slim"].update(ef=128, rerank=24, wave=4, early_stop=True)  # as written before the move
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    again = Index.open(path)
+    assert {q: _by_text(again, q, 5) for q in QUERIES[:3]} == before
+    with pytest.raises(ValueError, match="vector search only"):
+        again.search_batch(QUERIES[:2], config=SearchConfig(mode="keyword"))
+    again.close()
+    manifest["slim"]["rerank_depth"] = 24  # a key nobody wrote: refused, not silently dropped
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(TypeError, match="rerank_depth"):
+        Index.open(path)
 
 
 CHILD = """

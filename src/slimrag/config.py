@@ -106,18 +106,30 @@ class RayIngestConfig:
 
 @dataclass(frozen=True, slots=True)
 class SearchConfig:
-    """How a query is answered.
+    """How a query is answered; every field may change from one query to the next.
 
     mode: "vector" (embedding similarity), "keyword" (SQLite FTS5 BM25) or "hybrid" (both, fused
     by reciprocal rank fusion). rrf_k: the RRF constant; 60 is the value of the original paper and
     damps the influence of any single list's top ranks. candidates: how many hits each list
     contributes to fusion.
+
+    The slim index's walk and rerank (ignored by flat storage, which is exact; trade-offs measured
+    in the header of `slimrag.index.slim`):
+    ef (128): beam width of the graph walk, the pool rerank draws from; must be >= rerank.
+    rerank (24): positions eligible for exact rerank (recomputed embeddings): the latency knob.
+    wave (4): positions recomputed per extra rerank wave.
+    early_stop (True): stop reranking once the next row's PQ bound cannot reach the top-k; False
+    reranks exactly ``max(rerank, k)`` rows.
     """
 
     k: int = 5
     mode: str = "vector"
     rrf_k: int = 60
     candidates: int = 50
+    ef: int = 128
+    rerank: int = 24
+    wave: int = 4
+    early_stop: bool = True
 
     def __post_init__(self) -> None:
         if self.k <= 0:
@@ -126,6 +138,10 @@ class SearchConfig:
             raise ValueError(f"mode must be one of {SEARCH_MODES}, got {self.mode!r}")
         if self.rrf_k <= 0 or self.candidates <= 0:
             raise ValueError("rrf_k and candidates must be positive")
+        if self.rerank < 1 or self.wave < 1:
+            raise ValueError(f"rerank and wave must be >= 1, got rerank={self.rerank}, wave={self.wave}")
+        if self.ef < self.rerank:
+            raise ValueError(f"ef ({self.ef}) must be >= rerank ({self.rerank}): rerank draws from the beam")
 
 
 @dataclass(frozen=True, slots=True)

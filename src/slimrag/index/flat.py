@@ -11,7 +11,12 @@ Rows whose chunk was removed stay in the matrix until compaction and are masked 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from slimrag.config import SearchConfig
 
 
 class FlatVectors:
@@ -37,9 +42,12 @@ class FlatVectors:
         order = np.argsort(ids, kind="stable")
         return ids[order], vecs[order]
 
-    def search(self, queries: np.ndarray, k: int, allow: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries: np.ndarray, k: int, allow: np.ndarray | None = None,
+               config: SearchConfig | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-k for each query row. Returns (chunk_ids, scores), each (nq, k'), best first,
-        where k' = min(k, live rows). ``allow`` is an optional extra row mask (metadata filters)."""
+        where k' = min(k, live rows). ``allow`` is an optional extra row mask (metadata filters).
+        ``config`` is accepted for the vector stores' common interface and not read: exact search
+        has no knobs."""
         q = np.atleast_2d(np.asarray(queries, dtype=np.float32))
         mask = self.live if allow is None else (self.live & allow)
         n_live = int(mask.sum())

@@ -7,7 +7,9 @@
 - **hybrid**: both lists, ``SearchConfig.candidates`` (default 50) long each, fused by reciprocal
   rank fusion (`rrf`, constant ``SearchConfig.rrf_k``, default 60), cut to ``k``.
 
-A ``source`` glob (``docs/*.md``) filters every mode to chunks of matching sources.
+A ``source`` glob (``docs/*.md``) filters every mode to chunks of matching sources. A
+`SearchConfig` given per call sets ``k``, the mode, the fusion knobs and the slim index's walk and
+rerank knobs (ef, rerank, wave, early_stop) for that query alone.
 
 Why a mixin: see `slimrag.index.writer`; the attributes of `Index` it reads are declared below.
 """
@@ -45,28 +47,32 @@ class IndexQuery:
         if cfg.mode == "keyword":
             ranked = self.catalog.keyword_search(query, cfg.k, source)
         elif cfg.mode == "vector":
-            ranked = self._vector(query, cfg.k, source)
+            ranked = self._vectors([query], cfg.k, source, cfg)[0]
         else:
             n = max(cfg.candidates, cfg.k)
-            ranked = rrf([self._vector(query, n, source), self.catalog.keyword_search(query, n, source)],
+            ranked = rrf([self._vectors([query], n, source, cfg)[0], self.catalog.keyword_search(query, n, source)],
                          cfg.rrf_k)[: cfg.k]
         return self._hits(ranked)
 
-    def search_batch(self, queries: Sequence[str], k: int = 5, source: str | None = None) -> list[list[Hit]]:
+    def search_batch(self, queries: Sequence[str], k: int = 5, source: str | None = None,
+                     config: SearchConfig | None = None) -> list[list[Hit]]:
         """Vector search for many queries at once: one embedder call, and for a slim index one
-        recomputation batch per rerank wave shared by all queries."""
-        ranked = self._vectors(list(queries), k, source)
+        recomputation batch per rerank wave shared by all queries. ``config``, when given, sets
+        ``k`` and the slim knobs as in `search`; its mode must be "vector" (ValueError otherwise)."""
+        cfg = config or SearchConfig(k=k)
+        if cfg.mode != "vector":
+            raise ValueError(f"search_batch does vector search only, got mode={cfg.mode!r}; "
+                             "call search() per query for keyword or hybrid")
+        ranked = self._vectors(list(queries), cfg.k, source, cfg)
         return [self._hits(r) for r in ranked]
 
-    def _vector(self, query: str, k: int, source: str | None) -> list[tuple[int, float]]:
-        return self._vectors([query], k, source)[0]
-
-    def _vectors(self, queries: list[str], k: int, source: str | None) -> list[list[tuple[int, float]]]:
+    def _vectors(self, queries: list[str], k: int, source: str | None,
+                 cfg: SearchConfig) -> list[list[tuple[int, float]]]:
         q = self.embedder.embed(queries)
         allow = None
         if source is not None:
             allow = np.isin(self.vectors.ids, np.asarray(self.catalog.live_ids(source), dtype=np.int64))
-        ids, scores = self.vectors.search(q, k, allow)
+        ids, scores = self.vectors.search(q, k, allow, cfg)
         return [[(int(i), float(s)) for i, s in zip(ids[r], scores[r], strict=True)] for r in range(len(queries))]
 
     def _hits(self, ranked: list[tuple[int, float]]) -> list[Hit]:

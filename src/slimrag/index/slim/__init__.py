@@ -1,6 +1,6 @@
 """The slim index: graph + PQ codes, no embeddings; two-level search: PQ-guided graph walk, then exact rerank of a few recomputed embeddings.
 
-The slim index keeps no full embeddings: a pruned graph (``graph.py``), PQ codes (``codes.py``),
+The slim index keeps no full embeddings: a pruned graph (``graph.py``), PQ codes (``pq.py``),
 the fp16 vectors of a few hub nodes and the ids of an entry layer. A query is answered in two
 levels (after LEANN and DiskANN):
 
@@ -11,7 +11,7 @@ levels (after LEANN and DiskANN):
    the 5k synthetic set); it costs 2 bytes per entry and ~n/16 table lookups per query.
 2. **Approximate level.** Best-first beam search over the graph (HNSW's search-layer loop): pop the
    best unexpanded node, score its unvisited neighbours by normalized PQ asymmetric distance (one
-   table gather per batch, see ``codes.py``), keep the best ``ef``, stop when the best unexpanded
+   table gather per batch, see ``pq.py``), keep the best ``ef``, stop when the best unexpanded
    node is worse than the ``ef``-th kept. Tombstoned rows are walked through (they still connect
    the graph) but never kept.
 3. **Exact level.** The kept rows, in PQ order, are re-scored exactly with embeddings recomputed by
@@ -35,9 +35,9 @@ with probability about ``1 - error_quantile``. Measured on 6,000 real MiniLM vec
 k=3 recomputes 13.6 rows instead of 24 at the same recall@3 (0.987), k=5 18.5 instead of 24
 (0.986); k=10 saves little (23.5), its top-10 being a flat stretch of near-equal scores.
 
-Knobs (``SlimConfig``; build knobs are in ``GraphConfig`` and ``PQConfig``)
-----------------------------------------------------------------------------
-- ``pq`` (default ``PQConfig()``: m and bits chosen from n, rule in ``codes.py``): the one knob
+Build knobs (``SlimConfig``, written into the manifest; graph knobs in ``GraphConfig``)
+----------------------------------------------------------------------------------------
+- ``pq`` (default ``PQConfig()``: m and bits chosen from n, rule in ``pq.py``): the one knob
   that moves bytes and recall together. The rule keeps the whole index, codebooks included, under
   100 bytes per vector and under LEANN's compact index (119.0 B/vec at 1,204 rows, 105.8 at 2,000,
   same vectors): 4-bit m=96 below 32,768 rows, 8-bit m=48 from there. Measured with
@@ -60,6 +60,20 @@ Knobs (``SlimConfig``; build knobs are in ``GraphConfig`` and ``PQConfig``)
   m=64), so early stop fires less and queries recompute ~23 rows instead of ~20; at 43k every
   variant recomputes 23-24. Not measured above 43,402 rows or for other dimensions; set
   ``PQConfig(m=..., bits=...)`` explicitly to opt out.
+- ``error_quantile`` (default 0.999): quantile behind ``pq_error``; 0.99 stops ~7% sooner at k=10.
+- ``hubs`` (default 0 = auto: ``n // 512``, at least ``min(n, 8)``, at most 4096): hub vectors kept
+  in fp16, ``2 d`` bytes each (768 for d=384: ~1.5 bytes per vector at the auto rule).
+- ``entry_points`` (default 0 = auto: ``n // 16``, at least ``min(n, 64)``, at most 8192): size of
+  the entry layer; 2 bytes each on disk.
+- ``entries`` (default 4): seeds taken from the hubs and, again, from the entry layer.
+- ``cache_bytes`` (default 16 MiB): budget of the LRU of recomputed float32 vectors (``4 d`` bytes
+  each: 16 MiB holds ~10,900 MiniLM vectors). 0 disables it. Memory only, never on disk: read
+  when the index is opened (the cache lives as long as the opened index), not per query.
+
+Query knobs (``slimrag.config.SearchConfig``, per query: ``Index.search(..., config=...)``)
+------------------------------------------------------------------------------------------
+Manifests written before these moved out of ``SlimConfig`` still carry them; they are ignored.
+
 - ``ef`` (default 128): beam width, the pool rerank draws from. Recall@10 at rerank 24 on the real
   set: 0.955 at ef=64, 0.971 at 128, 0.977 at 192; each step costs ~2 ms of Python per query
   (~800 nodes scored at 128). Must be >= ``rerank``.
@@ -68,14 +82,6 @@ Knobs (``SlimConfig``; build knobs are in ``GraphConfig`` and ``PQConfig``)
 - ``wave`` (default 4): positions per extra wave. 2 saves ~1% more recomputation than 4, at twice
   the ``recompute`` calls; 8 stops later.
 - ``early_stop`` (default True): the wave-wise stop above. False reranks exactly ``rerank`` rows.
-- ``error_quantile`` (default 0.999): quantile behind ``pq_error``; 0.99 stops ~7% sooner at k=10.
-- ``hubs`` (default 0 = auto: ``n // 512``, at least ``min(n, 8)``, at most 4096): hub vectors kept
-  in fp16, ``2 d`` bytes each (768 for d=384: ~1.5 bytes per vector at the auto rule).
-- ``entry_points`` (default 0 = auto: ``n // 16``, at least ``min(n, 64)``, at most 8192): size of
-  the entry layer; 2 bytes each on disk.
-- ``entries`` (default 4): seeds taken from the hubs and, again, from the entry layer.
-- ``cache_bytes`` (default 16 MiB): budget of the LRU of recomputed float32 vectors (``4 d`` bytes
-  each: 16 MiB holds ~10,900 MiniLM vectors). 0 disables it. Memory only, never on disk.
 
 Bytes on disk per vector at the defaults (d=384, n < 65,536): 48 (codes, either width) + ~2 x 10.5
 (edges) + 4 (indptr) + ~1.5 (hubs) + 0.125 (entry ids) ~ 75; plus the fp16 codebooks, 12 KB at 4

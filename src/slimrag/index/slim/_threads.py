@@ -1,6 +1,6 @@
 """Run a block of many small numpy products with single-threaded BLAS.
 
-Robust prune (``graph.py``) and per-subspace k-means (``codes.py``) make thousands of tiny matrix
+Robust prune (``graph.py``) and per-subspace k-means (``pq.py``) make thousands of tiny matrix
 products (48x384 by 384x48, or 16384x8 by 8x256). Multi-threaded OpenBLAS synchronises its threads
 on each call, which costs far more than the product itself and gets 10-100x worse when other
 processes compete for the cores. Limiting BLAS to one thread for those loops is the fix; large

@@ -1,31 +1,35 @@
-"""`SlimConfig`: every knob of the slim index, validated; see the package header for trade-offs."""
+"""`SlimConfig`: the knobs a slim generation is built with (and its open-time cache budget),
+validated; see the package header for trade-offs.
+
+It is written into the index manifest, so it holds only what is fixed for a generation: graph,
+PQ, hubs, entry layer, the error quantile behind early stop, and ``cache_bytes`` (memory only,
+sized when the index is opened). The per-query knobs (ef, rerank, wave, early_stop) are in
+`slimrag.config.SearchConfig`; manifests written before the move still carry them, and
+`SlimConfig.from_dict` drops those keys.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from slimrag.index.slim.graph import (
-    GraphConfig,
-)
-from slimrag.index.slim.pq import (
-    PQConfig,
-)
+from slimrag.index.slim.graph import GraphConfig
+from slimrag.index.slim.pq import PQConfig
+
+#: per-query knobs kept in manifests written before they moved to `SearchConfig`; dropped on read
+MOVED_TO_SEARCH = ("ef", "rerank", "wave", "early_stop")
 
 
 @dataclass(frozen=True, slots=True)
 class SlimConfig:
-    """Every knob of the slim index; see the module header (and graph.py, codes.py) for trade-offs."""
+    """The build knobs of a slim generation and its cache budget; see the package header (and
+    graph.py, pq.py) for trade-offs. Query knobs are in `slimrag.config.SearchConfig`."""
 
     graph: GraphConfig = field(default_factory=GraphConfig)
     pq: PQConfig = field(default_factory=PQConfig)
     hubs: int = 0
     entry_points: int = 0
     entries: int = 4
-    ef: int = 128
-    rerank: int = 24
-    wave: int = 4
-    early_stop: bool = True
     error_quantile: float = 0.999
     cache_bytes: int = 16 * 1024 * 1024
 
@@ -36,10 +40,6 @@ class SlimConfig:
             )
         if self.entries < 1:
             raise ValueError(f"entries must be >= 1, got {self.entries}")
-        if self.rerank < 1 or self.wave < 1:
-            raise ValueError(f"rerank and wave must be >= 1, got rerank={self.rerank}, wave={self.wave}")
-        if self.ef < self.rerank:
-            raise ValueError(f"ef ({self.ef}) must be >= rerank ({self.rerank}): rerank draws from the beam")
         if not 0.5 <= self.error_quantile <= 1.0:
             raise ValueError(f"error_quantile must be in [0.5, 1], got {self.error_quantile}")
         if self.cache_bytes < 0:
@@ -51,8 +51,9 @@ class SlimConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SlimConfig:
-        """Inverse of :meth:`to_dict`; unknown keys raise TypeError rather than being dropped."""
-        data = dict(data)
+        """Inverse of :meth:`to_dict`. The keys of `MOVED_TO_SEARCH` (old manifests) are dropped;
+        other unknown keys raise TypeError rather than being dropped."""
+        data = {k: v for k, v in data.items() if k not in MOVED_TO_SEARCH}
         graph = GraphConfig(**data.pop("graph", {}))
         pq = PQConfig(**data.pop("pq", {}))
         return cls(graph=graph, pq=pq, **data)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from slimrag.config import SearchConfig
 from slimrag.index.slim.artifacts import SlimArtifacts
 from slimrag.index.slim.config import SlimConfig
 from slimrag.index.slim.pq import (
@@ -40,12 +41,18 @@ class SearchResult:
 
 class SlimSearcher:
     """Searches one :class:`SlimArtifacts` with exact rerank through ``recompute``. Not thread-safe
-    (visited stamps and cache are per instance); see the module header."""
+    (visited stamps and cache are per instance); see the module header.
 
-    def __init__(self, artifacts: SlimArtifacts, recompute: Recompute, config: SlimConfig | None = None) -> None:
+    config: the generation's `SlimConfig` (here only ``entries`` and ``cache_bytes`` are read).
+    search: the default query knobs (ef, rerank, wave, early_stop of `SearchConfig`), which
+    :meth:`search_batch` may override per call."""
+
+    def __init__(self, artifacts: SlimArtifacts, recompute: Recompute, config: SlimConfig | None = None,
+                 search: SearchConfig | None = None) -> None:
         self.art = artifacts
         self.recompute = recompute
         self.config = config or SlimConfig()
+        self.search_config = search or SearchConfig()
         self.cache = VectorCache(self.config.cache_bytes, artifacts.dim)
         self._indptr = np.asarray(artifacts.graph.indptr, dtype=np.int64)
         self._indices = np.asarray(artifacts.graph.indices)
@@ -55,16 +62,21 @@ class SlimSearcher:
         self._stamp = np.zeros(artifacts.n, dtype=np.uint32)
         self._epoch = 0
 
-    def search(self, query: np.ndarray, k: int = 10, skip: np.ndarray | Iterable[int] | None = None) -> SearchResult:
+    def search(self, query: np.ndarray, k: int = 10, skip: np.ndarray | Iterable[int] | None = None,
+               config: SearchConfig | None = None) -> SearchResult:
         """Top-``k`` rows for one unit-norm query vector (d,)."""
-        return self.search_batch(np.asarray(query, dtype=np.float32)[None, :], k, skip)[0]
+        return self.search_batch(np.asarray(query, dtype=np.float32)[None, :], k, skip, config)[0]
 
     def search_batch(
-        self, queries: np.ndarray, k: int = 10, skip: np.ndarray | Iterable[int] | None = None
+        self, queries: np.ndarray, k: int = 10, skip: np.ndarray | Iterable[int] | None = None,
+        config: SearchConfig | None = None,
     ) -> list[SearchResult]:
         """Top-``k`` rows for each of ``queries`` (nq, d). ``skip``: a bool mask of length n or row
-        ids that must never be returned (tombstones). Each rerank wave is one ``recompute`` call
-        for the whole batch, rows shared by several queries computed once."""
+        ids that must never be returned (tombstones). ``config``: query knobs for this call (ef,
+        rerank, wave, early_stop; its ``k`` and ``mode`` are not read), else the searcher's.
+        Each rerank wave is one ``recompute`` call for the whole batch, rows shared by several
+        queries computed once."""
+        cfg = config or self.search_config
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         q = np.asarray(queries, dtype=np.float32)
@@ -83,10 +95,10 @@ class SlimSearcher:
                     entry[np.argsort(-scorer(entry))[: self.config.entries]],
                 ]
             )
-            rows, pq_scores, seen = self._beam(scorer, seeds, mask)
+            rows, pq_scores, seen = self._beam(scorer, seeds, mask, cfg.ef)
             pools.append((rows, pq_scores))
             visited.append(seen)
-        return self._rerank(q, pools, visited, k)
+        return self._rerank(q, pools, visited, k, cfg)
 
     def _skip_mask(self, skip: np.ndarray | Iterable[int] | None) -> np.ndarray:
         n = self.art.n
@@ -101,10 +113,11 @@ class SlimSearcher:
         mask[arr.astype(np.int64)] = True
         return mask
 
-    def _beam(self, scorer: ADCScorer, seeds: np.ndarray, skip: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-        """Best-first search by PQ score; returns the beam's non-skipped rows sorted by PQ score
-        (descending), their scores, and the number of nodes scored."""
-        ef = self.config.ef
+    def _beam(
+        self, scorer: ADCScorer, seeds: np.ndarray, skip: np.ndarray, ef: int
+    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """Best-first search by PQ score keeping the best ``ef``; returns the beam's non-skipped
+        rows sorted by PQ score (descending), their scores, and the number of nodes scored."""
         self._epoch += 1
         if self._epoch == 2**32 - 1:  # wrap-around: stamps from long ago could alias
             self._stamp[:] = 0
@@ -145,11 +158,11 @@ class SlimSearcher:
         return rows, scores, seen
 
     def _rerank(
-        self, q: np.ndarray, pools: list[tuple[np.ndarray, np.ndarray]], visited: list[int], k: int
+        self, q: np.ndarray, pools: list[tuple[np.ndarray, np.ndarray]], visited: list[int], k: int,
+        cfg: SearchConfig,
     ) -> list[SearchResult]:
         """Exact level. Each query's pool is walked in PQ order up to ``max(rerank, k)``
         positions, in waves; one ``recompute`` call per wave serves the whole batch."""
-        cfg = self.config
         nq = len(q)
         limit = [min(len(rows), max(cfg.rerank, k)) for rows, _ in pools]
         exact: list[dict[int, float]] = [{} for _ in range(nq)]
@@ -163,7 +176,8 @@ class SlimSearcher:
                     exact[i][r] = float(self.cache.get(r) @ q[i])
                     hits[i] += 1
         first = True
-        active = [i for i in range(nq) if not self._done(pools[i], exact[i], pos[i], limit[i], k)]
+        stop = cfg.early_stop
+        active = [i for i in range(nq) if not self._done(pools[i], exact[i], pos[i], limit[i], k, stop)]
         while active:
             want: dict[int, list[int]] = {}
             for i in active:
@@ -191,7 +205,7 @@ class SlimSearcher:
                         scores = vecs[[at[r] for r in take]] @ q[i]
                         exact[i].update(zip(take, scores.tolist(), strict=True))
                         recomputed[i] += len(take)
-            active = [i for i in active if not self._done(pools[i], exact[i], pos[i], limit[i], k)]
+            active = [i for i in active if not self._done(pools[i], exact[i], pos[i], limit[i], k, stop)]
         out = []
         for i in range(nq):
             items = sorted(exact[i].items(), key=lambda kv: (-kv[1], kv[0]))[:k]
@@ -204,7 +218,8 @@ class SlimSearcher:
             )
         return out
 
-    def _done(self, pool: tuple[np.ndarray, np.ndarray], exact: dict[int, float], pos: int, limit: int, k: int) -> bool:
+    def _done(self, pool: tuple[np.ndarray, np.ndarray], exact: dict[int, float], pos: int, limit: int, k: int,
+              early_stop: bool) -> bool:
         """True when the query needs no more waves: the rerank depth is used up, or (early stop)
         the next row still to recompute cannot beat the k-th exact score even with ``pq_error``
         added. The pool is sorted by PQ score, so that row's bound covers all later rows."""
@@ -213,7 +228,7 @@ class SlimSearcher:
             pos += 1
         if pos >= limit:
             return True
-        if not self.config.early_stop or len(exact) < k:
+        if not early_stop or len(exact) < k:
             return False
         kth = sorted(exact.values(), reverse=True)[k - 1]
         return float(pq_scores[pos]) + self.art.pq_error < kth

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from slimrag.config import SearchConfig
 from slimrag.index.flat import FlatVectors
 from slimrag.index.slim.artifacts import SlimArtifacts
 from slimrag.index.slim.config import SlimConfig
@@ -64,8 +65,10 @@ class SlimVectors:
         order = np.argsort(ids, kind="stable")
         return ids[order], vecs[order]
 
-    def search(self, queries: np.ndarray, k: int, allow: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k chunk ids and exact scores per query, best first (ties by chunk id)."""
+    def search(self, queries: np.ndarray, k: int, allow: np.ndarray | None = None,
+               config: SearchConfig | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k chunk ids and exact scores per query, best first (ties by chunk id). ``config``:
+        the graph walk's query knobs (ef, rerank, wave, early_stop), default `SearchConfig()`."""
         q = np.atleast_2d(np.asarray(queries, dtype=np.float32))
         mask = self.live if allow is None else (self.live & allow)
         gen_ok = mask[: self.n_gen]
@@ -79,7 +82,7 @@ class SlimVectors:
                            for i in range(len(q))]
             else:
                 with self._lock:
-                    found = self.searcher.search_batch(q, k, ~gen_ok)
+                    found = self.searcher.search_batch(q, k, ~gen_ok, config)
                 results = [[(float(s), int(self.gen_ids[r])) for r, s in zip(res.rows, res.scores, strict=True)]
                            for res in found]
         else:

@@ -183,3 +183,18 @@ def test_catalog_transaction_commits_or_rolls_back(tmp_path: Path) -> None:
     assert again.live_ids() == [0]
     assert [i for i, _ in again.keyword_search("alpha", 1)] == [0]
     again.close()
+
+
+def test_version_moves_when_another_handle_writes(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    path = tmp_path / "v.slimrag"
+    Index.build([("a.txt", "apples are red"), ("b.txt", "pears are green")], path, embedder=embedder).close()
+    reader, writer = Index.open(path, embedder), Index.open(path, embedder)
+    v0 = reader.version()
+    assert reader.version() == v0 and {v0: 1}  # stable while nothing changes; hashable
+    writer.remove(["a.txt"])  # a catalog commit only: the manifest is not rewritten
+    v1 = reader.version()
+    assert v1 != v0
+    writer.add([("c.txt", "plums are purple")])  # a new delta part: the manifest is replaced
+    assert reader.version() not in (v0, v1)
+    reader.close()
+    writer.close()

@@ -101,6 +101,11 @@ class Catalog:
         """Undo the transaction :meth:`begin` started."""
         self.db.execute("ROLLBACK")
 
+    def data_version(self) -> int:
+        """SQLite's ``PRAGMA data_version`` of this connection: it changes when *another*
+        connection (another `Catalog`, another process) commits, never for this one's commits."""
+        return int(self.db.execute("PRAGMA data_version").fetchone()[0])
+
     # -- documents ------------------------------------------------------------------------------
     def document(self, source: str) -> Document | None:
         """The stored document at ``source``, or None."""

@@ -164,6 +164,15 @@ class Index(IndexWriter, IndexQuery):
         return self.embedder.embed([embed_input(chunks[int(i)]) for i in chunk_ids],
                                    batch_size=self.config.embed_batch)
 
+    def version(self) -> tuple[int, int, int]:
+        """A cheap, hashable token that changes when another process changes this index: the
+        manifest file's (inode, mtime in ns), replaced by a rename at every add and compact, and
+        the catalog connection's SQLite ``data_version``, which moves when another connection
+        commits (a remove). A stat and a pragma: microseconds. Compare tokens for equality only.
+        Writes through this same `Index` move the manifest part but not ``data_version``."""
+        st = (self.root / layout.MANIFEST).stat()
+        return st.st_ino, st.st_mtime_ns, self.catalog.data_version()
+
     # -- inspection -----------------------------------------------------------------------------
     def documents(self) -> list[Document]:
         """All stored documents."""

@@ -39,12 +39,10 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 from slimrag.config import GenerationConfig
 from slimrag.index.core import Index
-from slimrag.index.layout import MANIFEST
 from slimrag.llm.base import Delta, Generator, LoadReport
 from slimrag.prompt import Prompt
 from slimrag.rag.pipeline import RAG
@@ -108,12 +106,10 @@ class Worker:
 
 
 def index_version(index: Index) -> tuple[int, int, int]:
-    """What changes when another process updates ``index``: the manifest file's (inode, mtime in
-    ns), replaced by a rename at every add and compact, and the catalog connection's SQLite
-    ``data_version``, which moves when another connection commits (a remove)."""
-    st = (Path(index.root) / MANIFEST).stat()
-    (data_version,) = index.catalog.db.execute("PRAGMA data_version").fetchone()
-    return st.st_ino, st.st_mtime_ns, int(data_version)
+    """What changes when another process updates ``index``: `Index.version` (the manifest's inode
+    and mtime, moved by every add and compact, and the catalog's SQLite ``data_version``, moved
+    by another connection's commit, such as a remove)."""
+    return index.version()
 
 
 _Job = tuple[Callable[[Worker], Any], Future[Any]]

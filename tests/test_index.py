@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import BAD_FILES, write_mixed_tree
 
+from slimrag.embed.base import Embedder
 from slimrag.embed.local import LocalEmbedder
 from slimrag.errors import IndexFormatError
 from slimrag.index.core import Index
@@ -198,3 +199,39 @@ def test_version_moves_when_another_handle_writes(tmp_path: Path, embedder: Loca
     assert reader.version() not in (v0, v1)
     reader.close()
     writer.close()
+
+
+class _Letters(Embedder):
+    """A custom embedder (letter counts): no factory in the registry until a test registers one."""
+
+    model_id, dim, kind = "test:letters", 26, "letters"
+
+    def embed_batch(self, texts):  # noqa: ANN001, ANN201
+        out = np.zeros((len(texts), 26), np.float32)
+        for i, t in enumerate(texts):
+            for ch in t.lower():
+                if "a" <= ch <= "z":
+                    out[i, ord(ch) - 97] += 1
+        return out + 1e-3
+
+
+def test_embedders_are_recorded_and_rebuilt_by_kind(tmp_path: Path, embedder: LocalEmbedder,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from slimrag.embed import registry
+    from slimrag.embed.local import MODEL_ID
+
+    assert embedder.record() == {"id": MODEL_ID, "dim": 384, "normalized": True, "kind": "local"}
+    for rec in (embedder.record(), {"id": MODEL_ID, "dim": 384}):  # manifests before "kind": local
+        again = registry.from_record(rec)
+        assert isinstance(again, LocalEmbedder) and again.model_id == MODEL_ID
+    own = LocalEmbedder(embedder.model_dir)  # a model folder given explicitly is recorded and reloaded
+    assert registry.from_record(own.record()).model_id == own.model_id == f"local:{embedder.model_dir.name}"
+
+    path = tmp_path / "l.slimrag"
+    Index.build([("a.txt", "zebra zoo"), ("b.txt", "apple bake")], path, embedder=_Letters()).close()
+    assert json.loads((path / "manifest.json").read_text())["embedder"]["kind"] == "letters"
+    with pytest.raises(IndexFormatError, match="'letters'.*embedder="):
+        Index.open(path)
+    monkeypatch.setitem(registry.FACTORIES, "letters", lambda rec: _Letters())
+    with Index.open(path) as idx:
+        assert idx.search("zzz", k=1)[0].source == "a.txt"

@@ -1,1 +1,1 @@
-"""Embedders behind one `Embedder` interface: the packaged MiniLM (`local`), OpenAI-compatible endpoints (`remote`)."""
+"""Embedders behind one `Embedder` interface: the packaged MiniLM (`local`), OpenAI-compatible endpoints (`remote`), and the factories that rebuild either from an index manifest's record (`registry`)."""

@@ -3,6 +3,10 @@
 One required method, :meth:`Embedder.embed_batch`. :meth:`Embedder.embed` splits long inputs into
 batches and shows a progress bar on long runs. Vectors are normalized so that inner product is
 cosine similarity everywhere in slimrag (flat search, graph search, reranking).
+
+:meth:`Embedder.record` is what an index manifest keeps about the embedder; its ``kind`` names
+the factory in `slimrag.embed.registry` that rebuilds the embedder when the index is opened, so
+callers never inspect an embedder's class or attributes to decide how to store or reload it.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -20,10 +25,19 @@ class Embedder(ABC):
 
     model_id: str = "unknown"
     dim: int = 0
+    #: key of the factory in `slimrag.embed.registry` that rebuilds this embedder from its
+    #: `record`; "custom" has none, so an index built with it is opened with the embedder given
+    kind: str = "custom"
 
     @abstractmethod
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         """Embed one batch: returns float32 array of shape (len(texts), dim), rows of unit norm."""
+
+    def record(self) -> dict[str, Any]:
+        """What an index manifest stores about this embedder: ``id`` (`model_id`), ``dim``,
+        ``normalized`` and ``kind``, plus whatever the kind's factory needs to rebuild it (an
+        implementation extends ``super().record()``). JSON-able."""
+        return {"id": self.model_id, "dim": int(self.dim), "normalized": True, "kind": self.kind}
 
     def embed(self, texts: Sequence[str], batch_size: int = 64, progress: bool | None = None) -> np.ndarray:
         """Embed any number of texts in batches of ``batch_size``.

@@ -48,6 +48,8 @@ class LocalEmbedder(Embedder):
     use, so opening an index to run keyword search costs no model load. Thread-safe: calls are
     serialized by a lock (the model is not re-entrant)."""
 
+    kind = "local"
+
     def __init__(self, model_dir: str | Path | None = None, device: str | None = None) -> None:
         self.model_dir = Path(model_dir) if model_dir else default_model_dir()
         self.model_id = MODEL_ID if model_dir is None else f"local:{self.model_dir.name}"
@@ -55,6 +57,14 @@ class LocalEmbedder(Embedder):
         self.device = device
         self._model: Any = None
         self._lock = threading.Lock()
+
+    def record(self) -> dict[str, Any]:
+        """The base record, plus ``model_dir`` for a model folder other than the packaged default
+        (the default is found again through its package on whatever machine opens the index)."""
+        rec = super().record()
+        if self.model_id != MODEL_ID:
+            rec["model_dir"] = str(self.model_dir)
+        return rec
 
     def _load(self) -> Any:
         if self._model is None:

@@ -46,6 +46,8 @@ class RemoteEmbedder(Embedder):
     per request. Close with :meth:`close` or use as a context manager.
     """
 
+    kind = "remote"
+
     def __init__(self, base_url: str, model: str, api_key: str | None = None, dim: int | None = None,
                  timeout: float = 60.0) -> None:
         if not model:
@@ -62,6 +64,11 @@ class RemoteEmbedder(Embedder):
     def base_url(self) -> str:
         """The normalized API root requests go to."""
         return self._client.root
+
+    def record(self) -> dict[str, Any]:
+        """The base record, plus ``base_url`` and ``model`` to reach the server again (the API key
+        is never written: give it by opening the index with the embedder)."""
+        return {**super().record(), "base_url": self.base_url, "model": self.model}
 
     def ensure_dim(self) -> int:
         """Return ``dim``, asking the server for one probe embedding if it is not known yet."""

@@ -25,6 +25,7 @@ from slimrag import files
 from slimrag.catalog import Catalog
 from slimrag.config import IndexConfig
 from slimrag.embed.base import Embedder
+from slimrag.embed.registry import default_embedder, from_record
 from slimrag.errors import IndexFormatError
 from slimrag.index import layout
 from slimrag.index.flat import FlatVectors
@@ -37,25 +38,6 @@ from slimrag.ingest.source import Inputs
 from slimrag.types import Document
 
 
-def _embedder_record(embedder: Embedder) -> dict[str, Any]:
-    rec: dict[str, Any] = {"id": embedder.model_id, "dim": int(embedder.dim), "normalized": True,
-                           "kind": "remote" if embedder.model_id.startswith("remote:") else "local"}
-    for attr in ("base_url", "model"):
-        if hasattr(embedder, attr):
-            rec[attr] = getattr(embedder, attr)
-    return rec
-
-
-def _default_embedder(rec: dict[str, Any] | None) -> Embedder:
-    if rec and rec.get("kind") == "remote":
-        from slimrag.embed.remote import RemoteEmbedder
-
-        return RemoteEmbedder(rec["base_url"], rec["model"], dim=rec.get("dim"))
-    from slimrag.embed.local import LocalEmbedder
-
-    return LocalEmbedder()
-
-
 class Index(IndexWriter, IndexQuery):
     """One index folder. Not thread-safe for writes; open one `Index` per thread for reads."""
 
@@ -65,7 +47,7 @@ class Index(IndexWriter, IndexQuery):
         self.config = IndexConfig(**{k: tuple(v) if k == "ignore" else v
                                      for k, v in self.manifest["config"].items()})
         rec = self.manifest["embedder"]
-        self.embedder = embedder if embedder is not None else _default_embedder(rec)
+        self.embedder = embedder if embedder is not None else from_record(rec)
         if self.embedder.model_id != rec["id"]:
             raise IndexFormatError(
                 f"{root} was built with embedder {rec['id']!r}, not {self.embedder.model_id!r}; "
@@ -88,7 +70,7 @@ class Index(IndexWriter, IndexQuery):
                 raise IndexFormatError(f"{out} is a non-empty folder that is not an index; refusing to delete it")
             shutil.rmtree(out)
         config = config or IndexConfig()
-        embedder = embedder or _default_embedder(None)
+        embedder = embedder or default_embedder()
         if not embedder.dim:
             embedder.embed_batch(["dimension probe"])
         out.mkdir(parents=True)
@@ -98,7 +80,7 @@ class Index(IndexWriter, IndexQuery):
         now = time.time()
         files.write_json_atomic(out / layout.MANIFEST, {
             "format": layout.FORMAT_VERSION, "storage": config.storage, "gen_kind": "flat",
-            "slim": (slim or SlimConfig()).to_dict(), "embedder": _embedder_record(embedder),
+            "slim": (slim or SlimConfig()).to_dict(), "embedder": embedder.record(),
             "config": asdict(config), "generation": 0, "delta_parts": [], "next_chunk_id": 0, "next_part": 0,
             "source_root": str(Path(source_root).resolve()) if source_root else None,
             "created": now, "updated": now,

@@ -120,12 +120,11 @@ def ray_ingest(index: Index | str | Path, sources: Inputs, *, address: str | Non
 def _worker_model_dir(embedder: Embedder) -> str | None:
     """The model folder the actors load: None for the packaged default (each node finds its own
     installed copy), else the explicit folder of a custom local model."""
-    from slimrag.embed.local import MODEL_ID, LocalEmbedder
-
-    if not isinstance(embedder, LocalEmbedder):
+    rec = embedder.record()
+    if rec["kind"] != "local":
         raise ValueError(f"ray_ingest embeds with the local model on the workers, but this index uses "
                          f"{embedder.model_id!r}; use Index.add for it")
-    return None if embedder.model_id == MODEL_ID else str(embedder.model_dir)
+    return rec.get("model_dir")
 
 
 def _connect(ray: Any, address: str | None, num_cpus: int | None) -> bool:

@@ -1,0 +1,60 @@
+"""Embedder factories by ``kind``: how an index rebuilds the embedder its manifest recorded.
+
+`Embedder.record` writes ``{"kind": ..., "id": ..., "dim": ..., ...}`` into the manifest;
+`from_record` looks ``kind`` up in `FACTORIES` and calls the factory with the whole record. The
+built-in kinds are "local" (`LocalEmbedder`; ``model_dir`` when not the packaged MiniLM) and
+"remote" (`RemoteEmbedder`; ``base_url``, ``model``, ``dim``). A record without ``kind`` (written
+before the key existed) is "local". Another embedder either registers its kind with `register`
+or is passed to `Index.open` each time ("custom", the base class's kind, has no factory).
+
+Factories import their module lazily, so reading a manifest loads neither torch nor an HTTP client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from slimrag.embed.base import Embedder
+from slimrag.errors import IndexFormatError
+
+Factory = Callable[[dict[str, Any]], Embedder]
+
+
+def _local(rec: dict[str, Any]) -> Embedder:
+    from slimrag.embed.local import LocalEmbedder
+
+    return LocalEmbedder(rec.get("model_dir"))
+
+
+def _remote(rec: dict[str, Any]) -> Embedder:
+    from slimrag.embed.remote import RemoteEmbedder
+
+    return RemoteEmbedder(rec["base_url"], rec["model"], dim=rec.get("dim"))
+
+
+#: kind -> factory that rebuilds an embedder from its record
+FACTORIES: dict[str, Factory] = {"local": _local, "remote": _remote}
+
+
+def register(kind: str, factory: Factory) -> None:
+    """Let indexes built with embedders of ``kind`` open without passing the embedder."""
+    FACTORIES[kind] = factory
+
+
+def default_embedder() -> Embedder:
+    """The embedder of a new index when none is given: the packaged MiniLM."""
+    return _local({})
+
+
+def from_record(rec: dict[str, Any]) -> Embedder:
+    """The embedder a manifest's record describes. Raises IndexFormatError for a kind with no
+    factory (say what to do: pass the embedder, or register its kind)."""
+    kind = rec.get("kind", "local")
+    factory = FACTORIES.get(kind)
+    if factory is None:
+        raise IndexFormatError(
+            f"the index was built with embedder {rec.get('id')!r} of kind {kind!r}, which slimrag cannot "
+            f"rebuild (known kinds: {sorted(FACTORIES)}); open it with that embedder "
+            "(Index.open(path, embedder=...)) or register its kind with slimrag.embed.registry.register")
+    return factory(rec)

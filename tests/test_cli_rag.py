@@ -46,8 +46,9 @@ def test_cli_build_search_add_remove_info(docs_dir: Path, tmp_path: Path) -> Non
 
 def test_cli_reports_missing_index_clearly(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["search", str(tmp_path), "x"])
-    assert r.exit_code != 0
-    assert "not a slimrag index" in str(r.exception) or "not a slimrag index" in r.output
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit), r.exc_info  # no traceback
+    assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1 and r.stdout == ""
+    assert f"{tmp_path} is not a slimrag index" in r.stderr and "slimrag build" in r.stderr
 
 
 def test_rag_ask_with_remote_llm_cites_sources(index: Index) -> None:

@@ -11,7 +11,7 @@ import logging
 import sys
 import time
 from dataclasses import asdict, fields, replace
-from typing import Any
+from typing import IO, Any
 
 import click
 
@@ -31,7 +31,25 @@ def _setup_logging(verbose: bool) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
-@click.group()
+class _Failed(click.ClickException):
+    """A `SlimragError` as the CLI reports it: one ``error:`` line on stderr, exit code 1."""
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+class _Group(click.Group):
+    """The command group: a `SlimragError` from any command ends it as :class:`_Failed` (no
+    traceback: the message says what to do next)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SlimragError as e:
+            raise _Failed(str(e)) from e
+
+
+@click.group(cls=_Group)
 @click.option("-v", "--verbose", is_flag=True, help="Log progress.")
 @click.version_option(package_name="slimrag")
 def cli(verbose: bool) -> None:
@@ -334,13 +352,9 @@ def demo(llm: str | None, rebuild: bool) -> None:
 
 
 def main() -> None:
-    """Entry point: run the CLI, turning slimrag errors into one line and exit code 1."""
+    """Entry point: run the CLI offline (slimrag errors end as one line and exit code 1, see `_Group`)."""
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    try:
-        cli(standalone_mode=True)
-    except SlimragError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(1)
+    cli(standalone_mode=True)

@@ -158,10 +158,16 @@ def test_stop_string_ends_and_is_not_emitted(gen: LocalGenerator) -> None:
     assert deltas[-1].finish_reason == "stop"
 
 
-def test_sampling_is_seeded(gen: LocalGenerator) -> None:
-    cfg = GenerationConfig(max_new_tokens=4, temperature=0.9, top_p=0.9)
-    prompt = Prompt(QUESTION, passages=(CATS,))
-    assert gen.generate(prompt, cfg).text == gen.generate(prompt, cfg).text
+def test_sampling_is_seeded_and_temperature_changes_the_output(first_load: weights.LoadedModel) -> None:
+    prompt = Prompt("Write one sentence about the cat.", passages=(CATS,))
+    greedy = GenerationConfig(max_new_tokens=8)
+    hot = GenerationConfig(max_new_tokens=8, temperature=1.5, top_p=0.95)
+    gens = [LocalGenerator(loaded=first_load, seed=seed, cache=None) for seed in range(4)]
+    reference = gens[0].generate(prompt, greedy).text
+    sampled = [g.generate(prompt, hot).text for g in gens]
+    assert gens[0].generate(prompt, hot).text == sampled[0]  # the same seed reproduces
+    assert len(set(sampled)) > 1, sampled  # the seed is used ...
+    assert any(text != reference for text in sampled), (reference, sampled)  # ... and so is the temperature
 
 
 def test_repetition_penalty_matches_transformers_on_the_generated_tokens() -> None:

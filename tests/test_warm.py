@@ -121,17 +121,27 @@ def test_stream_reports_cached_tokens_and_the_planner_puts_them_first(model: wei
 
 def test_rag_reuses_passages_across_questions(model: weights.LoadedModel, docs_dir: Path, tmp_path: Path,
                                               embedder) -> None:  # noqa: ANN001
+    """A second question over the first one's passages, retrieved in another order: the planner
+    restores the cached order, the system segment and every passage come from the tree, and the
+    answer's tokens equal a run without any cache over the same prompt."""
     from slimrag.index.core import Index
     from slimrag.rag.pipeline import RAG
 
     idx = Index.build(docs_dir, tmp_path / "warm.slimrag", embedder=embedder)
-    rag = RAG(idx, llm=LocalGenerator(loaded=model), generation=GenerationConfig(max_new_tokens=3))
+    gen, cfg = LocalGenerator(loaded=model), GenerationConfig(max_new_tokens=3)
+    rag = RAG(idx, llm=gen, generation=cfg)
     first = rag.ask("What is the name of the office cat?", k=3)
-    second = rag.ask("Where does the office cat sleep?", k=3)
-    assert first.usage.cached_tokens == 0
-    assert second.usage.cached_tokens > 0  # the system segment at least, and shared passages
-    assert {h.chunk_id for h in second.sources} == {h.chunk_id for h in rag.retrieve(
-        "Where does the office cat sleep?", k=3)}
+    assert first.usage.cached_tokens == 0 and len(first.sources) == 3
+    question = "Where does the office cat sleep?"
+    rag.retrieve = lambda q, k=4, source=None: list(reversed(first.sources))  # type: ignore[method-assign]
+    prompt = rag.prompt(question, rag.retrieve(question, 3))
+    second = rag.ask(question, k=3)
+    assert [h.chunk_id for h in second.sources] == [h.chunk_id for h in first.sources]
+    segments = gen.encode_segments(prompt)
+    assert second.usage.cached_tokens == sum(len(s) for s in segments[:-1]) > len(segments[0])
+    cold = LocalGenerator(loaded=model, cache=None).generate(prompt, cfg)
+    assert cold.usage.cached_tokens == 0
+    assert (second.text, second.usage.completion_tokens) == (cold.text.strip(), cold.usage.completion_tokens)
 
 
 def test_chat_keeps_earlier_passages_as_a_cached_prefix(model: weights.LoadedModel, docs_dir: Path,

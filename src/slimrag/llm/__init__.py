@@ -1,1 +1,3 @@
-"""Language models behind one `Generator` interface: the local transformers engine, remote OpenAI-compatible backends, and the KV knowledge tree (`kv`)."""
+"""Language models behind one `Generator` interface (`base`): the local transformers engine
+(`local`), remote OpenAI-compatible backends (`remote`), the registry that builds either from a
+spec (`backends`), and the KV knowledge tree (`kv`)."""

@@ -111,7 +111,17 @@ def test_bad_files_are_skipped_with_one_warning_each(tmp_path: Path, embedder: L
 def test_keyword_hybrid_and_source_filter(docs_dir: Path, tmp_path: Path, embedder: LocalEmbedder) -> None:
     idx = Index.build(docs_dir, tmp_path / "h.slimrag", embedder=embedder)
     assert idx.search("lentils cumin", k=1, mode="keyword")[0].source == "notes/recipes.rst"
-    assert isinstance(idx.search('weird "query: -with (syntax', k=3, mode="keyword"), list)  # no FTS5 error
+    # FTS5 syntax in user text (quotes, column filters, NOT/AND, prefix *, NEAR, ^, braces) neither
+    # errors nor acts as an operator: the words are still matched, so the cat page is found even
+    # where FTS5's own reading ("AND NOT radiator") would have excluded it.
+    for q in ('Whiskers: "radiator" -(winter', "whiskers AND NOT radiator*", 'NEAR(cat^ {sleeps}) OR "',
+              "Whiskers' radiator?!"):
+        hits = idx.search(q, k=3, mode="keyword")
+        assert hits and hits[0].source == "guide/cats.md", (q, hits)
+    weird = idx.search('weird "query: -with (syntax', k=3, mode="keyword")
+    assert [h.source for h in weird] == ["notes/recipes.rst"] and " with " in weird[0].text  # its one matching word
+    assert idx.search('"(*):-^', k=3, mode="keyword") == []  # nothing but syntax: no words, no hits
+    assert idx.search('Whiskers: "radiator" -(winter', k=3, mode="hybrid")[0].source == "guide/cats.md"
     hybrid = idx.search("Fibonacci number function", k=3, mode="hybrid")
     assert hybrid[0].source == "code/fib.py"
     only_notes = idx.search("cat", k=10, source="notes/*")

@@ -88,13 +88,19 @@ def test_recall_against_brute_force(data, art):
         assert np.all(np.diff(r.scores) <= 0)
 
 
-def test_early_stop_saves_recomputation_without_losing_recall(data, art):
-    x, q, truth = data
-    searcher = SlimSearcher(art, Recorder(x), SlimConfig(cache_bytes=0))
-    full = searcher.search_batch(q, K, config=SearchConfig(early_stop=False))  # per-call knobs
-    early = searcher.search_batch(q, K, config=SearchConfig(early_stop=True))
-    assert sum(r.stats.recomputed for r in early) <= sum(r.stats.recomputed for r in full)
-    assert recall(early, truth, 10) >= recall(full, truth, 10) - 0.01
+@pytest.mark.parametrize("k", [3, K])
+def test_early_stop_saves_recomputation_without_losing_recall(data, art, k):
+    x, q, _ = data
+    truth = np.argsort(-(q @ x.T), axis=1, kind="stable")[:, :k]
+    searcher = SlimSearcher(art, Recorder(x), SlimConfig(cache_bytes=0))  # no cache: every row is recomputed
+    full = searcher.search_batch(q, k, config=SearchConfig(early_stop=False))  # per-call knobs
+    early = searcher.search_batch(q, k, config=SearchConfig(early_stop=True))
+    n_full, n_early = (sum(r.stats.recomputed for r in res) for res in (full, early))
+    assert n_full == len(q) * SearchConfig().rerank  # without it: every query reranks its whole depth
+    assert n_early < n_full  # strictly fewer, on this seeded set (k=3: 1,475 of 2,400; k=10: 2,350)
+    if k == 3:
+        assert n_early <= 0.8 * n_full  # small k is where the bound bites (module header: 13.6 of 24)
+    assert recall(early, truth, k) == recall(full, truth, k)
 
 
 def test_one_recompute_call_per_wave_and_no_duplicates(data, art):

@@ -1,0 +1,78 @@
+"""The command group every verb hangs on, the defaults read from the config classes, and the
+helpers the verbs share (opening an index, printing an add report)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import asdict, fields
+from typing import IO, Any
+
+import click
+
+from slimrag.config import GenerationConfig, IndexConfig, RayIngestConfig, SearchConfig
+from slimrag.errors import SlimragError
+from slimrag.route.policy import RouterConfig
+
+IDX = {f.name: f.default for f in fields(IndexConfig)}
+SEARCH = {f.name: f.default for f in fields(SearchConfig)}
+ROUTE = {f.name: f.default for f in fields(RouterConfig)}
+RAY = {f.name: f.default for f in fields(RayIngestConfig)}
+GENERATION = {f.name: f.default for f in fields(GenerationConfig)}
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+class _Failed(click.ClickException):
+    """A `SlimragError` as the CLI reports it: one ``error:`` line on stderr, exit code 1."""
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+class _Group(click.Group):
+    """The command group: a `SlimragError` from any command ends it as :class:`_Failed` (no
+    traceback: the message says what to do next)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SlimragError as e:
+            raise _Failed(str(e)) from e
+
+
+@click.group(cls=_Group)
+@click.option("-v", "--verbose", is_flag=True, help="Log progress.")
+@click.version_option(package_name="slimrag")
+def cli(verbose: bool) -> None:
+    """slimrag: ask questions about your own files, offline."""
+    _setup_logging(verbose)
+
+
+def open_index(path: str) -> Any:
+    from slimrag.index.core import Index
+
+    return Index.open(path)
+
+
+def print_report(rep: Any, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({**asdict(rep), "skipped": [asdict(s) for s in rep.skipped]}))
+    else:
+        click.echo(f"{rep.added} added, {rep.updated} updated, {rep.unchanged} unchanged, "
+                   f"{rep.chunks} chunks, {len(rep.skipped)} skipped in {rep.seconds:.1f}s")
+
+
+
+def main() -> None:
+    """Entry point: run the CLI offline (slimrag errors end as one line and exit code 1, see `_Group`)."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    cli(standalone_mode=True)

@@ -20,7 +20,7 @@ from slimrag.cli import cli
 from slimrag.config import RayIngestConfig
 from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
-from slimrag.index.writer import AddReport
+from slimrag.index.report import AddReport
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")

@@ -56,7 +56,8 @@ from slimrag.config import RayIngestConfig
 from slimrag.embed.base import Embedder
 from slimrag.errors import SlimragError
 from slimrag.index.core import Index
-from slimrag.index.writer import AddReport, embed_input
+from slimrag.index.report import AddReport
+from slimrag.index.writer import embed_input
 from slimrag.ingest.chunker import ChunkText, default_chunker
 from slimrag.ingest.crawl import Skipped
 from slimrag.ingest.source import InputItem, Inputs, PreparedDoc, iter_inputs, prepare

@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +33,7 @@ import numpy as np
 
 from slimrag import files
 from slimrag.index import layout
+from slimrag.index.report import AddReport
 from slimrag.index.slim import SlimConfig, build_slim
 from slimrag.ingest.chunker import Chunker, ChunkText, default_chunker
 from slimrag.ingest.crawl import Skipped
@@ -53,23 +53,6 @@ log = logging.getLogger("slimrag.index")
 COMMIT_CHUNKS = 2048
 
 _Pending = tuple[Document, bool, list[Chunk], np.ndarray | None]  # doc, replaces a stored one, chunks, vectors
-
-
-@dataclass
-class AddReport:
-    """What an `add` (or `build`) did."""
-
-    added: int = 0
-    updated: int = 0
-    unchanged: int = 0
-    chunks: int = 0
-    skipped: list[Skipped] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def skip(self, source: str, reason: str) -> None:
-        """Record a document passed over, with one warning line (the same wherever it was parsed)."""
-        log.warning("skipped %s: %s", source, reason)
-        self.skipped.append(Skipped(source, reason))
 
 
 def embed_input(chunk: Chunk | ChunkText) -> str:

@@ -214,6 +214,9 @@ class Slim(System):
     fixed_files = ("pq_codebooks.npy", "slim.json")
     modules = ("slimrag.index.slim",)
 
+    #: overrides of ``--slim`` that are query knobs (SearchConfig), not build knobs (SlimConfig)
+    QUERY_KNOBS = ("ef", "rerank", "wave", "early_stop")
+
     def _config(self) -> Any:
         from slimrag.index.slim import SlimConfig
         from slimrag.index.slim.graph import GraphConfig
@@ -221,16 +224,22 @@ class Slim(System):
 
         p = self.params
         return SlimConfig(graph=GraphConfig(**p.get("graph", {})), pq=PQConfig(**p.get("pq", {})),
-                          **{k: v for k, v in p.items() if k not in ("graph", "pq")})
+                          **{k: v for k, v in p.items() if k not in ("graph", "pq", *self.QUERY_KNOBS)})
+
+    def _search_config(self) -> Any:
+        from slimrag.config import SearchConfig
+
+        return SearchConfig(**{k: v for k, v in self.params.items() if k in self.QUERY_KNOBS})
 
     def build(self, x: np.ndarray, folder: Path) -> None:
         from slimrag.index.slim import SlimArtifacts, SlimSearcher, build_slim
 
         self.cfg = dataclasses.replace(self._config(), cache_bytes=0)
+        self.search_cfg = self._search_config()
         build_slim(x, self.cfg).save(folder)
         self.art = SlimArtifacts.load(folder)
         # Recall over many queries re-scores with the stored vectors (same math as re-embedding).
-        self.searcher = SlimSearcher(self.art, lambda rows: x[rows], self.cfg)
+        self.searcher = SlimSearcher(self.art, lambda rows: x[rows], self.cfg, self.search_cfg)
         self.stats: list[Any] = []
 
     def search(self, q: np.ndarray, k: int) -> list[int]:
@@ -241,11 +250,12 @@ class Slim(System):
     def prepare_latency(self, texts: list[str], embed: Any) -> None:
         from slimrag.index.slim import SlimSearcher
 
-        self.searcher = SlimSearcher(self.art, lambda rows: embed([texts[r] for r in rows.tolist()]), self.cfg)
+        self.searcher = SlimSearcher(self.art, lambda rows: embed([texts[r] for r in rows.tolist()]), self.cfg,
+                                     self.search_cfg)
         self.stats = []
 
     def info(self) -> dict[str, Any]:
-        return {**self.params, "resolved": self.cfg.to_dict(), "pq": {"m": self.art.pq.m, "bits": self.art.pq.bits},
+        return {**self.params, "resolved": {**self.cfg.to_dict(), **dataclasses.asdict(self.search_cfg)}, "pq": {"m": self.art.pq.m, "bits": self.art.pq.bits},
                 "pq_error": self.art.pq_error,
                 "avg_degree": round(self.art.graph.n_edges / self.art.n, 2), "hubs": len(self.art.hub_rows),
                 "entry_points": len(self.art.entry_rows)}
@@ -503,7 +513,7 @@ def main() -> None:
     ap.add_argument("--leann-python", default=DEFAULT_LEANN_PYTHON, help="python of a venv with leann installed")
     ap.add_argument("--leann-complexity", type=int, default=64, help="LEANN search complexity (its default 64)")
     ap.add_argument("--systems", default="flat,slim,faiss-hnsw,hnswlib,leann")
-    ap.add_argument("--slim", default="{}", help='SlimConfig overrides as JSON, e.g. \'{"rerank": 32, "pq": {"m": 96, "bits": 4}}\'')
+    ap.add_argument("--slim", default="{}", help='SlimConfig (build) and SearchConfig (ef, rerank, wave, early_stop) overrides as JSON, e.g. \'{"rerank": 32, "pq": {"m": 96, "bits": 4}}\'')
     ap.add_argument("--slim-variant", action="append", default=[], metavar="NAME=JSON",
                     help="an extra slim row with other SlimConfig overrides (repeatable)")
     ap.add_argument("--index-e2e", action="store_true", help="also build and search through the Index API")

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.vectors import text_like
+from slimrag.config import SearchConfig
 from slimrag.index.slim import (
     SlimArtifacts,
     SlimConfig,
@@ -34,7 +35,7 @@ from slimrag.index.slim.graph import build_graph, pick_hubs
 from slimrag.index.slim.pq import PQConfig, train_pq
 
 
-def evaluate(art: SlimArtifacts, x: np.ndarray, q: np.ndarray, truth: np.ndarray, cfg: SlimConfig) -> dict:
+def evaluate(art: SlimArtifacts, x: np.ndarray, q: np.ndarray, truth: np.ndarray, cfg: SearchConfig) -> dict:
     spent = [0.0]
 
     def recompute(rows: np.ndarray) -> np.ndarray:
@@ -43,7 +44,7 @@ def evaluate(art: SlimArtifacts, x: np.ndarray, q: np.ndarray, truth: np.ndarray
         spent[0] += time.perf_counter() - t
         return out
 
-    searcher = SlimSearcher(art, recompute, cfg)
+    searcher = SlimSearcher(art, recompute, SlimConfig(cache_bytes=0), cfg)
     t = time.perf_counter()
     res = searcher.search_batch(q, 10)
     wall = time.perf_counter() - t - spent[0]
@@ -86,7 +87,7 @@ def sweep(name: str, x: np.ndarray, q: np.ndarray, rows: list[dict]) -> None:
             art = dataclasses.replace(art, hub_vectors=x[art.hub_rows].astype(np.float16))
             per_vec = (graph.nbytes + codes.nbytes + art.hub_vectors.nbytes + 2 * len(art.entry_rows)) / len(x)
             for r, stop in ((16, False), (20, False), (24, False), (32, False), (24, True)):
-                cfg = SlimConfig(rerank=r, early_stop=stop, cache_bytes=0)
+                cfg = SearchConfig(rerank=r, early_stop=stop)
                 out = evaluate(art, x, q, truth, cfg)
                 row = {"data": name, "base_degree": deg, "avg_degree": round(graph.n_edges / graph.n, 1),
                        "M": m, "bytes_per_vector": round(per_vec, 1), "R": r, "early_stop": stop, **out}

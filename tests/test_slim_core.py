@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench import vectors as bench_vectors
 from slimrag.config import SearchConfig
 from slimrag.errors import IndexFormatError
 from slimrag.index.flat import FlatVectors
@@ -23,28 +24,8 @@ N, D, NQ, K = 3000, 384, 100, 10
 
 
 def text_like(n: int, nq: int, d: int = D, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    rank = min(96, d)
-    mean = rng.normal(size=d)
-    mean /= np.linalg.norm(mean)
-    basis = np.linalg.qr(rng.normal(size=(d, rank)))[0]
-    spectrum = 1.0 / np.sqrt(1.0 + np.arange(rank))
-    centers = (rng.normal(size=(48, rank)) * spectrum) @ basis.T
-    subs = (rng.normal(size=(48 * 8, rank)) * spectrum) @ basis.T
-
-    def draw(m: int) -> np.ndarray:
-        c = rng.integers(0, len(centers), m)
-        s = c * 8 + rng.integers(0, 8, m)
-        x = (
-            0.35 * mean
-            + 0.9 * centers[c]
-            + 0.5 * subs[s]
-            + 0.45 * (rng.normal(size=(m, rank)) * spectrum) @ basis.T
-            + 0.04 * rng.normal(size=(m, d))
-        )
-        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-    return draw(n), draw(nq)
+    """The benchmarks' synthetic text-like vectors (`bench.vectors`), with 48 topics."""
+    return bench_vectors.text_like(n, nq, d, seed, clusters=48)
 
 
 class Recorder:

@@ -16,10 +16,19 @@ tree keyed by them can never serve the states of one text for another. The diges
 over the rendered text (about a microsecond per passage); text determines token ids for a given
 tokenizer, and the engine folds its model name into the root key.
 
-Chat history goes into the question segment, after the passages (``Earlier in this
-conversation: ...``), not into the system segment: the system segment and the passages of earlier
-turns then stay a byte-identical prefix from turn to turn, so a follow-up question reuses their
-KV. OpenAI messages keep the history as separate messages (what chat servers expect).
+Chat context goes into the question segment, after the passages, never into the system segment:
+the system segment and the passages of earlier turns then stay a byte-identical prefix from turn
+to turn, so a follow-up question reuses their KV. Two kinds:
+
+- ``questions``: what `slimrag.rag.chat.Chat` sends: the earlier *questions* only (``Earlier
+  questions in this conversation: ...``). The model is not shown its own earlier answers: a
+  small model copies a visible earlier answer word for word, and the facts those answers came
+  from are still in the prompt (the earlier turns' passages stay in it). The questions are enough
+  to resolve "it" or "and on Windows?". In `messages` they are part of the last user message too,
+  so a remote server's prefix cache sees the same passage prefix as the local engine.
+- ``history``: (role, content) turns a caller supplies (the OpenAI-compatible server forwards its
+  client's messages): rendered as ``Earlier in this conversation: ...`` for the local engine and
+  kept as separate OpenAI messages for a remote one (what chat servers expect).
 
 The chat markup is ChatML (``<|im_start|>role ... <|im_end|>``), which SmolLM2, Qwen and many
 others use. Remote backends receive the same text as OpenAI messages: one system message and one
@@ -71,7 +80,8 @@ class Prompt:
     passages: in prompt order (chosen by the planner). ranking: the passage keys in relevance
     order, stated after the passages when it differs from prompt order (it may name only some of
     the passages: in a chat, earlier turns' passages stay in the prompt). history: earlier
-    (role, content) turns of a chat, rendered after the passages (see the module header).
+    (role, content) turns of a chat, rendered after the passages; questions: earlier questions
+    of a `Chat`, rendered after the passages too (see the module header for both).
     """
 
     question: str
@@ -79,6 +89,7 @@ class Prompt:
     system: str = DEFAULT_SYSTEM
     ranking: tuple[str, ...] = ()
     history: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    questions: tuple[str, ...] = ()
 
     def system_text(self) -> str:
         """The system prompt (plain text, no markup)."""
@@ -103,6 +114,13 @@ class Prompt:
         turns = "\n".join(f"{role.capitalize()}: {content.strip()}" for role, content in self.history)
         return f"Earlier in this conversation:\n{turns}\n\n"
 
+    def questions_text(self) -> str:
+        """Earlier questions of a chat as plain text for the question segment ("" without any)."""
+        if not self.questions:
+            return ""
+        lines = "\n".join(f"- {q.strip()}" for q in self.questions)
+        return f"Earlier questions in this conversation:\n{lines}\n\n"
+
     def question_text(self) -> str:
         """The question segment, with the relevance ranking when passages were reordered."""
         lines: list[str] = []
@@ -123,7 +141,7 @@ class Prompt:
         head = self._head()
         segs = [Segment("system@" + digest(head), head)]
         segs += [Segment(self.passage_key(p), self.passage_text(p)) for p in self.passages]
-        tail = self.history_text() + self.question_text() + "<|im_end|>\n<|im_start|>assistant\n"
+        tail = self.history_text() + self.questions_text() + self.question_text() + "<|im_end|>\n<|im_start|>assistant\n"
         segs.append(Segment(None, tail))
         return segs
 
@@ -134,7 +152,7 @@ class Prompt:
         msgs += [{"role": r, "content": c} for r, c in self.history]
         body = "Passages:\n" if self.passages else ""
         body += "".join(self.passage_text(p) for p in self.passages)
-        msgs.append({"role": "user", "content": body + self.question_text()})
+        msgs.append({"role": "user", "content": body + self.questions_text() + self.question_text()})
         return msgs
 
 

@@ -60,16 +60,38 @@ class Usage:
     total_s: float = 0.0
 
 
+#: Human-readable notices for finish reasons a reader should be told about (`Answer.notice`).
+FINISH_NOTICES: dict[str, str] = {
+    "length": "[The answer was cut off at the token limit; ask for more tokens to get the rest.]",
+    "loop": "[Generation was stopped because the answer started repeating itself.]",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """A generated answer with the passages it was given (in prompt order) and its usage.
+    """A generated answer with the passages it was given and its usage.
 
-    ``finish_reason`` says why generation ended, as OpenAI names it: ``"stop"`` (end of turn or a
-    stop string), ``"length"`` (``max_new_tokens`` or the model's context was reached), or what a
-    remote server reported.
+    sources: the passages of this answer's retrieval, by relevance (score), best first; empty when
+    the answer is the fixed reply of an abstention. ``finish_reason`` says why generation ended:
+    ``"stop"`` (end of turn or a stop string), ``"length"`` (``max_new_tokens`` or the model's
+    context was reached), ``"loop"`` (the pipeline stopped a degenerate repetition, see
+    `slimrag.rag.guards`), or what a remote server reported. ``unknown_citations``: labels the
+    model cited (``[source#n]``) that were not among the passages it was given, in order of
+    appearance; the text marks or drops them (`slimrag.rag.guards.Guards.citations`).
+    ``abstained``: no passage reached the relevance floor, so the model was not called and
+    ``text`` is the fixed reply.
     """
 
     text: str
     sources: list[Hit]
     usage: Usage
     finish_reason: str = "stop"
+    unknown_citations: tuple[str, ...] = ()
+    abstained: bool = False
+
+    @property
+    def notice(self) -> str | None:
+        """A line to show after the text when the reader should know how it ended (cut at the
+        token limit, stopped in a loop), else None. Kept out of ``text`` so the answer stays what
+        the model wrote (an OpenAI client gets the same through ``finish_reason``)."""
+        return FINISH_NOTICES.get(self.finish_reason)

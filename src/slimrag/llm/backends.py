@@ -8,31 +8,43 @@ A spec is what `RAG(index, llm=...)` and ``--llm`` accept:
   itself (``"local"``);
 - a `Generator`: used as it is.
 
+Options: ``model`` (the served model's name) and ``api_key``, when given, go to the factory as
+keyword arguments (``factory(spec, model=..., api_key=...)``; without them it is called as
+``factory(spec)``); a backend that takes neither (the local one) refuses them with a
+`RequestError` rather than ignoring them.
+
 A new backend registers a factory with :func:`register_backend` instead of growing an if/elif
 chain. Factories import their module when called, so naming a remote model never imports torch.
+A spec that names no registered backend (``"notaurl"``) is a `RequestError` (a `ValueError` too),
+which the CLI reports as one line.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from slimrag.errors import RequestError
 from slimrag.llm.base import Generator
 
-#: Builds a generator from its spec (None for the default local model).
-BackendFactory = Callable[[str | None], Generator]
+#: Builds a generator from its spec (None for the default local model); ``model=`` and ``api_key=``
+#: keywords when the caller gives them (see the module header).
+BackendFactory = Callable[..., Generator]
 
 
-def _local(spec: str | None) -> Generator:
+def _local(spec: str | None, model: str | None = None, api_key: str | None = None) -> Generator:
+    if model is not None or api_key is not None:
+        raise RequestError("a model name and an API key apply to a remote model only; give its "
+                           "OpenAI-compatible URL as the llm (e.g. http://127.0.0.1:11434/v1)")
     from slimrag.llm.local import LocalGenerator
 
     return LocalGenerator()
 
 
-def _openai(spec: str | None) -> Generator:
+def _openai(spec: str | None, model: str | None = None, api_key: str | None = None) -> Generator:
     from slimrag.llm.remote import RemoteGenerator
 
     assert spec is not None, "the http(s) backends are only looked up for a URL"
-    return RemoteGenerator(spec)
+    return RemoteGenerator(spec, model=model, api_key=api_key)
 
 
 #: kind (a URL scheme, or a bare name) -> factory.
@@ -52,14 +64,20 @@ def backend_kind(spec: str) -> str:
     return scheme if sep else spec
 
 
-def make_generator(llm: Generator | str | None) -> Generator:
-    """The generator for a spec (see the module header)."""
+def make_generator(llm: Generator | str | None, *, model: str | None = None,
+                   api_key: str | None = None) -> Generator:
+    """The generator for a spec, with the served ``model``'s name and an ``api_key`` for a remote
+    one (see the module header)."""
     if isinstance(llm, Generator):
+        if model is not None or api_key is not None:
+            raise RequestError("model and api_key configure a generator built from a spec; "
+                               "pass them to the Generator itself")
         return llm
+    options = {k: v for k, v in (("model", model), ("api_key", api_key)) if v is not None}
     if llm is None:
-        return BACKENDS["local"](None)
+        return BACKENDS["local"](None, **options)
     factory = BACKENDS.get(backend_kind(llm)) if isinstance(llm, str) else None
     if factory is None:
-        raise ValueError(f"llm must be None, a Generator or a spec of a registered backend "
-                         f"({', '.join(sorted(BACKENDS))}; e.g. 'http://127.0.0.1:8000/v1'), got {llm!r}")
-    return factory(llm)
+        raise RequestError(f"llm must be None, a Generator or a spec of a registered backend "
+                           f"({', '.join(sorted(BACKENDS))}; e.g. 'http://127.0.0.1:8000/v1'), got {llm!r}")
+    return factory(llm, **options)

@@ -1,9 +1,11 @@
-"""`RAG`: retrieve → plan → generate, returning an answer with the passages it used.
+"""`RAG`: retrieve → guard → plan → generate, returning an answer with the passages it used.
 
 The pipeline is deliberately thin: retrieval is `Index.search`, ordering is `rag.plan`, rendering
-is `rag.prompt.Prompt`, generation is any `Generator`. Passages are labelled ``source#ordinal``
-(stable across requests, see `rag.prompt`), and the `Answer.sources` list is in prompt order with
-each passage's retrieval score, so a caller can show "answer [1] [2]" with the files behind it.
+is `slimrag.prompt.Prompt`, generation is any `Generator`, and the checks that hold an answer to
+its passages are `rag.guards` (relevance floor, citation check, loop stop: configured by
+`Guards`). Passages are labelled ``source#ordinal`` (stable across requests, see
+`slimrag.prompt`), and `Answer.sources` lists them by relevance (score), best first, so a caller
+can show "answer [1] [2]" with the files behind it.
 
 Planning (DESIGN.md, "Warm generation"): the planner walks the generator's prefix cache
 (``Generator.planning_cache``: the embedded engine's knowledge tree) and puts the passages whose
@@ -13,27 +15,43 @@ relevance ranking after the passages. A remote generator shows no cache, so the 
 against that, which is what makes vLLM's or SGLang's prefix cache hit on repeated passages. With
 neither, passages stay in relevance order.
 
+Follow-ups (a `stream_answer` with ``history``, and every turn of `slimrag.rag.chat.Chat`) are
+retrieved twice: on the question alone and on the question after the previous one; the two hit
+lists are merged keeping each passage's better score (:func:`merge_hits`), so "and on Windows?"
+still finds install passages while a change of topic keeps the new topic's best passage.
+
+Progress: ``RAG.progress``, when set, is called with each stage before it starts (``"retrieving"``,
+then ``"prefilling"``: the model reads the prompt until its first token), so a caller can show a
+status line while nothing streams yet.
+
 Timings in `Answer.usage` are end to end: ``ttft_s`` runs from the call (retrieval and planning
-included) to the first generated piece, ``total_s`` to the last.
+included) to the first generated piece, ``total_s`` to the last. An answer stopped by the loop
+guard has no token counts (the generator's final piece never came), only the timings.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from slimrag.config import GenerationConfig
 from slimrag.llm.backends import make_generator
 from slimrag.llm.base import Delta, Generator
+from slimrag.llm.decoding import LoopGuard
 from slimrag.prompt import DEFAULT_SYSTEM, Passage, Prompt
+from slimrag.rag.guards import NO_ANSWER, CitationCheck, Guards, answerable
 from slimrag.rag.plan import PlanningCache, plan_prompt
 from slimrag.rag.shadow import ShadowCache
 from slimrag.types import Answer, Hit, Usage
 
 if TYPE_CHECKING:
     from slimrag.index.core import Index
+    from slimrag.rag.chat import Chat
+
+#: Called with the name of each stage before it starts (see the module header).
+Progress = Callable[[str], None]
 
 
 def default_generation(llm: Generator, max_new_tokens: int = 256) -> GenerationConfig:
@@ -47,11 +65,30 @@ def passage_of(hit: Hit) -> Passage:
     return Passage(str(hit.chunk_id), f"{hit.source}#{hit.metadata.get('ordinal', 0)}", hit.text)
 
 
-@dataclass
-class _Turn:
-    """Internal: the prompt of one turn, the hits behind its passages, and when it started."""
+def merge_hits(*lists: Sequence[Hit], k: int) -> list[Hit]:
+    """The ``k`` best of several hit lists for one question: each chunk once, with its best score,
+    by score (ties: lower chunk id). Scores must be comparable: cosines (vector) and RRF scores
+    (hybrid) are; BM25 scores (keyword) favour the longer query, so there a follow-up's context
+    query tends to win."""
+    best: dict[int, Hit] = {}
+    for hits in lists:
+        for h in hits:
+            if h.chunk_id not in best or h.score > best[h.chunk_id].score:
+                best[h.chunk_id] = h
+    return sorted(best.values(), key=lambda h: (-h.score, h.chunk_id))[:k]
 
-    prompt: Prompt
+
+def by_relevance(hits: Sequence[Hit]) -> list[Hit]:
+    """``hits`` best first (the order `Answer.sources` uses)."""
+    return sorted(hits, key=lambda h: (-h.score, h.chunk_id))
+
+
+@dataclass
+class Turn:
+    """One question ready to answer: its prompt (None when it is below the relevance floor and
+    gets the fixed reply), the hits behind its passages, and when it started."""
+
+    prompt: Prompt | None
     hits: list[Hit]
     t0: float
 
@@ -60,60 +97,126 @@ class RAG:
     """Question answering over an `Index` with a `Generator`.
 
     llm: a generator or its spec (`slimrag.llm.backends`: None for the embedded model,
-    ``http(s)://host:port/v1`` for an OpenAI-compatible server). shadow: plan for a remote generator's prefix cache by mirroring what was sent (see the
-    module header); applies only to a generator whose ``shadows_prefix_cache`` is True.
+    ``http(s)://host:port/v1`` for an OpenAI-compatible server). shadow: plan for a remote
+    generator's prefix cache by mirroring what was sent (see the module header); applies only to
+    a generator whose ``shadows_prefix_cache`` is True. guards: the relevance floor, citation
+    check and loop stop (`slimrag.rag.guards`); ``Guards(floor=None)`` answers whatever is
+    retrieved. progress: see the module header.
 
     Thread-safety: `ask`/`stream` may be called from several threads when the generator's
     ``thread_safe`` is True (both built-in generators); the index should then be opened per thread.
     """
 
     def __init__(self, index: Index, llm: Generator | str | None = None, *, system: str = DEFAULT_SYSTEM,
-                 generation: GenerationConfig | None = None, mode: str = "vector", shadow: bool = True) -> None:
+                 generation: GenerationConfig | None = None, mode: str = "vector", shadow: bool = True,
+                 guards: Guards | None = None, progress: Progress | None = None) -> None:
         self.index = index
         self.llm = make_generator(llm)
         self.system = system
         self.generation = generation or default_generation(self.llm)
         self.mode = mode
         self.shadow = ShadowCache() if shadow and self.llm.shadows_prefix_cache else None
+        self.guards = guards or Guards()
+        self.progress = progress
+
+    def _stage(self, name: str) -> None:
+        if self.progress is not None:
+            self.progress(name)
 
     def retrieve(self, question: str, k: int = 4, source: str | None = None) -> list[Hit]:
         """The passages a question will be answered from, best first."""
         return self.index.search(question, k=k, mode=self.mode, source=source)
+
+    def retrieve_in_context(self, question: str, k: int = 4, source: str | None = None,
+                            context: Sequence[str] = ()) -> tuple[list[Hit], list[str]]:
+        """The passages for a follow-up: retrieved for ``question`` alone and, when there is
+        ``context`` (earlier questions), for the context followed by the question; merged by
+        score (:func:`merge_hits`). Returns the hits and the queries that were run."""
+        queries = [question] + ([" ".join([*context, question])] if context else [])
+        lists = [self.retrieve(q, k, source) for q in queries]
+        return (merge_hits(*lists, k=k) if len(lists) > 1 else lists[0]), queries
 
     def planning_cache(self) -> PlanningCache | None:
         """The cache the planner walks: the generator's own, else the shadow, else None."""
         return self.llm.planning_cache() or self.shadow
 
     def prompt(self, question: str, hits: Sequence[Hit], history: tuple[tuple[str, str], ...] = (),
-               earlier: Sequence[Passage] = ()) -> Prompt:
+               earlier: Sequence[Passage] = (), questions: tuple[str, ...] = ()) -> Prompt:
         """The planned prompt for ``question`` over ``hits`` (relevance order) after ``earlier``
-        conversation passages."""
+        conversation passages; ``history``/``questions``: the chat context (`Prompt`)."""
         prompt, _ = plan_prompt(question, [passage_of(h) for h in hits], self.planning_cache(),
-                                system=self.system, history=history, earlier=earlier)
+                                system=self.system, history=history, earlier=earlier, questions=questions)
         return prompt
 
-    def _run(self, turn: _Turn, config: GenerationConfig | None) -> Iterator[Delta]:
-        first: float | None = None
-        for delta in self.llm.stream(turn.prompt, config or self.generation):
-            if first is None and delta.text:
-                first = time.perf_counter()
-            if delta.usage is not None:
-                end = time.perf_counter()
-                delta = replace(delta, usage=replace(delta.usage, ttft_s=(first or end) - turn.t0,
-                                                     total_s=end - turn.t0))
-            yield delta
-        if self.shadow is not None:
-            self.shadow.record(turn.prompt)
+    def turn(self, question: str, k: int = 4, *, source: str | None = None,
+             history: tuple[tuple[str, str], ...] = (), earlier: Sequence[Passage] = (),
+             questions: tuple[str, ...] = ()) -> Turn:
+        """Retrieve for ``question`` (in the context of the last earlier question, from
+        ``questions`` or else ``history``), apply the relevance floor, and plan the prompt."""
+        t0 = time.perf_counter()
+        self._stage("retrieving")
+        context = list(questions[-1:]) or [c for role, c in history if role == "user"][-1:]
+        hits, queries = self.retrieve_in_context(question, k, source, context)
+        if not answerable(self.index, self.mode, queries, hits, self.guards.floor, source):
+            return Turn(None, [], t0)
+        return Turn(self.prompt(question, hits, history, earlier, questions), by_relevance(hits), t0)
 
-    def _answer(self, turn: _Turn, config: GenerationConfig | None) -> Iterator[str | Answer]:
-        parts, usage, reason = [], Usage(), "stop"
-        for delta in self._run(turn, config):
-            if delta.text:
-                parts.append(delta.text)
-                yield delta.text
-            usage = delta.usage or usage
-            reason = delta.finish_reason or reason
-        yield Answer("".join(parts).strip(), turn.hits, usage, reason)
+    def _run(self, prompt: Prompt, t0: float, config: GenerationConfig | None) -> Iterator[Delta]:
+        first: float | None = None
+        sent = False
+        stream = self.llm.stream(prompt, config or self.generation)
+        try:
+            for delta in stream:
+                sent = True
+                if first is None and delta.text:
+                    first = time.perf_counter()
+                if delta.usage is not None:
+                    end = time.perf_counter()
+                    delta = replace(delta, usage=replace(delta.usage, ttft_s=(first or end) - t0,
+                                                         total_s=end - t0))
+                yield delta
+        finally:
+            close = getattr(stream, "close", None)  # a generator function's iterator has one
+            if close is not None:
+                close()  # stops the engine or drops the HTTP stream when we stop early
+            if self.shadow is not None and sent:
+                self.shadow.record(prompt)
+
+    def answer(self, turn: Turn, config: GenerationConfig | None = None) -> Iterator[str | Answer]:
+        """Generate the answer of a planned `Turn`: text pieces, then the `Answer` (module header).
+        A turn below the relevance floor yields the fixed reply without calling the model."""
+        if turn.prompt is None:
+            elapsed = time.perf_counter() - turn.t0
+            yield NO_ANSWER
+            yield Answer(NO_ANSWER, [], Usage(ttft_s=elapsed, total_s=elapsed), "stop", abstained=True)
+            return
+        self._stage("prefilling")
+        check = CitationCheck({p.label for p in turn.prompt.passages}, self.guards.citations)
+        loop = LoopGuard() if self.guards.stop_loops else None
+        parts: list[str] = []
+        usage, reason, first = Usage(), "stop", None
+        stream = self._run(turn.prompt, turn.t0, config)
+        try:
+            for delta in stream:
+                if delta.text:
+                    first = first or time.perf_counter()
+                    shown = check.feed(delta.text)
+                    if shown:
+                        parts.append(shown)
+                        yield shown
+                    if loop is not None and loop.feed(delta.text):
+                        end = time.perf_counter()
+                        usage, reason = Usage(ttft_s=first - turn.t0, total_s=end - turn.t0), "loop"
+                        break
+                usage = delta.usage or usage
+                reason = delta.finish_reason or reason
+        finally:
+            stream.close()
+        rest = check.flush()
+        if rest:
+            parts.append(rest)
+            yield rest
+        yield Answer("".join(parts).strip(), turn.hits, usage, reason, tuple(check.unknown))
 
     def ask(self, question: str, k: int = 4, *, source: str | None = None,
             config: GenerationConfig | None = None) -> Answer:
@@ -133,64 +236,13 @@ class RAG:
     def stream_answer(self, question: str, k: int = 4, *, source: str | None = None,
                       config: GenerationConfig | None = None,
                       history: tuple[tuple[str, str], ...] = ()) -> Iterator[str | Answer]:
-        """Yield text pieces, then one final `Answer` (text, sources in prompt order, usage, and the
-        finish reason of the generator's last piece)."""
-        t0 = time.perf_counter()
-        hits = self.retrieve(question, k, source)
-        prompt = self.prompt(question, hits, history)
-        yield from self._answer(_Turn(prompt, in_prompt_order(prompt, hits), t0), config)
+        """Yield text pieces, then one final `Answer` (text, sources by relevance, usage, finish
+        reason, unknown citations). ``history``: earlier (role, content) turns from a caller (the
+        OpenAI-compatible server's messages), shown to the model and used for retrieval."""
+        yield from self.answer(self.turn(question, k, source=source, history=history), config)
 
     def chat(self) -> Chat:
         """Start a multi-turn conversation."""
+        from slimrag.rag.chat import Chat
+
         return Chat(self)
-
-
-def in_prompt_order(prompt: Prompt, hits: Sequence[Hit]) -> list[Hit]:
-    """``hits`` whose passages are in ``prompt``, in prompt order."""
-    by_key = {str(h.chunk_id): h for h in hits}
-    return [by_key[p.key] for p in prompt.passages if p.key in by_key]
-
-
-@dataclass
-class Chat:
-    """A multi-turn conversation.
-
-    Retrieval for a follow-up question also sees the previous question (so "and on Windows?"
-    still finds install passages). Passages given in earlier turns stay in the prompt, in the
-    order first given, and are not repeated when retrieved again; the ranking stated after the
-    passages names them, so the model is pointed back at them. The prompt's system segment and
-    earlier passages are then a byte-identical prefix of the next turn, whose KV the engine
-    reuses. The last ``max_turns`` turns (their questions, answers and passages) are kept.
-    """
-
-    rag: RAG
-    history: list[tuple[str, str]] = field(default_factory=list)
-    max_turns: int = 4
-    turn_passages: list[list[Passage]] = field(default_factory=list)
-
-    @property
-    def passages(self) -> list[Passage]:
-        """The passages the conversation holds, in prompt order."""
-        return [p for turn in self.turn_passages[-self.max_turns:] for p in turn]
-
-    def stream(self, question: str, k: int = 4) -> Iterator[str | Answer]:
-        """Like `RAG.stream_answer`, remembering the turn."""
-        t0 = time.perf_counter()
-        prev = [q for role, q in self.history if role == "user"][-1:]
-        hits = self.rag.retrieve(" ".join([*prev, question]), k)
-        earlier = self.passages
-        prompt = self.rag.prompt(question, hits, tuple(self.history[-2 * self.max_turns:]), earlier)
-        answer: Answer | None = None
-        for piece in self.rag._answer(_Turn(prompt, in_prompt_order(prompt, hits), t0), None):
-            if isinstance(piece, Answer):
-                answer = piece
-            yield piece
-        assert answer is not None
-        self.history += [("user", question), ("assistant", answer.text)]
-        self.turn_passages.append(list(prompt.passages[len(earlier):]))
-
-    def ask(self, question: str, k: int = 4) -> Answer:
-        """Answer a question in the context of the conversation so far."""
-        *_, answer = self.stream(question, k)
-        assert isinstance(answer, Answer)
-        return answer

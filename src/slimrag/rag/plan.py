@@ -122,14 +122,16 @@ def plan_passages(ranked: Sequence[str], tree: PrefixCache | None = None, root_k
 
 def plan_prompt(question: str, ranked: Sequence[Passage], cache: PlanningCache | None = None, *,
                 system: str = DEFAULT_SYSTEM, history: tuple[tuple[str, str], ...] = (),
-                earlier: Sequence[Passage] = ()) -> tuple[Prompt, Plan]:
+                earlier: Sequence[Passage] = (), questions: tuple[str, ...] = ()) -> tuple[Prompt, Plan]:
     """The prompt for ``question`` over ``ranked`` passages (relevance order), ordered for reuse.
 
     earlier: passages already in the conversation (their prompt order); retrieved passages among
     them are not repeated, the rest follow them in plan order. The prompt's ranking lists every
     retrieved passage (earlier ones included) by relevance, so the question segment states it.
     The plan's keys are cache keys (``Prompt.passage_key``); with no cache the order is the
-    relevance order. Raises ValueError when two passages share a key but differ in text.
+    relevance order. history / questions: the chat context of `Prompt` (after the passages, so
+    they never change the planned prefix). Raises ValueError when two passages share a key but
+    differ in text.
     """
     by_key: dict[str, Passage] = {}
     for p in (*earlier, *ranked):
@@ -148,7 +150,7 @@ def plan_prompt(question: str, ranked: Sequence[Passage], cache: PlanningCache |
         plan = Plan(tuple(p.key for p in order), turn.new, tree_plan.cached, tree_plan.cached_tokens,
                     turn.repeated)
     ranking = tuple(dict.fromkeys(p.key for p in ranked))
-    return Prompt(question, (*earlier, *order), system, ranking, history), plan
+    return Prompt(question, (*earlier, *order), system, ranking, history, questions), plan
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,6 +67,9 @@ def api_error(exc: Exception) -> APIError:
 
 
 _TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict"}
+#: Clearer words than pydantic's for some error types (a lone surrogate: JSON's ``"\ud800"``).
+_MESSAGES = {"string_unicode": "the text holds a lone UTF-16 surrogate (an escape such as \\ud800 without its "
+                               "pair), which cannot be encoded as UTF-8; send valid Unicode"}
 
 
 def _param(loc: Sequence[str | int]) -> str | None:
@@ -88,9 +91,12 @@ def validation_error(exc: RequestValidationError) -> APIError:
         why, at = errors[0].get("ctx", {}).get("error"), errors[0]["loc"][-1]
         return APIError(400, f"the request body is not valid JSON ({why} at character {at})",
                         code="invalid_json")
-    # a union reports one error per member; the deepest location is the one that says what is wrong
-    first = max(errors, key=lambda e: len(_param(e["loc"]) or ""))
+    # a union reports one error per member; the deepest location is the one that says what is wrong,
+    # and at equal depth a member of the right type that broke a rule (too many items) beats a
+    # member of the wrong type
+    first = max(errors, key=lambda e: (len(_param(e["loc"]) or ""), not e["type"].endswith("_type")))
     param = _param(first["loc"])
+    first = {**first, "msg": _MESSAGES.get(first["type"], first["msg"].removeprefix("Value error, "))}
     if param is None and isinstance(first.get("input"), bytes):
         return APIError(400, "send the request body as a JSON object with 'Content-Type: application/json'",
                         code="invalid_body")

@@ -4,12 +4,21 @@ It is raw ASGI rather than a FastAPI dependency so that it sees every request, u
 refused ones included, and can refuse a body before any of it reaches pydantic.
 
 Security
-    ``slimrag serve`` binds 127.0.0.1 unless told otherwise. With an API key, every ``/v1/``
-    route needs ``Authorization: Bearer KEY`` (compared in constant time; 401 with
-    ``WWW-Authenticate: Bearer`` otherwise); ``/healthz`` and ``/metrics`` stay open (as vLLM
-    does). JSON bodies must say ``Content-Type: application/json`` (FastAPI hands a body of
-    another type over as bytes, which `validation_error` refuses with 400), so a web page cannot
-    post to the local server without a CORS preflight, which is never granted.
+    ``slimrag serve`` binds 127.0.0.1 unless told otherwise (the CLI warns when it binds beyond
+    loopback without a key). With an API key, every request but ``GET /healthz`` needs
+    ``Authorization: Bearer KEY``: the ``/v1/`` routes, ``/metrics``, ``/openapi.json`` and
+    ``/docs``, and any unknown path (401 with ``WWW-Authenticate: Bearer`` otherwise, before a
+    404). The test is on the path the router matches (``scope["path"]``, percent-decoded), by
+    exact equality with the one open path, so ``//v1/search``, ``/v1/%73earch``, ``/V1/search``
+    or ``/healthz/../v1/search`` cannot slip past it. The scheme is matched without regard to
+    case (RFC 9110: ``bearer KEY`` works); the key is compared as bytes in constant time
+    (`hmac.compare_digest`) with its UTF-8 encoding, so a non-ASCII key works from clients that
+    send UTF-8 header bytes (curl does; clients that only send ASCII need an ASCII key).
+    `check_api_key` refuses at start-up a key no client could send (empty, control characters,
+    white space at either end, which HTTP strips). JSON bodies must say ``Content-Type:
+    application/json`` (FastAPI hands a body of another type over as bytes, which
+    `validation_error` refuses with 400), so a web page cannot post to the local server without a
+    CORS preflight, which is never granted.
 
 Body size
     ``max_body_bytes`` (default 1 MiB, set by `create_app`): a larger declared Content-Length is
@@ -34,6 +43,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from slimrag.api.errors import APIError, api_error
 from slimrag.api.metrics import Metrics, endpoint_of
+from slimrag.api.openapi import OPEN_PATHS
 
 
 async def _send_json(send: Send, status: int, body: dict[str, Any],
@@ -44,13 +54,36 @@ async def _send_json(send: Send, status: int, body: dict[str, Any],
     await send({"type": "http.response.body", "body": payload})
 
 
+def check_api_key(key: str) -> bytes:
+    """``key`` as the bytes a client sends (UTF-8); ValueError, saying why, for a key no HTTP
+    client can send: empty, holding control characters, or with white space at either end."""
+    if not key:
+        raise ValueError("the API key is empty; give a key or none")
+    if key != key.strip():
+        raise ValueError("the API key starts or ends with white space, which HTTP strips from headers; remove it")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):
+        raise ValueError("the API key holds a control character, which HTTP headers cannot carry; choose another")
+    try:
+        return key.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("the API key holds a lone UTF-16 surrogate; choose another") from None
+
+
+def bearer_matches(header: bytes, key: bytes) -> bool:
+    """Whether an ``Authorization`` header value carries ``key`` with the Bearer scheme (scheme in
+    any case, spaces around the token ignored); the key is compared in constant time."""
+    scheme, _, token = header.strip().partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(b" \t"), key)
+
+
 class Gate:
-    """ASGI middleware: counts every request for ``/metrics``, checks the API key on ``/v1/``
-    routes, refuses a body over ``max_body_bytes`` with 413 (by its Content-Length, or while
+    """ASGI middleware: counts every request for ``/metrics``, checks the API key on every path but
+    ``/healthz``, refuses a body over ``max_body_bytes`` with 413 (by its Content-Length, or while
     reading a chunked one), and answers any exception that escapes a route in the error shape."""
 
     def __init__(self, app: ASGIApp, *, api_key: str | None, max_body_bytes: int, metrics: Metrics) -> None:
-        self.app, self.api_key, self.max_body_bytes, self.metrics = app, api_key, max_body_bytes, metrics
+        self.app, self.max_body_bytes, self.metrics = app, max_body_bytes, metrics
+        self.api_key = None if api_key is None else check_api_key(api_key)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -80,9 +113,9 @@ class Gate:
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        if self.api_key is not None and scope["path"].startswith("/v1"):
-            given = headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {self.api_key}".encode()):
+        if self.api_key is not None and not (scope["path"] in OPEN_PATHS and scope["method"] in ("GET", "HEAD")):
+            given = next((v for k, v in scope["headers"] if k.lower() == b"authorization"), b"")
+            if not bearer_matches(given, self.api_key):
                 what = "wrong" if given else "missing"
                 err = APIError(401, f"API key {what}: send 'Authorization: Bearer KEY' with the server's key",
                                code="invalid_api_key")

@@ -2,10 +2,28 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 import click
 
 from slimrag.cli.base import ROUTE, cli, open_index
 from slimrag.route.policy import RouterConfig
+
+
+def bind_warning(host: str, api_key: str | None, what: str = "server") -> str | None:
+    """The warning to print when ``host`` is reachable from other machines and no key guards it
+    (None for loopback addresses and ``localhost``, or with a key)."""
+    if api_key:
+        return None
+    if host == "localhost":
+        return None
+    try:
+        if ipaddress.ip_address(host.strip("[]")).is_loopback:
+            return None
+    except ValueError:  # a host name: it may resolve beyond loopback
+        pass
+    return (f"warning: the {what} listens on {host}, beyond this machine, and no --api-key guards it: "
+            "anyone who can reach the port can read the index. Set --api-key or bind 127.0.0.1.")
 
 
 @cli.command()
@@ -14,20 +32,26 @@ from slimrag.route.policy import RouterConfig
               help="Address to bind; 0.0.0.0 exposes the server to the network (set an API key).")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
 @click.option("--api-key", envvar="SLIMRAG_API_KEY",
-              help="Require 'Authorization: Bearer KEY' on /v1/ routes [env: SLIMRAG_API_KEY].")
+              help="Require 'Authorization: Bearer KEY' on every route but /healthz [env: SLIMRAG_API_KEY].")
 @click.option("--llm", help="OpenAI-compatible base URL; default: embedded SmolLM2.")
 def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None) -> None:
     """Serve an index over HTTP: OpenAI-compatible chat completions (RAG) and embeddings, search, metrics."""
     import uvicorn
 
+    from slimrag.api.gate import check_api_key
     from slimrag.rag.pipeline import RAG
     from slimrag.serve.app import create_app, warm_up
 
+    if api_key is not None:
+        try:  # before any model loads: a key no client can send is a usage error
+            check_api_key(api_key)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--api-key") from e
+    if warning := bind_warning(host, api_key):
+        click.echo(warning, err=True)
     with open_index(index) as idx:
         rag = RAG(idx, llm)
         warm_up(rag)  # here, so a missing model is one error line rather than a failed startup
-        if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
-            click.echo(f"warning: serving on {host} without an API key", err=True)
         uvicorn.run(create_app(rag, api_key=api_key, warm=False), host=host, port=port, log_level="info")
 
 
@@ -52,6 +76,9 @@ def route(replicas: tuple[str, ...], host: str, port: int, cache_threshold: floa
 
     from slimrag.route.app import create_router_app
 
+    if warning := bind_warning(host, None, "router"):
+        click.echo(warning.replace("no --api-key guards it", "the router checks no key (its replicas may)"),
+                   err=True)
     try:
         config = RouterConfig(cache_threshold=cache_threshold, balance_abs_threshold=balance_abs_threshold,
                               balance_rel_threshold=balance_rel_threshold, cooldown_s=cooldown)

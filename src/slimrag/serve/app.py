@@ -2,8 +2,9 @@
 
 This module builds the app (`create_app`) and holds the routes; the parts live beside it:
 `schemas` (request bodies, response JSON), `chat` (RAG as chat completions, streaming),
-`workers` (the threads, each with its own `Index`, that do the blocking work), `gate` (API key,
-body size limit, request counting), `errors` (OpenAI's error shape and statuses) and `metrics`.
+`workers` (the threads, each with its own `Index`, that do the blocking work), and in
+`slimrag.api`: `gate` (API key, body size limit, request counting), `errors` (OpenAI's error
+shape and statuses), `openapi` (the published contract) and `metrics`.
 
 Endpoints
     ``POST /v1/chat/completions``: RAG over the served index (see `slimrag.serve.chat`).
@@ -11,15 +12,29 @@ Endpoints
     used come back in the ``slimrag`` field. ``n`` must be 1. ``model`` may be anything: the
     served model answers, under `create_app`'s ``model_name``.
     ``POST /v1/embeddings``: the index's embedder; ``input`` is a string or up to
-    `MAX_EMBED_INPUTS` strings (truncated to the embedder's window, as sentence-transformers does);
+    `MAX_EMBED_INPUTS` (256) strings (truncated to the embedder's window, as sentence-transformers does);
     ``encoding_format`` ``float`` or ``base64`` (little-endian float32, as OpenAI sends it).
     ``POST /v1/search``: ``{query, k=5, source?, mode?}`` → hits with chunk id, source, score, text.
     ``GET /v1/models``, ``GET /healthz``, ``GET /metrics`` (Prometheus text format, see
     `slimrag.api.metrics`).
 
-Errors
+Errors and limits
     Every error, FastAPI's own included (422 validation errors become 400, unknown routes 404), is
-    answered in OpenAI's shape; see `slimrag.api.errors` for the statuses.
+    answered in OpenAI's shape; see `slimrag.api.errors` for the statuses, `slimrag.api.schemas`
+    for every limit and its default, and ``/openapi.json`` for the statuses each route declares.
+
+Three pools of worker threads
+    Searches, embeddings and chats run on separate `Workers` (``search_workers`` 2,
+    ``embed_workers`` 1, ``workers`` 4 by default), so a search never waits in a queue behind
+    generations (the old single pool of 4 made searches wait up to 36 s behind 8 chats) nor behind
+    a large embeddings batch. They still share the CPU (or GPU): under load a search is slower,
+    not queued. Each thread holds its own `Index` (memory-mapped vectors, one SQLite connection).
+
+Clients that leave
+    A chat's generation stops when its client disconnects, streamed or not: a streamed answer is
+    closed by the response when it sees the disconnect; a non-streamed one races its generation
+    against the disconnect (`until_gone`) and, when the client wins, stops the worker at its next
+    piece (`Workers.stream`). The request is counted with status 499.
 """
 
 from __future__ import annotations
@@ -28,19 +43,20 @@ import asyncio
 import base64
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.requests import Request
 
 from slimrag.api.errors import APIError, install_handlers
-from slimrag.api.gate import Gate
+from slimrag.api.gate import Gate, check_api_key
 from slimrag.api.metrics import Metrics
+from slimrag.api.openapi import error_responses, publish
 from slimrag.api.schemas import (
-    MAX_EMBED_INPUTS,
     ChatRequest,
     EmbeddingsRequest,
     SearchRequest,
@@ -52,6 +68,45 @@ from slimrag.serve.chat import answer_pieces, conversation, extension, generatio
 from slimrag.serve.workers import Worker, Workers
 from slimrag.types import Answer
 
+T = TypeVar("T")
+
+#: A chat's 200 answer: a completion, or server-sent events when ``stream`` is true.
+_CHAT_200 = {200: {"description": "A chat completion, or with ``stream: true`` server-sent events of chunks.",
+                   "content": {"text/event-stream": {"schema": {"type": "string"}}}}}
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready."""
+
+
+async def until_gone(request: Request, work: Awaitable[T]) -> T:
+    """``work``'s result, unless the client disconnects first: then ``work`` is cancelled (which
+    stops its worker, see `Workers.stream`) and `ClientGone` is raised."""
+    task = asyncio.ensure_future(work)
+
+    async def gone() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watch = asyncio.ensure_future(gone())
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    raise ClientGone
+
+
+async def _last(events: AsyncIterator[T], first: T) -> T:
+    """The last item of ``events`` (``first`` when it has none left)."""
+    last = first
+    async for item in events:
+        last = item
+    return last
+
 
 def warm_up(rag: RAG) -> None:
     """Load the generator's model and the embedder now, so the first request does not wait."""
@@ -60,17 +115,21 @@ def warm_up(rag: RAG) -> None:
 
 
 def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimrag", workers: int = 4,
-               max_body_bytes: int = 1 << 20, warm: bool = True) -> FastAPI:
+               search_workers: int = 2, embed_workers: int = 1, max_body_bytes: int = 1 << 20,
+               warm: bool = True) -> FastAPI:
     """The server for ``rag``'s index folder, generator and settings (see the module header).
 
-    api_key: required as a bearer token on ``/v1/`` routes when set. model_name: the id listed at
-    ``/v1/models`` and named in completions. workers: threads doing blocking work, each with its
-    own index. max_body_bytes: larger request bodies get 413. warm: load the models at startup
-    (:func:`warm_up`); False when the caller already did.
+    api_key: required as a bearer token on every route but ``/healthz`` when set (ValueError for a
+    key no client can send, see `check_api_key`). model_name: the id listed at ``/v1/models`` and
+    named in completions. workers, search_workers, embed_workers: threads for chats, searches and
+    embeddings, each with its own index. max_body_bytes: larger request bodies get 413. warm: load
+    the models at startup (:func:`warm_up`); False when the caller already did.
     """
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
-    pool = Workers(rag, workers)
+    if api_key:
+        check_api_key(api_key)  # here, not at the first request (middleware is built lazily)
+    chats, searches, embeds = Workers(rag, workers), Workers(rag, search_workers), Workers(rag, embed_workers)
     metrics = Metrics()
 
     @asynccontextmanager
@@ -78,30 +137,38 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
         if warm:
             await asyncio.to_thread(warm_up, rag)
         yield
-        await asyncio.to_thread(pool.stop)
+        for pool in (chats, searches, embeds):
+            await asyncio.to_thread(pool.stop)
 
     app = FastAPI(title="slimrag", summary="RAG over one index, OpenAI-compatible", lifespan=lifespan)
     app.add_middleware(Gate, api_key=api_key or None, max_body_bytes=max_body_bytes, metrics=metrics)
-
     install_handlers(app)
+    embedder = rag.index.embedder
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(req: ChatRequest) -> Response:
-        if req.n != 1:
-            raise APIError(400, "only n=1 is supported: ask again for another answer", param="n",
-                           code="invalid_value")
+    def embedder_width(schema: dict[str, Any]) -> None:  # `dimensions` may only be the embedder's
+        props = schema["components"]["schemas"]["EmbeddingsRequest"]["properties"]
+        props["dimensions"] = {"anyOf": [{"type": "integer", "enum": [embedder.dim]}, {"type": "null"}],
+                               "default": None, "title": "Dimensions"}
+
+    publish(app, api_key=bool(api_key), patches=[embedder_width])
+
+    @app.post("/v1/chat/completions", responses={**_CHAT_200, **error_responses(400, 413, 500, 502)})
+    async def chat_completions(req: ChatRequest, request: Request) -> Response:
         question, history = conversation(req.messages)
         config = generation_config(req, rag.generation)
-        events = pool.stream(lambda w: answer_pieces(w, question, history, req.k, req.source, config))
-        first = await anext(events)  # retrieval, prompt and backend errors still get their status
-        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": model_name}
-        if req.stream:
-            include_usage = req.stream_options is not None and req.stream_options.include_usage
-            return StreamingResponse(sse_chunks(head, first, events, include_usage, metrics),
-                                     media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        final = first
-        async for item in events:
-            final = item
+        events = chats.stream(lambda w: answer_pieces(w, question, history, req.k, req.source, config))
+        try:
+            # retrieval, prompt and backend errors before the first piece still get their status
+            first = await until_gone(request, anext(events))
+            head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": model_name}
+            if req.stream:
+                include_usage = req.stream_options is not None and req.stream_options.include_usage
+                return StreamingResponse(sse_chunks(head, first, events, include_usage, metrics),
+                                         media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+            final = await until_gone(request, _last(events, first))
+        except ClientGone:
+            await events.aclose()
+            return Response(status_code=499)  # nobody reads it; counted as the client leaving
         assert isinstance(final, Answer)
         metrics.usage(final.usage)
         message = {"role": "assistant", "content": final.text}
@@ -110,16 +177,9 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
                                           "finish_reason": final.finish_reason}],
                              "usage": usage_json(final.usage), "slimrag": extension(final)})
 
-    @app.post("/v1/embeddings")
+    @app.post("/v1/embeddings", responses=error_responses(400, 413, 500, 502))
     async def embeddings(req: EmbeddingsRequest) -> dict[str, Any]:
         texts = [req.input] if isinstance(req.input, str) else req.input
-        if not texts or not all(t.strip() for t in texts):
-            raise APIError(400, "'input' must be a non-empty string or a non-empty list of non-empty strings",
-                           param="input", code="invalid_value")
-        if len(texts) > MAX_EMBED_INPUTS:
-            raise APIError(400, f"'input' has {len(texts)} strings; send at most {MAX_EMBED_INPUTS} per "
-                                "request", param="input", code="invalid_value")
-        embedder = rag.index.embedder
         if req.dimensions is not None and req.dimensions != embedder.dim:
             raise APIError(400, f"{embedder.model_id} gives {embedder.dim} dimensions, not {req.dimensions}",
                            param="dimensions", code="invalid_value")
@@ -128,25 +188,23 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
             vecs = w.index.embedder.embed(texts, batch_size=w.index.config.embed_batch, progress=False)
             return vecs, sum(w.index.chunker.count(t) for t in texts)
 
-        vectors, tokens = await pool.run(embed)
+        vectors, tokens = await embeds.run(embed)
         data = [{"object": "embedding", "index": i,
                  "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode()
                  if req.encoding_format == "base64" else v.tolist()} for i, v in enumerate(vectors)]
         return {"object": "list", "data": data, "model": embedder.model_id,
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
-    @app.post("/v1/search")
+    @app.post("/v1/search", responses=error_responses(400, 413, 500, 502))
     async def search(req: SearchRequest) -> dict[str, Any]:
-        if not req.query.strip():
-            raise APIError(400, "'query' must be non-empty text", param="query", code="invalid_value")
-        hits = await pool.run(lambda w: w.index.search(req.query, k=req.k, mode=req.mode or rag.mode,
-                                                       source=req.source))
+        hits = await searches.run(lambda w: w.index.search(req.query, k=req.k, mode=req.mode or rag.mode,
+                                                           source=req.source))
         return {"object": "list", "data": [hit_json(h) for h in hits]}
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", responses=error_responses(500))
     async def models() -> dict[str, Any]:
         created = int(time.time())
-        ids = [model_name, rag.index.embedder.model_id]
+        ids = [model_name, embedder.model_id]
         data = [{"id": i, "object": "model", "created": created, "owned_by": "slimrag"} for i in ids]
         return {"object": "list", "data": data}
 
@@ -154,7 +212,7 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
     async def healthz() -> dict[str, str]:
         return {"status": "ok", "model": model_name}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics_text() -> PlainTextResponse:
         return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 

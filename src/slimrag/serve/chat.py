@@ -2,8 +2,9 @@
 OpenAI's completion or server-sent events.
 
 Messages
-    The last message must be the user's question; it is what retrieval searches for. Earlier user
-    and assistant messages become the chat history (the last `HISTORY_MESSAGES`, four turns, as
+    The last user message holding text is the question; it is what retrieval searches for (some
+    user message must hold text, as the published schema says; messages after it, such as an
+    assistant prefill, are not used). Earlier user and assistant messages become the chat history (the last `HISTORY_MESSAGES`, four turns, as
     `Chat` keeps). Client system messages are ignored: the served RAG's system prompt stays, so it
     remains the byte-identical prefix that KV caches reuse.
 
@@ -45,14 +46,15 @@ SNIPPET_CHARS = 300
 
 
 def conversation(messages: list[ChatMessage]) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """The question (the last message, which must be the user's) and the history before it."""
-    question = messages[-1].text()
-    if messages[-1].role != "user" or not question.strip():
-        raise APIError(400, "the last message must be a user message with text: it is the question "
-                            "retrieval and the answer are for", param="messages", code="invalid_value")
-    history = tuple((m.role, m.text()) for m in messages[:-1]
+    """The question (the last user message holding text; the schema requires one) and the history
+    before it. Messages after the question (an assistant prefill, tool output) are not used."""
+    at = max((i for i, m in enumerate(messages) if m.is_question()), default=None)
+    if at is None:  # the schema's ``contains`` refuses this before the route runs
+        raise APIError(400, "no user message holds text: the last user message is the question retrieval "
+                            "and the answer are for", param="messages", code="invalid_value")
+    history = tuple((m.role, m.text()) for m in messages[:at]
                     if m.role in ("user", "assistant") and m.text().strip())
-    return question, history[-HISTORY_MESSAGES:]
+    return messages[at].text(), history[-HISTORY_MESSAGES:]
 
 
 def generation_config(req: ChatRequest, served: GenerationConfig) -> GenerationConfig:

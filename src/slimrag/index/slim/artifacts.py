@@ -43,6 +43,9 @@ class SlimArtifacts:
     hub_vectors: np.ndarray
     entry_rows: np.ndarray
     pq_error: float
+    #: mean `ProductQuantizer.direction_error` of the rows the codebooks were trained for: the
+    #: baseline of the drift check of incremental updates; None for generations written before it
+    pq_mse: float | None = None
 
     @property
     def n(self) -> int:
@@ -64,7 +67,8 @@ class SlimArtifacts:
         np.save(folder / HUB_ROWS_FILE, self.hub_rows.astype(self.graph.indices.dtype))
         np.save(folder / HUB_VECTORS_FILE, self.hub_vectors.astype(np.float16))
         np.save(folder / ENTRY_ROWS_FILE, self.entry_rows.astype(self.graph.indices.dtype))
-        meta = {"format": FORMAT_VERSION, "n": self.n, "dim": self.dim, "bits": self.pq.bits, "pq_error": self.pq_error}
+        meta = {"format": FORMAT_VERSION, "n": self.n, "dim": self.dim, "bits": self.pq.bits, "pq_error": self.pq_error,
+                "pq_mse": self.pq_mse}
         (folder / META_FILE).write_text(json.dumps(meta, indent=1))
 
     @classmethod
@@ -87,6 +91,7 @@ class SlimArtifacts:
                 hub_vectors=np.load(folder / HUB_VECTORS_FILE),
                 entry_rows=np.load(folder / ENTRY_ROWS_FILE).astype(np.int64),
                 pq_error=float(meta["pq_error"]),
+                pq_mse=None if meta.get("pq_mse") is None else float(meta["pq_mse"]),
             )
         except (OSError, KeyError, ValueError) as exc:  # missing file, truncated .npy, bad JSON
             raise IndexFormatError(f"slim index files in {folder} are missing or corrupt ({exc}); rebuild the index") from exc

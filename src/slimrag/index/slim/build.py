@@ -28,7 +28,8 @@ def build_slim(vectors: np.ndarray, config: SlimConfig | None = None) -> SlimArt
     rng = np.random.default_rng(config.graph.seed)
     entry_rows = np.sort(rng.choice(len(x), config.entry_count(len(x)), replace=False)).astype(np.int64)
     pq_error = calibrate_pq_error(x, pq, codes, config.error_quantile, seed=config.pq.seed)
-    return SlimArtifacts(graph, pq, codes, hub_rows, x[hub_rows].astype(np.float16), entry_rows, pq_error)
+    pq_mse = float(pq.direction_error(x, codes).mean())
+    return SlimArtifacts(graph, pq, codes, hub_rows, x[hub_rows].astype(np.float16), entry_rows, pq_error, pq_mse)
 
 
 def calibrate_pq_error(

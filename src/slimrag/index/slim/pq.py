@@ -171,6 +171,24 @@ class ProductQuantizer:
         parts = [self.codebooks[j][unpacked[:, j]] for j in range(self.m)]
         return np.concatenate(parts, axis=1)
 
+    def directions(self, codes: np.ndarray) -> np.ndarray:
+        """Unit-norm reconstructions ``x̂ / ||x̂||`` (n, d) float32 of stored codes: the vectors whose
+        inner products normalized ADC estimates. Stand-ins for rows whose exact vector is unknown."""
+        rec = self.decode(codes)
+        rec /= np.maximum(np.linalg.norm(rec, axis=1, keepdims=True), 1e-12)
+        return rec
+
+    def direction_error(self, vectors: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """Per row, ``||x - x̂/||x̂|| ||^2 = 2 - 2 x·x̂/||x̂||`` for unit-norm ``x``: how far the
+        direction the index scores with is from the true one. Its mean is the drift statistic of
+        `slimrag.index.slim.update` (new rows against the build's rows)."""
+        vectors = _as_matrix(vectors, self.dim)
+        out = np.empty(len(vectors), dtype=np.float32)
+        for start in range(0, len(vectors), _ENCODE_BATCH):
+            sl = slice(start, start + _ENCODE_BATCH)
+            out[sl] = 2.0 - 2.0 * np.einsum("ij,ij->i", vectors[sl], self.directions(codes[sl]))
+        return out
+
     def lookup_tables(self, queries: np.ndarray) -> np.ndarray:
         """ADC tables for a batch of queries: (nq, m, 2**bits) float32, ``lut[i, j, c] =
         q_i[sub j] · codebooks[j, c]``, for the whole batch at once."""

@@ -82,7 +82,17 @@ class SlimSearcher:
         q = np.asarray(queries, dtype=np.float32)
         if q.ndim != 2 or q.shape[1] != self.art.dim:
             raise ValueError(f"queries must be (nq, {self.art.dim}), got shape {q.shape}")
-        mask = self._skip_mask(skip)
+        pools, visited = self.walk(q, cfg.ef, self._skip_mask(skip))
+        return self._rerank(q, pools, visited, k, cfg)
+
+    def walk(self, queries: np.ndarray, ef: int, skip: np.ndarray | None = None,
+             ) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[int]]:
+        """The approximate level alone: for each of ``queries`` (nq, d), the ``ef`` best rows found
+        by the PQ-guided walk (``skip``: bool mask of rows walked through but never kept), as
+        (rows int64, normalized-ADC scores float32) sorted best first, and the nodes scored. No
+        ``recompute`` call; `slimrag.index.slim.update` uses it to find an inserted row's neighbours."""
+        q = np.asarray(queries, dtype=np.float32)
+        mask = np.zeros(self.art.n, dtype=bool) if skip is None else skip
         luts = self.art.pq.lookup_tables(q)
         hub_scores = q @ self._hubs.T
         pools, visited = [], []
@@ -95,10 +105,10 @@ class SlimSearcher:
                     entry[np.argsort(-scorer(entry))[: self.config.entries]],
                 ]
             )
-            rows, pq_scores, seen = self._beam(scorer, seeds, mask, cfg.ef)
+            rows, pq_scores, seen = self._beam(scorer, seeds, mask, ef)
             pools.append((rows, pq_scores))
             visited.append(seen)
-        return self._rerank(q, pools, visited, k, cfg)
+        return pools, visited
 
     def _skip_mask(self, skip: np.ndarray | Iterable[int] | None) -> np.ndarray:
         n = self.art.n

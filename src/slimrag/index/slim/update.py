@@ -1,0 +1,219 @@
+"""Incremental compaction of a slim generation: insert the delta rows into the existing graph,
+consolidate deletes, keep the PQ codebooks; recompute only a few old rows instead of all of them.
+
+A full rebuild needs every live vector, and a slim generation stores none: every old row is
+re-embedded (for 43k pydocs chunks, ~96 minutes here). `update_slim` edits the graph instead
+(after FreshDiskANN's insert and delete-consolidation passes):
+
+1. **Drift check.** The new rows are encoded with the kept codebooks; the mean
+   `ProductQuantizer.direction_error` of the new rows over the build's (``SlimArtifacts.pq_mse``)
+   is the drift ratio. Above ``drift_threshold`` the codebooks no longer fit the data and the
+   update becomes a full rebuild (codebooks retrained: every old row recomputed). A generation
+   written before ``pq_mse`` existed gets its baseline from ``drift_sample`` recomputed old rows.
+2. **Insert.** Each new row walks the old graph like a query (`SlimSearcher.walk`, PQ scores,
+   beam ``ef``, deleted rows walked through but never kept). Its ``rerank`` best pool rows are
+   recomputed exactly, one batched ``recompute`` call for all new rows; the candidate list is the
+   pool plus the row's nearest other new rows (exact, the delta has their vectors), closest first,
+   ``GraphConfig.candidates`` at most, and is robust-pruned with the build's rule (`robust_prune`,
+   ``alpha``; limit ``base_degree``). Rows whose exact vector is not known (not recomputed, not a
+   hub, not new) take part through their unit-norm PQ reconstruction: the direction normalized
+   ADC scores with, so the insert sees the same neighbourhood a query walk sees.
+3. **Reverse edges.** Each kept edge ``p -> c`` adds ``c -> p``; a node then over its limit is
+   robust-pruned again over its merged list (Vamana's second pass). Limits follow the build's
+   hub-degree rule on the current graph: the ``hub_fraction`` most-referenced nodes may keep
+   ``max_degree`` edges, the others ``base_degree``.
+4. **Delete consolidation.** For every live node ``p`` with an out-neighbour in the deleted set
+   ``D``: candidates = ``N(p) ∪ N(d) for d in N(p) ∩ D``, minus ``D`` and ``p``; pruned as above when
+   over the limit. Then deleted rows are dropped and rows renumbered: survivors in their old
+   order, then the new rows in delta order (``ids`` says which chunk each row is).
+5. **Repair.** The build's connectivity pass (`graph._make_strongly_connected`) on the edited
+   graph; hubs: surviving hubs keep their fp16 vectors, free slots go to the most-referenced
+   rows (an old one recomputed); entry layer: surviving entries plus a seeded sample of other
+   rows up to `SlimConfig.entry_count`. ``pq_error`` and ``pq_mse`` stay the build's.
+
+A full rebuild is also taken when asked (``rebuild=True``), when the automatic PQ rule would now
+pick other (m, bits) (the index crossed 32,768 rows), or when fewer old rows survive than rows
+are added (the edit would be most of the graph, and the codebooks trained on the minority).
+
+Cost: ``rerank`` recomputed rows per new row at most (shared candidates are computed once) plus
+a few hubs; the walk is ~2 ms of Python per new row; deletes recompute nothing.
+
+Knobs (``UpdateConfig``; measured with ``python -m bench.compaction``, figures there and in the
+package header):
+- ``ef`` (default 64): beam of the insertion walk; the pool the candidates come from.
+- ``rerank`` (default 8): pool rows recomputed exactly per new row: exact edges to the nearest
+  old rows. 0 recomputes nothing (edges chosen on PQ reconstructions only).
+- ``drift_threshold`` (default 1.3): retrain (full rebuild) above this ratio of mean direction
+  errors, new rows over the build's.
+- ``drift_sample`` (default 64): old rows recomputed for the baseline of legacy generations.
+
+The edits (steps 2-5) live in ``edit.py``; this module decides between them and a full rebuild.
+Thread-safety: pure function of its inputs (it builds its own searcher); ``recompute`` is called
+from the calling thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from slimrag.index.slim.artifacts import SlimArtifacts
+from slimrag.index.slim.build import build_slim
+from slimrag.index.slim.config import SlimConfig
+from slimrag.index.slim.edit import edit_graph
+from slimrag.index.slim.searcher import Recompute
+
+log = logging.getLogger("slimrag.index")
+
+#: old rows per ``recompute`` call (bounds the texts and vectors held at once)
+RECOMPUTE_BATCH = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateConfig:
+    """Knobs of an incremental slim update; see the module header for each trade-off."""
+
+    ef: int = 32
+    rerank: int = 0
+    drift_threshold: float = 1.3
+    drift_sample: int = 64
+
+    def __post_init__(self) -> None:
+        if self.ef < 1 or self.rerank < 0 or self.drift_sample < 1:
+            raise ValueError(f"need ef >= 1, rerank >= 0, drift_sample >= 1, got {self.ef}, {self.rerank}, "
+                             f"{self.drift_sample}")
+        if self.rerank > self.ef:
+            raise ValueError(f"rerank ({self.rerank}) must be <= ef ({self.ef}): it draws from the walk's pool")
+        if self.drift_threshold <= 0:
+            raise ValueError(f"drift_threshold must be > 0, got {self.drift_threshold}")
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateStats:
+    """What an update did: rows kept, removed and added, old rows recomputed (the re-embedding
+    cost) in how many calls, the drift ratio, and whether (and why) it was a full rebuild."""
+
+    kept: int
+    removed: int
+    added: int
+    recomputed: int
+    recompute_calls: int
+    drift: float
+    rebuilt: bool
+    reason: str
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class SlimUpdate:
+    """A new generation: ``ids[i]`` is the chunk id of row ``i`` of ``artifacts``."""
+
+    ids: np.ndarray
+    artifacts: SlimArtifacts
+    stats: UpdateStats
+
+
+@dataclass(slots=True)
+class _Recomputer:
+    """Counts the caller's ``recompute`` and batches it."""
+
+    fn: Recompute
+    dim: int
+    rows: int = 0
+    calls: int = 0
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        parts = []
+        for s in range(0, len(rows), RECOMPUTE_BATCH):
+            part = np.asarray(self.fn(rows[s:s + RECOMPUTE_BATCH]), dtype=np.float32)
+            if part.shape != (len(rows[s:s + RECOMPUTE_BATCH]), self.dim):
+                raise ValueError(f"recompute returned shape {part.shape} for {len(rows[s:s + RECOMPUTE_BATCH])} "
+                                 f"rows; expected (rows, {self.dim})")
+            parts.append(part)
+            self.rows += len(part)
+            self.calls += 1
+        return np.concatenate(parts) if parts else np.zeros((0, self.dim), np.float32)
+
+
+def update_slim(
+    art: SlimArtifacts, gen_ids: np.ndarray, live: np.ndarray, new_ids: np.ndarray, new_vectors: np.ndarray,
+    recompute: Recompute, config: SlimConfig | None = None, update: UpdateConfig | None = None,
+    rebuild: bool = False,
+) -> SlimUpdate:
+    """The next generation of ``art``: rows with ``live`` False removed, ``new_vectors`` (unit-norm,
+    chunk ids ``new_ids``) added, by editing the graph (module header) or, when ``rebuild`` or a
+    rule asks, by a full `build_slim`. ``gen_ids``: chunk id of each row of ``art``; ``recompute``:
+    exact vectors of rows of ``art``. A new id equal to a live old one is kept once (the old row).
+    Saving the result and switching the manifest is the caller's (crash safety)."""
+    t0 = time.perf_counter()
+    config = config or SlimConfig()
+    update = update or UpdateConfig()
+    gen_ids = np.asarray(gen_ids, dtype=np.int64)
+    live = np.asarray(live, dtype=bool)
+    new_ids = np.asarray(new_ids, dtype=np.int64)
+    x_new = np.ascontiguousarray(new_vectors, dtype=np.float32)
+    if x_new.size == 0:
+        x_new = x_new.reshape(0, art.dim)
+    if live.shape != (art.n,) or len(gen_ids) != art.n:
+        raise ValueError(f"gen_ids and live must have one entry per row ({art.n}), got {len(gen_ids)}, {live.shape}")
+    if x_new.ndim != 2 or x_new.shape != (len(new_ids), art.dim):
+        raise ValueError(f"new_vectors must be ({len(new_ids)}, {art.dim}) (one row per new id), got {x_new.shape}")
+    dup = np.isin(new_ids, gen_ids[live])
+    new_ids, x_new = new_ids[~dup], x_new[~dup]
+    rec = _Recomputer(recompute, art.dim)
+    kept = int(live.sum())
+    new_codes = art.pq.encode(x_new) if len(x_new) else np.zeros((0, art.codes.shape[1]), np.uint8)
+    drift = _drift(art, x_new, new_codes, live, rec, update) if len(x_new) else 0.0
+
+    reason = _rebuild_reason(art, config, kept, len(x_new), drift, update, rebuild)
+    if reason:
+        ids, out = _full_rebuild(art, gen_ids, live, new_ids, x_new, rec, config)
+    else:
+        out = edit_graph(art, live, x_new, new_codes, rec, config, update.ef, update.rerank)
+        ids = np.concatenate([gen_ids[live], new_ids])
+    stats = UpdateStats(kept=kept, removed=art.n - kept, added=len(new_ids), recomputed=rec.rows,
+                        recompute_calls=rec.calls, drift=round(drift, 4), rebuilt=bool(reason), reason=reason,
+                        seconds=time.perf_counter() - t0)
+    log.info("slim update: %s", stats)
+    return SlimUpdate(ids, out, stats)
+
+
+def _drift(art: SlimArtifacts, x_new: np.ndarray, new_codes: np.ndarray, live: np.ndarray, rec: _Recomputer,
+           update: UpdateConfig) -> float:
+    """Mean direction error of the new rows over the build's (module header, step 1)."""
+    base = art.pq_mse
+    if base is None:  # generation written before pq_mse: measure a seeded sample of old rows
+        rows = np.flatnonzero(live)
+        rows = np.sort(np.random.default_rng(0).choice(rows, min(len(rows), update.drift_sample), replace=False))
+        base = float(art.pq.direction_error(rec(rows), np.asarray(art.codes)[rows]).mean()) if len(rows) else 0.0
+    return float(art.pq.direction_error(x_new, new_codes).mean()) / max(base, 1e-12)
+
+
+def _rebuild_reason(art: SlimArtifacts, config: SlimConfig, kept: int, added: int, drift: float,
+                    update: UpdateConfig, rebuild: bool) -> str:
+    """Why this update must be a full rebuild, or "" when the graph can be edited."""
+    if rebuild:
+        return "asked"
+    if kept == 0:
+        return "no old row survives"
+    if added > kept:
+        return f"{added} rows added to {kept} kept"
+    if drift > update.drift_threshold:
+        return f"PQ drift {drift:.2f} > {update.drift_threshold}"
+    want = config.pq.resolve(kept + added, art.dim)
+    if (want.m, want.bits) != (art.pq.m, art.pq.bits):
+        return f"the PQ rule now picks m={want.m}, bits={want.bits} (was m={art.pq.m}, bits={art.pq.bits})"
+    return ""
+
+
+def _full_rebuild(art: SlimArtifacts, gen_ids: np.ndarray, live: np.ndarray, new_ids: np.ndarray,
+                  x_new: np.ndarray, rec: _Recomputer, config: SlimConfig) -> tuple[np.ndarray, SlimArtifacts]:
+    """`build_slim` over every live vector, old rows recomputed; rows sorted by chunk id."""
+    rows = np.flatnonzero(live)
+    ids = np.concatenate([gen_ids[rows], new_ids])
+    vecs = np.concatenate([rec(rows), x_new])
+    order = np.argsort(ids, kind="stable")
+    return ids[order], build_slim(vecs[order], config)

@@ -193,3 +193,27 @@ def test_duplicate_ids_are_kept_once_and_bad_input_is_refused(data, base):
         update_slim(base, np.arange(N - 1), live, np.arange(0), x[:0], Recorder(x[:N]), CONFIG)
     with pytest.raises(ValueError, match="rerank"):
         UpdateConfig(ef=8, rerank=16)
+
+
+def test_slim_vectors_update_keeps_live_rows_and_reembeds_only_what_it_needs(data, base):
+    """The store's entry point for `compact`: generation + delta + tombstones in, chunk ids out."""
+    from slimrag.index.flat import FlatVectors
+    from slimrag.index.slim.store import SlimVectors
+
+    x = data[0]
+    gen_ids = np.arange(N) + 1000
+    by_id = {int(i): x[r] for r, i in enumerate(gen_ids)}
+    asked: list[int] = []
+
+    def recompute_ids(ids: np.ndarray) -> np.ndarray:
+        asked.extend(np.asarray(ids).tolist())
+        return np.stack([by_id[int(i)] for i in ids])
+
+    delta_ids = np.arange(N + 1000, N + 1000 + ADD)
+    store = SlimVectors(gen_ids, base, FlatVectors(delta_ids, x[N:]), recompute_ids, CONFIG)
+    dead = {1000, 1001, int(delta_ids[0])}
+    store.set_live(np.array([i for i in store.ids.tolist() if i not in dead]))
+    up = store.updated(CONFIG)
+    assert not up.stats.rebuilt and up.stats.removed == 2 and up.stats.added == ADD - 1
+    assert up.ids.tolist() == [i for i in store.ids.tolist() if i not in dead]
+    assert len(asked) <= CONFIG.hub_count(N) and not dead & set(asked)

@@ -23,6 +23,7 @@ from slimrag.index.flat import FlatVectors
 from slimrag.index.slim.artifacts import SlimArtifacts
 from slimrag.index.slim.config import SlimConfig
 from slimrag.index.slim.searcher import SlimSearcher
+from slimrag.index.slim.update import SlimUpdate, UpdateConfig, update_slim
 
 #: graph rows at or below which a filtered query recomputes the allowed rows instead of walking
 SMALL_FILTER = 64
@@ -64,6 +65,15 @@ class SlimVectors:
         vecs = np.concatenate([*parts, d_vecs]) if parts else d_vecs
         order = np.argsort(ids, kind="stable")
         return ids[order], vecs[order]
+
+    def updated(self, config: SlimConfig, update: UpdateConfig | None = None, rebuild: bool = False) -> SlimUpdate:
+        """The next generation without re-embedding the corpus: live graph rows kept, live delta
+        rows inserted, tombstoned rows removed (`update_slim`; a full rebuild when ``rebuild`` or
+        its drift rule asks). Only the few graph rows the update recomputes are re-embedded.
+        Writing the generation and switching the manifest is the caller's."""
+        d_ids, d_vecs = self.delta.live_vectors()
+        return update_slim(self.searcher.art, self.gen_ids, self.live[: self.n_gen], d_ids, d_vecs,
+                           lambda rows: self._recompute_ids(self.gen_ids[rows]), config, update, rebuild)
 
     def search(self, queries: np.ndarray, k: int, allow: np.ndarray | None = None,
                config: SearchConfig | None = None) -> tuple[np.ndarray, np.ndarray]:

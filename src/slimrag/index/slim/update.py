@@ -161,8 +161,10 @@ def update_slim(
         raise ValueError(f"gen_ids and live must have one entry per row ({art.n}), got {len(gen_ids)}, {live.shape}")
     if x_new.ndim != 2 or x_new.shape != (len(new_ids), art.dim):
         raise ValueError(f"new_vectors must be ({len(new_ids)}, {art.dim}) (one row per new id), got {x_new.shape}")
-    dup = np.isin(new_ids, gen_ids[live])
-    new_ids, x_new = new_ids[~dup], x_new[~dup]
+    _, first = np.unique(new_ids, return_index=True)  # an id twice in the delta: its first row
+    first = np.sort(first)
+    first = first[~np.isin(new_ids[first], gen_ids[live])]  # a live old row wins over a delta copy
+    new_ids, x_new = new_ids[first], x_new[first]
     rec = _Recomputer(recompute, art.dim)
     kept = int(live.sum())
     new_codes = art.pq.encode(x_new) if len(x_new) else np.zeros((0, art.codes.shape[1]), np.uint8)

@@ -12,6 +12,7 @@ from slimrag.embed.local import default_model_dir
 from slimrag.errors import IngestError
 from slimrag.ingest.chunker import Chunker, load_tokenizer
 from slimrag.ingest.crawl import Skipped, crawl
+from slimrag.ingest.outcome import IGNORED, OUTSIDE, UNSUPPORTED
 from slimrag.ingest.readers import read_file
 
 
@@ -72,7 +73,11 @@ def test_crawl_skips_hidden_ignored_and_outside_symlinks(tmp_path: Path) -> None
     skipped: list[Skipped] = []
     found = [f.source for f in crawl(root, skipped=skipped)]
     assert found == ["a.md", "sub/b.txt", "sub/keep.log"]  # inner/ is sub/ again: indexed once
-    assert sorted(s.source for s in skipped) == ["link.txt", "linkdir"]
+    # every other entry is accounted for, with its reason; an ignored folder counts once
+    assert {s.source: s.kind for s in skipped} == {
+        ".gitignore": IGNORED, ".hidden/": IGNORED, ".secret.txt": IGNORED, "build/": IGNORED,
+        "sub/skip.log": IGNORED, "inner/": IGNORED, "image.png": UNSUPPORTED,
+        "link.txt": OUTSIDE, "linkdir": OUTSIDE}
 
 
 def test_crawl_skips_huge_file_without_reading_it(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from dataclasses import asdict, fields
+from dataclasses import fields
 from typing import IO, Any
 
 import click
@@ -60,12 +60,24 @@ def open_index(path: str) -> Any:
     return Index.open(path)
 
 
+def _verbose() -> bool:
+    """True when the group was run with ``-v/--verbose`` (``slimrag -v build ...``)."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.find_root().params.get("verbose"))
+
+
 def print_report(rep: Any, as_json: bool) -> None:
+    """Print an `AddReport`: one summary line counting every input by outcome (skips by reason);
+    with ``-v``, the files behind each count; with ``--json``, all of it as one JSON object."""
     if as_json:
-        click.echo(json.dumps({**asdict(rep), "skipped": [asdict(s) for s in rep.skipped]}))
-    else:
-        click.echo(f"{rep.added} added, {rep.updated} updated, {rep.unchanged} unchanged, "
-                   f"{rep.chunks} chunks, {len(rep.skipped)} skipped in {rep.seconds:.1f}s")
+        click.echo(json.dumps(rep.to_dict()))
+        return
+    click.echo(rep.summary())
+    if _verbose():
+        for what, sources in rep.listing().items():
+            click.echo(f"  {what} ({len(sources)}):")
+            for source in sources:
+                click.echo(f"    {source}")
 
 
 

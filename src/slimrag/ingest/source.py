@@ -5,11 +5,18 @@ Inputs may be a folder, a file, a list of those, or a list of ``(source, text)``
 per-document work (`prepare`: read once, so the SHA-256 and the parsed text come from the same
 bytes; skip if unchanged; parse; chunk), because distributed ingest lists on the driver and
 prepares on Ray workers; both paths call these two functions.
+
+Nothing about one input ends the add: every read, decode, parse or chunking failure of a file or
+text becomes a `Skipped` with its reason (`slimrag.ingest.outcome`), which the writer reports as
+one warning. Files are read at most ``max_bytes`` (decompressed ``.gz`` too), whether they were
+found in a folder or named directly.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -19,8 +26,12 @@ import numpy as np
 
 from slimrag.errors import IngestError
 from slimrag.ingest.chunker import Chunker, ChunkText
-from slimrag.ingest.crawl import Skipped, crawl
-from slimrag.ingest.readers import Section, read_file, read_plain, reader_for
+from slimrag.ingest.crawl import crawl
+from slimrag.ingest.outcome import ENCODING, PARSE_ERROR, SkipFile, Skipped
+from slimrag.ingest.rawfile import gunzip_bounded, is_gzip, read_bounded
+from slimrag.ingest.readers import DEFAULT_MAX_BYTES, Section, read_bytes, read_plain, reader_for
+
+log = logging.getLogger("slimrag.ingest")
 
 Inputs = str | Path | Iterable[str | Path | tuple[str, str]]
 
@@ -54,19 +65,24 @@ def _source_name(path: Path, root: Path | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class InputItem:
-    """One input listed but not read yet: a file (``path``) or a text given inline (``text``)."""
+    """One input listed but not read yet: a file (``path``) or a text given inline (``text``).
+    max_bytes: the read limit of this file (``IndexConfig.max_file_bytes``), decompressed size included."""
 
     source: str
     path: Path | None
     text: str | None
     mtime: float
+    max_bytes: int = DEFAULT_MAX_BYTES
 
 
 def iter_inputs(inputs: Inputs, root: Path | None, ignore: tuple[str, ...], max_bytes: int,
                 skipped: list[Skipped]) -> Iterator[InputItem]:
-    """List every input file or text once, in crawl order, without reading files: the crawl rules
-    (hidden, ignore files, symlinks, size limit) apply here, and a source listed twice is yielded
-    once. Files passed over by the crawl are recorded in ``skipped``."""
+    """List every input file or text once, in crawl order, without reading files (only the first
+    8 KB of a file whose name no reader claims, to see whether it is text): the crawl rules
+    (hidden, ignore files, symlinks, file type, size limit) apply here, to files named directly
+    too, and a source listed twice is yielded once. Entries passed over by the crawl are recorded
+    in ``skipped``. Raises IngestError for an input path that does not exist (a typo, not a bad
+    file); a dangling or looping symlink named directly is a skip."""
     items: Iterable[str | Path | tuple[str, str]]
     items = [inputs] if isinstance(inputs, (str, Path)) else inputs
     seen: set[str] = set()
@@ -78,7 +94,7 @@ def iter_inputs(inputs: Inputs, root: Path | None, ignore: tuple[str, ...], max_
                 yield InputItem(source, None, text, time.time())
             continue
         path = Path(item)
-        if not path.exists():
+        if not os.path.lexists(path):
             raise IngestError(f"{path} does not exist")
         base = path.resolve() if path.is_dir() else None
         for f in crawl(path, ignore=ignore, max_bytes=max_bytes, skipped=skipped):
@@ -86,27 +102,28 @@ def iter_inputs(inputs: Inputs, root: Path | None, ignore: tuple[str, ...], max_
                 _source_name(f.path, base)
             if source not in seen:
                 seen.add(source)
-                yield InputItem(source, f.path, None, f.mtime)
+                yield InputItem(source, f.path, None, f.mtime, max_bytes)
 
 
 def load(item: InputItem) -> tuple[str, bytes | str, int]:
-    """``(sha256, data, size in bytes)`` of an input: the file's bytes, or the inline text.
-    Raises OSError when the file cannot be read."""
+    """``(sha256, data, size in bytes)`` of an input: the file's bytes (hashed as stored on disk,
+    returned decompressed for ``.gz``), or the inline text. Raises `SkipFile` when the file cannot
+    be read, is over its size limit, or the text is not encodable (lone surrogates)."""
     if item.text is not None:
-        raw = item.text.encode("utf-8")
+        try:
+            raw = item.text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise SkipFile(ENCODING, f"text holds a lone surrogate at {e.start}; not valid Unicode") from e
         return hashlib.sha256(raw).hexdigest(), item.text, len(raw)
     assert item.path is not None
-    raw = item.path.read_bytes()
-    return hashlib.sha256(raw).hexdigest(), raw, len(raw)
-
-
-def unreadable(e: OSError) -> str:
-    """The skip reason for a file that could not be read."""
-    return f"cannot read ({e.strerror})"
+    raw = read_bounded(item.path, item.max_bytes)
+    data = gunzip_bounded(raw, item.max_bytes) if is_gzip(item.path.name) else raw
+    return hashlib.sha256(raw).hexdigest(), data, len(raw)
 
 
 def parse(source: str, data: bytes | str, path: Path | None) -> list[Section]:
-    """Sections of one document; raises IngestError for unreadable content."""
+    """Sections of one document (``data`` as `load` returns it, decompressed); raises `SkipFile`
+    (an IngestError) for unreadable content."""
     if isinstance(data, str):
         p = Path(source)
         reader = reader_for(p)
@@ -114,21 +131,27 @@ def parse(source: str, data: bytes | str, path: Path | None) -> list[Section]:
             return [Section("", data)] if data.strip() else []
         return reader(data.encode("utf-8"), p)
     assert path is not None
-    return read_file(path, data)
+    return read_bytes(path, data)
 
 
 def prepare(item: InputItem, stored_id: str | None, chunker: Chunker) -> PreparedDoc | Skipped:
     """Read, hash and chunk one input: the per-document work of an add, wherever it runs (in
     `Index.add`, or on a Ray worker). An input whose hash equals ``stored_id`` is not parsed.
-    Returns `Skipped` with the one-line reason when the file cannot be read or parsed."""
+    Returns `Skipped` with its reason when the input cannot be read, decoded, parsed or chunked:
+    never raises for one bad input."""
     try:
         sha, data, size = load(item)
-    except OSError as e:
-        return Skipped(item.source, unreadable(e))
-    if sha == stored_id:
-        return PreparedDoc(item.source, sha, item.mtime, size, [])
-    try:
+        if sha == stored_id:
+            return PreparedDoc(item.source, sha, item.mtime, size, [])
         pieces = chunker.chunk(parse(item.source, data, item.path))
+    except SkipFile as e:
+        return Skipped(item.source, str(e), e.kind)
     except IngestError as e:
         return Skipped(item.source, str(e))
+    # Readers are strategies around third-party parsers and the tokenizer; any exception they
+    # raise on one input (a parser bug on hostile bytes, a tokenizer refusing a string) means
+    # "this input cannot be indexed", never "stop the build". The traceback goes to the debug log.
+    except Exception as e:  # noqa: BLE001
+        log.debug("reading %s failed", item.source, exc_info=True)
+        return Skipped.because(item.source, PARSE_ERROR, f"{type(e).__name__}: {str(e)[:200]}")
     return PreparedDoc(item.source, sha, item.mtime, size, pieces)

@@ -1,0 +1,195 @@
+"""The bytes of one file, read so that no file can hang, exhaust memory or surprise the reader.
+
+- Only regular files are opened. The type is checked with ``stat`` before opening, and again on
+  the open descriptor (``O_NONBLOCK``, so a FIFO swapped in between never blocks the open).
+- At most ``max_bytes + 1`` bytes are read, whatever the size ``stat`` claimed: a file that grew,
+  or one named directly on the command line, cannot be pulled into memory whole.
+- ``.gz`` files are decompressed in bounded steps, so a gzip bomb stops at ``max_bytes`` of
+  output. The inner name (``README.gz`` → ``README``, ``page.html.gz`` → ``page.html``) picks the
+  reader.
+- Text is recognised without a suffix: no NUL byte in the first `SNIFF_BYTES` and valid UTF-8
+  there, or a declared charset (XML declaration, HTML ``<meta charset>``, an Emacs/Vim/PEP 263
+  ``coding:`` line) that Python knows.
+
+Every refusal raises `SkipFile` with its reason from `slimrag.ingest.outcome`.
+"""
+
+from __future__ import annotations
+
+import codecs
+import errno
+import os
+import re
+import stat
+import zlib
+from pathlib import Path
+
+from slimrag.ingest.outcome import TOO_LARGE, UNREADABLE, SkipFile
+
+#: bytes looked at to decide whether an unknown file is text, and to find a declared charset
+SNIFF_BYTES = 8192
+#: decompression step: output produced per call, so a bomb is stopped after one step past the limit
+_GZ_STEP = 1 << 20
+
+_FILE_TYPES = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+               stat.S_IFBLK: "a block device", stat.S_IFDIR: "a folder"}
+
+
+def mib(n: int) -> str:
+    """A byte count as MiB for messages (``0.3 MiB``, ``200 MiB``)."""
+    return f"{n / 2**20:.1f} MiB" if n < 10 * 2**20 else f"{n / 2**20:.0f} MiB"
+
+
+def too_large(size: int, max_bytes: int, what: str = "") -> SkipFile:
+    """The skip for a file over the limit, saying how to include it."""
+    return SkipFile(TOO_LARGE, f"{what}{mib(size)} is over the {mib(max_bytes)} limit "
+                               "(raise IndexConfig.max_file_bytes to include it)")
+
+
+def not_regular(mode: int) -> SkipFile | None:
+    """The skip for a path that is not a regular file (it is never opened), else None."""
+    if stat.S_ISREG(mode):
+        return None
+    return SkipFile(UNREADABLE, f"{_FILE_TYPES.get(stat.S_IFMT(mode), 'not a regular file')}, not read")
+
+
+def os_error(e: OSError) -> SkipFile:
+    """The skip for an OS error on a path, in words (a loop and a long path named as such)."""
+    if e.errno == errno.ELOOP:
+        return SkipFile(UNREADABLE, "symlink loop")
+    if e.errno == errno.ENAMETOOLONG:
+        return SkipFile(UNREADABLE, "path too long for the OS (folders nested too deep?)")
+    return SkipFile(UNREADABLE, f"cannot read ({e.strerror or e})")
+
+
+def read_bounded(path: Path, max_bytes: int) -> bytes:
+    """The bytes of a regular file, at most ``max_bytes``; raises `SkipFile` otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise os_error(e) from e
+    try:
+        st = os.fstat(fd)
+        bad = not_regular(st.st_mode)
+        if bad is not None:
+            raise bad
+        if st.st_size > max_bytes:
+            raise too_large(st.st_size, max_bytes)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(max_bytes + 1)
+    except OSError as e:
+        raise os_error(e) from e
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise too_large(len(data), max_bytes, "grew while read: over ")
+    return data
+
+
+def is_gzip(name: str) -> bool:
+    """True for a name ending in ``.gz`` (read decompressed)."""
+    return name.lower().endswith(".gz") and len(name) > 3
+
+
+def inner_name(name: str) -> str:
+    """The name that picks the reader: ``.gz`` stripped (``README.gz`` → ``README``)."""
+    return name[:-3] if is_gzip(name) else name
+
+
+def gunzip_bounded(raw: bytes, max_bytes: int) -> bytes:
+    """Decompress gzip data (all members), refusing output beyond ``max_bytes``."""
+    out: list[bytes] = []
+    total = 0
+    data = raw
+    try:
+        while data:
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip header, one member
+            buf = data
+            while True:
+                chunk = d.decompress(buf, _GZ_STEP)
+                total += len(chunk)
+                if total > max_bytes:
+                    raise too_large(total, max_bytes, "decompressed: ")
+                out.append(chunk)
+                buf = d.unconsumed_tail
+                if d.eof or not buf:
+                    break
+            if not d.eof:
+                raise SkipFile(UNREADABLE, "truncated gzip file")
+            data = d.unused_data.lstrip(b"\x00")  # concatenated members; padding NULs are allowed
+    except zlib.error as e:
+        raise SkipFile(UNREADABLE, f"corrupt gzip data ({e})") from e
+    return b"".join(out)
+
+
+_XML_DECL = re.compile(rb"^\s*<\?xml[^>]{0,200}?encoding\s*=\s*[\"']([A-Za-z0-9._:-]{1,40})[\"']")
+_META = re.compile(rb"<meta\s[^>]{0,400}?charset\s*=\s*[\"']?([A-Za-z0-9._:-]{1,40})", re.IGNORECASE)
+_CODING = re.compile(rb"coding[:=]\s*([A-Za-z0-9._-]{1,40})")
+
+
+def declared_charset(head: bytes) -> str | None:
+    """The charset a file declares in its first bytes, as a Python codec name, or None.
+
+    Looked for, in order: an XML declaration, an HTML ``<meta charset>`` or ``http-equiv``
+    content type (anywhere in ``head``), a ``coding:`` / ``coding=`` in the first two lines.
+    Every pattern has bounded repetitions, so the search is linear in ``len(head)``."""
+    head = head[:SNIFF_BYTES]
+    m = _XML_DECL.match(head) or _META.search(head)
+    if m is None:
+        first_two = b"\n".join(head.split(b"\n", 2)[:2])
+        m = _CODING.search(first_two)
+    if m is None:
+        return None
+    try:
+        name = codecs.lookup(m.group(1).decode("ascii")).name
+        b"a".decode(name)  # LookupError for codecs that are not text encodings (zlib, rot13, hex)
+    except LookupError:
+        return None
+    except UnicodeDecodeError:  # a text encoding that cannot decode one byte alone (utf-16)
+        pass
+    return name
+
+
+def looks_like_text(head: bytes) -> bool:
+    """True when the first bytes of a file are text: no NUL, and valid UTF-8 (a character cut at
+    the end of ``head`` is allowed) or decodable in the charset the file declares."""
+    head = head[:SNIFF_BYTES]
+    if b"\x00" in head:
+        return False
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+        return True
+    except UnicodeDecodeError:
+        pass
+    charset = declared_charset(head)
+    if charset is None:
+        return False
+    try:
+        codecs.getincrementaldecoder(charset)().decode(head, final=False)
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def read_head(path: Path, n: int = SNIFF_BYTES) -> bytes:
+    """The first ``n`` bytes of a regular file's content (decompressed for ``.gz``), to sniff it;
+    raises `SkipFile` when it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise os_error(e) from e
+    try:
+        bad = not_regular(os.fstat(fd).st_mode)
+        if bad is not None:
+            raise bad
+        raw = os.read(fd, n if not is_gzip(path.name) else 4 * n)
+    except OSError as e:
+        raise os_error(e) from e
+    finally:
+        os.close(fd)
+    if not is_gzip(path.name):
+        return raw
+    try:
+        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw, n)
+    except zlib.error as e:
+        raise SkipFile(UNREADABLE, f"corrupt gzip data ({e})") from e

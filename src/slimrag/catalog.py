@@ -172,6 +172,15 @@ class Catalog:
         b = self.db.execute("SELECT MAX(chunk_id) FROM tombstones").fetchone()[0]
         return max(x for x in (a, b, -1) if x is not None)
 
+    def has_chunk_id(self, chunk_id: int) -> bool:
+        """True when ``chunk_id`` was committed here: stored, or removed since the last compaction."""
+        q = "SELECT 1 FROM chunks WHERE chunk_id=? UNION ALL SELECT 1 FROM tombstones WHERE chunk_id=? LIMIT 1"
+        return self.db.execute(q, (int(chunk_id), int(chunk_id))).fetchone() is not None
+
+    def tombstone_ids(self) -> list[int]:
+        """Ids of chunks removed since the last compaction, ascending."""
+        return [r[0] for r in self.db.execute("SELECT chunk_id FROM tombstones ORDER BY chunk_id")]
+
     def clear_tombstones(self, ids: Sequence[int] | None = None) -> None:
         """Forget tombstones once a compaction has dropped their vectors."""
         if ids is None:
@@ -187,6 +196,23 @@ class Catalog:
             "chunks": q("SELECT COUNT(*) FROM chunks").fetchone()[0],
             "tombstones": q("SELECT COUNT(*) FROM tombstones").fetchone()[0],
         }
+
+    # -- integrity ------------------------------------------------------------------------------
+    def integrity_errors(self) -> list[str]:
+        """What SQLite's ``PRAGMA integrity_check`` and FTS5's ``integrity-check`` (keyword index
+        against the chunks table) find wrong; empty when both pass. The FTS5 check is a write
+        statement: call it with no write transaction of another connection pending for long."""
+        errors = [r[0] for r in self.db.execute("PRAGMA integrity_check") if r[0] != "ok"]
+        try:
+            self.db.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES('integrity-check', 1)")
+        except sqlite3.DatabaseError as e:  # SQLITE_CORRUPT_VTAB: the keyword index disagrees
+            errors.append(f"fts5: {e}")
+        return errors
+
+    def rebuild_keyword_index(self) -> None:
+        """Rebuild the FTS5 keyword index from the chunks table (repairs what `integrity_errors`
+        reports as ``fts5: ...``)."""
+        self.db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('rebuild')")
 
     # -- keyword search -------------------------------------------------------------------------
     def keyword_search(self, query: str, k: int, source_glob: str | None = None) -> list[tuple[int, float]]:

@@ -13,6 +13,7 @@ from the catalog's text at query time (`SlimVectors`); see `slimrag.index.layout
 
 from __future__ import annotations
 
+import logging
 import shutil
 import time
 from dataclasses import asdict
@@ -28,7 +29,9 @@ from slimrag.embed.base import Embedder
 from slimrag.embed.registry import default_embedder, from_record
 from slimrag.errors import IndexFormatError
 from slimrag.index import layout
+from slimrag.index.check import IndexChecker
 from slimrag.index.flat import FlatVectors
+from slimrag.index.lock import WriterLock
 from slimrag.index.query import IndexQuery
 from slimrag.index.slim import SlimArtifacts, SlimConfig, slim_bytes
 from slimrag.index.slim.store import SlimVectors
@@ -37,12 +40,20 @@ from slimrag.ingest.chunker import Chunker
 from slimrag.ingest.source import Inputs
 from slimrag.types import Document
 
+log = logging.getLogger("slimrag.index")
 
-class Index(IndexWriter, IndexQuery):
-    """One index folder. Not thread-safe for writes; open one `Index` per thread for reads."""
 
-    def __init__(self, root: Path, embedder: Embedder | None = None) -> None:
+class Index(IndexWriter, IndexQuery, IndexChecker):
+    """One index folder. One writer at a time, across threads and processes: every write takes
+    the folder's writer lock (waiting up to ``lock_wait`` seconds, see `slimrag.index.lock`).
+    An `Index` object is not thread-safe; open one per thread (reads never lock)."""
+
+    def __init__(self, root: Path, embedder: Embedder | None = None, *, wait: float | None = None) -> None:
         self.root = Path(root)
+        self.lock_wait = wait
+        self._lock = None
+        self._verified_part = None
+        self.rolled_back = []
         self.manifest = layout.read_manifest(self.root)
         self.config = IndexConfig(**{k: tuple(v) if k == "ignore" else v
                                      for k, v in self.manifest["config"].items()})
@@ -60,15 +71,20 @@ class Index(IndexWriter, IndexQuery):
     @classmethod
     def create(cls, out: str | Path, *, embedder: Embedder | None = None, config: IndexConfig | None = None,
                source_root: str | Path | None = None, overwrite: bool = False,
-               slim: SlimConfig | None = None) -> Index:
-        """Create an empty index folder."""
+               slim: SlimConfig | None = None, wait: float | None = None) -> Index:
+        """Create an empty index folder. With ``overwrite``, an existing index there is deleted
+        first, under its writer lock (waiting up to ``wait`` seconds for a writer busy with it)."""
         out = Path(out)
         if out.exists():
             if not overwrite:
                 raise IndexFormatError(f"{out} already exists; use `add` to update it or overwrite=True")
             if not (out / layout.MANIFEST).is_file() and any(out.iterdir()):
                 raise IndexFormatError(f"{out} is a non-empty folder that is not an index; refusing to delete it")
-            shutil.rmtree(out)
+            if (out / layout.MANIFEST).is_file():
+                with WriterLock(out, wait):
+                    shutil.rmtree(out)
+            else:
+                shutil.rmtree(out)
         config = config or IndexConfig()
         embedder = embedder or default_embedder()
         if not embedder.dim:
@@ -85,28 +101,34 @@ class Index(IndexWriter, IndexQuery):
             "source_root": str(Path(source_root).resolve()) if source_root else None,
             "created": now, "updated": now,
         })
-        return cls(out, embedder)
+        return cls(out, embedder, wait=wait)
 
     @classmethod
     def build(cls, source: Inputs, out: str | Path, *, storage: str | None = None, embedder: Embedder | None = None,
               config: IndexConfig | None = None, overwrite: bool = False,
-              slim: SlimConfig | None = None) -> Index:
+              slim: SlimConfig | None = None, wait: float | None = None) -> Index:
         """Build an index at ``out`` from a folder, files, or ``(source, text)`` pairs, then compact it.
         storage: "flat" (exact vectors), "slim" (graph + PQ codes, embeddings recomputed at query
-        time), or "auto" (slim from ``IndexConfig.auto_slim_chunks`` chunks on)."""
+        time), or "auto" (slim from ``IndexConfig.auto_slim_chunks`` chunks on). The add and the
+        compaction run under one hold of the writer lock; ``wait``: see `Index`."""
         config = config or IndexConfig(storage=storage or "flat")
         if storage is not None and storage != config.storage:
             config = IndexConfig(**{**asdict(config), "storage": storage})
         root = Path(source) if isinstance(source, (str, Path)) and Path(source).is_dir() else None
-        idx = cls.create(out, embedder=embedder, config=config, source_root=root, overwrite=overwrite, slim=slim)
-        idx.last_report = idx.add(source)
-        idx.compact()
+        idx = cls.create(out, embedder=embedder, config=config, source_root=root, overwrite=overwrite, slim=slim,
+                         wait=wait)
+        with idx.locked():
+            idx.last_report = idx.add(source)
+            idx.compact()
         return idx
 
     @classmethod
-    def open(cls, path: str | Path, embedder: Embedder | None = None) -> Index:
-        """Open an existing index folder (vectors are memory-mapped; the embedder loads on first query)."""
-        return cls(Path(path), embedder)
+    def open(cls, path: str | Path, embedder: Embedder | None = None, *, wait: float | None = None) -> Index:
+        """Open an existing index folder (vectors are memory-mapped; the embedder loads on first query).
+        wait: seconds a write through this handle waits for another writer before `IndexBusyError`
+        (default ``$SLIMRAG_WAIT`` or `slimrag.index.lock.DEFAULT_WAIT_S`, 300 s); also settable
+        later as ``lock_wait``."""
+        return cls(Path(path), embedder, wait=wait)
 
     def close(self) -> None:
         """Close the catalog."""
@@ -121,7 +143,7 @@ class Index(IndexWriter, IndexQuery):
     # -- vectors --------------------------------------------------------------------------------
     def _load_vectors(self) -> None:
         gen = layout.read_generation(self.root, self.manifest["generation"])
-        d_ids, d_vecs = layout.read_delta_parts(self.root, self.manifest["delta_parts"])
+        d_ids, d_vecs = self._read_delta()
         if self.manifest.get("gen_kind", "flat") == "slim":
             art = SlimArtifacts.load(layout.gen_dir(self.root, self.manifest["generation"]))
             if d_vecs is None:
@@ -135,7 +157,24 @@ class Index(IndexWriter, IndexQuery):
                 ids = np.concatenate([ids, d_ids])
                 vecs = np.concatenate([np.asarray(vecs), d_vecs.astype(vecs.dtype)])
             self.vectors = FlatVectors(ids, vecs)
+        self._seen_data = self.catalog.data_version()  # before the read: a commit in between is seen later
         self.vectors.set_live(np.asarray(self.catalog.live_ids(), dtype=np.int64))
+
+    def _read_delta(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """The delta parts the manifest names, concatenated. A missing or unreadable part (damage:
+        a crash never leaves one) is skipped with a warning and listed in ``bad_parts``, so the
+        index still opens and searches; its chunks have no vector until `check(repair=True)`."""
+        good, self.bad_parts = [], []
+        for name in self.manifest["delta_parts"]:
+            try:
+                good.append(layout.read_delta_part(self.root / layout.DELTA / name))
+            except (IndexFormatError, FileNotFoundError) as e:
+                log.warning("%s; its chunks are not searched by vector. Run `slimrag check --repair %s`",
+                            e, self.root)
+                self.bad_parts.append(name)
+        if not good:
+            return np.zeros(0, dtype=np.int64), None
+        return np.concatenate([i for i, _ in good]), np.concatenate([v for _, v in good])
 
     def _recompute(self, chunk_ids: np.ndarray) -> np.ndarray:
         """Exact embeddings of stored chunks, recomputed from their text (the slim index keeps none)."""

@@ -4,6 +4,7 @@
 NAME.slimrag/
   manifest.json     format, embedder, build config, current generation, delta parts, counts
   catalog.sqlite    documents, chunks, FTS5 (see slimrag.catalog)
+  writer.lock       the writer lock (slimrag.index.lock): holder's pid and command while held
   gen-NNNNNN/       immutable once written: vectors or graph + codes, and row -> chunk id
   delta/part-NNNNNN.npz   vectors of chunks added since the last compaction
 ```
@@ -29,6 +30,7 @@ import json
 import os
 import shutil
 import tempfile
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -121,21 +123,40 @@ def read_generation(root: Path, generation: int, mmap: bool = True) -> dict[str,
     return {p.stem: np.load(p, mmap_mode=mode, allow_pickle=False) for p in sorted(d.glob("*.npy"))}
 
 
+def part_name(seq: int) -> str:
+    """The file name of delta part number ``seq``."""
+    return f"part-{seq:06d}.npz"
+
+
+def next_part(root: Path, current: int) -> int:
+    """A delta part number at or above the manifest's ``next_part`` whose file does not exist: a
+    part written by an add killed before its manifest switch keeps its number until the next
+    compaction collects it, and must not be reused (`write_delta_part` never overwrites)."""
+    found = [int(p.name[5:11]) for p in (Path(root) / DELTA).glob("part-*.npz") if p.name[5:11].isdigit()]
+    return max([current - 1, *found]) + 1
+
+
 def write_delta_part(root: Path, seq: int, ids: np.ndarray, vectors: np.ndarray) -> str:
-    """Write one delta part (ids + vectors) atomically; returns its file name for the manifest."""
+    """Write one delta part (ids + vectors) atomically; returns its file name for the manifest.
+    The part is created exclusively (a hard link of the fsynced temp file, which fails when the
+    name exists): a part file is never overwritten, so a writer working from a stale manifest
+    cannot destroy another's vectors; it gets an `IndexFormatError` instead."""
     d = Path(root) / DELTA
     d.mkdir(exist_ok=True)
-    name = f"part-{seq:06d}.npz"
+    name = part_name(seq)
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=d)
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, ids=narrow_ids(ids), vectors=vectors)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, d / name)
-    except BaseException:
+        try:
+            os.link(tmp, d / name)
+        except FileExistsError:
+            raise IndexFormatError(f"{d / name} already exists; refusing to overwrite a delta part "
+                                   "(was the index written without its writer lock?)") from None
+    finally:
         Path(tmp).unlink(missing_ok=True)
-        raise
     fsync_dir(d)
     return name
 
@@ -146,13 +167,28 @@ def read_delta_parts(root: Path, names: list[str]) -> tuple[np.ndarray, np.ndarr
     for name in names:
         path = Path(root) / DELTA / name
         if not path.is_file():
-            raise IndexFormatError(f"{path} is named by the manifest but missing; rebuild the index")
-        with np.load(path, allow_pickle=False) as z:
-            ids.append(z["ids"].astype(np.int64))  # narrowed on write (or int64 in old parts)
-            vecs.append(z["vectors"])
+            raise IndexFormatError(f"{path} is named by the manifest but missing; "
+                                  "run `slimrag check --repair` to re-embed its chunks")
+        part_ids, part_vecs = read_delta_part(path)
+        ids.append(part_ids)
+        vecs.append(part_vecs)
     if not ids:
         return np.zeros(0, dtype=np.int64), None
     return np.concatenate(ids), np.concatenate(vecs)
+
+
+def read_delta_part(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """One delta part file: (int64 chunk ids, vectors). Raises `IndexFormatError` when it cannot
+    be read (truncated, not a zip, arrays missing)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            ids = z["ids"].astype(np.int64)  # narrowed on write (or int64 in old parts)
+            vecs = z["vectors"]
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
+        raise IndexFormatError(f"{path} is unreadable ({e}); run `slimrag check --repair`") from e
+    if len(ids) != len(vecs):
+        raise IndexFormatError(f"{path} holds {len(ids)} ids but {len(vecs)} vectors; run `slimrag check --repair`")
+    return ids, vecs
 
 
 def collect_garbage(root: Path, manifest: dict[str, Any]) -> list[str]:

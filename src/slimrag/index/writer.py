@@ -9,6 +9,15 @@ add share one code path and one set of tests. Everything from "skip unchanged" o
 (`slimrag.index.distributed` feeds it from a Ray cluster), so dedup, chunk ids and crash safety
 do not depend on where the work ran.
 
+One writer at a time: every write operation (`write`/`add`, `remove`, `compact`, and `build`
+and `check(repair=True)` around them) holds the index's writer lock (`slimrag.index.lock`: an OS
+file lock, released by the kernel if the process dies) and, right after taking it, re-reads the
+manifest (reloading the vector view when another writer changed it, or only the liveness mask when
+another writer removed documents). Chunk ids, delta part numbers and the vectors a compaction
+keeps therefore always come from the current state, never from the one this handle opened. A
+second writer waits (`Index.lock_wait`, default `lock.DEFAULT_WAIT_S`) and then raises
+`IndexBusyError`; `locked()` holds the lock across several writes. Searches take no lock.
+
 Removed chunks are masked at once (tombstones in the catalog) and their vectors stay on disk
 until `compact` writes a generation holding only live vectors.
 
@@ -26,13 +35,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from slimrag import files
+from slimrag.errors import IndexFormatError
 from slimrag.index import layout
+from slimrag.index.lock import WriterLock
 from slimrag.index.report import AddReport
 from slimrag.index.slim import SlimConfig, build_slim
 from slimrag.ingest.chunker import Chunker, ChunkText, default_chunker
@@ -76,6 +88,71 @@ class IndexWriter:
     vectors: FlatVectors | SlimVectors
     _chunker: Chunker | None
     _load_vectors: Callable[[], None]
+    #: seconds a write waits for another writer (None: `lock.default_wait()`); set per `Index`
+    lock_wait: float | None
+    _lock: WriterLock | None  # held while a write operation of this handle runs
+    _seen_data: int  # the catalog's data_version when the liveness mask was last read
+    _verified_part: str | None  # the last delta part known to be committed in the catalog
+    #: delta parts of interrupted writes this handle dropped from the manifest (see `_refresh`)
+    rolled_back: list[str]
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the writer lock of this index over a ``with`` block, so several writes (adds, a
+        remove, a compact) run with no other writer in between. Writes take the lock themselves;
+        inside this block they reuse it. Waits up to ``lock_wait`` seconds for another writer, then
+        raises `IndexBusyError`. On entry the manifest is re-read (see the module header)."""
+        if self._lock is not None:  # nested: build -> add -> write, check -> compact, ...
+            yield
+            return
+        lock = WriterLock(self.root, self.lock_wait)
+        lock.acquire()
+        self._lock = lock
+        try:
+            self._refresh()
+            yield
+        finally:
+            self._lock = None
+            lock.release()
+
+    def _refresh(self) -> None:
+        """Catch up with other writers: reload the vectors when the manifest changed, else only
+        the liveness mask when another connection committed to the catalog (a remove). A small
+        JSON read and a pragma when nothing changed."""
+        fresh = layout.read_manifest(self.root)
+        if fresh["delta_parts"] and fresh["delta_parts"][-1] != self._verified_part:
+            fresh = self._roll_back_uncommitted(fresh)
+        if fresh != self.manifest:
+            self.manifest = fresh
+            self._load_vectors()
+        elif self.catalog.data_version() != self._seen_data:
+            self._seen_data = self.catalog.data_version()
+            self.vectors.set_live(np.asarray(self.catalog.live_ids(), dtype=np.int64))
+
+    def _roll_back_uncommitted(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Recovery of a write killed between its manifest switch and its catalog commit: the
+        manifest names a last delta part whose chunks the catalog never received (neither stored
+        nor tombstoned; ids are never reused, so one id decides). Such parts are dropped from the
+        manifest (their files are collected by the next compaction), so no vector is left
+        without its chunk. Runs under the lock, once per new last part: one small read."""
+        dropped = []
+        while manifest["delta_parts"]:
+            last = manifest["delta_parts"][-1]
+            try:
+                ids, _ = layout.read_delta_part(self.root / layout.DELTA / last)
+            except IndexFormatError:
+                break  # missing or unreadable: damage, not an interrupted write; `check(repair=True)` fixes it
+            if len(ids) == 0 or self.catalog.has_chunk_id(int(ids.max())):
+                break
+            dropped.append(last)
+            manifest = {**manifest, "delta_parts": manifest["delta_parts"][:-1], "updated": time.time()}
+        if dropped:
+            files.write_json_atomic(self.root / layout.MANIFEST, manifest)
+            log.warning("%s: rolled back delta part(s) %s of a write interrupted before its commit",
+                        self.root, ", ".join(dropped))
+            self.rolled_back += dropped
+        self._verified_part = manifest["delta_parts"][-1] if manifest["delta_parts"] else None
+        return manifest
 
     @property
     def chunker(self) -> Chunker:
@@ -112,7 +189,12 @@ class IndexWriter:
         Documents are committed in transactions of about `COMMIT_CHUNKS` chunks, chunk ids given
         in input order; ``docs`` is consumed lazily, so a producer can stream. If the iterator
         raises, what was committed stays and the rest is not written (as for an interrupted add).
-        Raises ValueError for vectors of the wrong shape."""
+        Raises ValueError for vectors of the wrong shape. Holds the writer lock throughout: which
+        documents are unchanged, and the chunk ids given, are decided against the current state."""
+        with self.locked():
+            return self._write(docs, report)
+
+    def _write(self, docs: Iterable[PreparedDoc], report: AddReport | None) -> AddReport:
         t0 = time.perf_counter()
         report = report if report is not None else AddReport()
         dim = int(self.manifest["embedder"]["dim"])
@@ -168,13 +250,14 @@ class IndexWriter:
                     self.catalog.delete_document(doc.source)
                 self.catalog.put_document(doc)
             self.catalog.put_chunks(chunks)
-            part = layout.write_delta_part(self.root, self.manifest["next_part"], ids,
-                                           vecs.astype(self.config.dtype))
+            seq = layout.next_part(self.root, self.manifest["next_part"])
+            part = layout.write_delta_part(self.root, seq, ids, vecs.astype(self.config.dtype))
             manifest = {**self.manifest, "delta_parts": [*self.manifest["delta_parts"], part],
-                        "next_part": self.manifest["next_part"] + 1, "next_chunk_id": next_id,
+                        "next_part": seq + 1, "next_chunk_id": next_id,
                         "updated": time.time()}
             files.write_json_atomic(self.root / layout.MANIFEST, manifest)
         self.manifest = manifest
+        self._verified_part = part
         report.added += sum(1 for _, r, _, _ in docs if not r)
         report.updated += sum(1 for _, r, _, _ in docs if r)
         report.chunks += len(chunks)
@@ -185,7 +268,7 @@ class IndexWriter:
         Their vectors are masked at once and dropped at the next `compact`."""
         sources = [sources] if isinstance(sources, str) else list(sources)
         removed: list[int] = []
-        with self.catalog.transaction():
+        with self.locked(), self.catalog.transaction():
             for s in sources:
                 removed += self.catalog.delete_document(s)
         self.vectors.set_live(np.asarray(self.catalog.live_ids(), dtype=np.int64))
@@ -198,8 +281,17 @@ class IndexWriter:
 
         The kind follows ``IndexConfig.storage`` ("auto": slim from ``auto_slim_chunks`` live
         chunks on). Building a slim generation needs every live vector once: delta rows have them,
-        rows of a previous slim generation are re-embedded (the price of storing no embeddings)."""
+        rows of a previous slim generation are re-embedded (the price of storing no embeddings).
+        A chunk id present twice (a generation and a delta part, left by the race of unlocked
+        writers of older versions) is kept once."""
+        with self.locked():
+            self._compact()
+
+    def _compact(self) -> None:
         ids, vecs = self.vectors.live_vectors()
+        ids, first = np.unique(ids, return_index=True)  # sorted by chunk id, one row per id
+        if len(first) != len(vecs):
+            vecs = vecs[first]
         storage = self.config.storage
         if storage == "auto":
             storage = "slim" if len(ids) >= self.config.auto_slim_chunks else "flat"

@@ -1,0 +1,67 @@
+"""Verbs that keep an index sound: check (and repair), compact.
+
+Both take the index's writer lock; ``--wait SECONDS`` says how long to wait for another writer
+(default: ``$SLIMRAG_WAIT`` or `slimrag.index.lock.DEFAULT_WAIT_S`) before failing with one
+``error:`` line naming the holder and exit code 1.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import click
+
+from slimrag.cli.base import cli
+
+_WAIT_HELP = "Seconds to wait for another writer of the index before giving up  [default: $SLIMRAG_WAIT or 300]"
+
+
+@cli.command()
+@click.argument("index", type=click.Path(exists=True, file_okay=False))
+@click.option("--repair", is_flag=True, help="Re-embed chunks without a vector, drop vectors without a chunk.")
+@click.option("--wait", type=click.FloatRange(min=0), default=None, help=_WAIT_HELP)
+@click.option("--json", "as_json", is_flag=True)
+def check(index: str, repair: bool, wait: float | None, as_json: bool) -> None:
+    """Check that every live chunk has exactly one vector and every vector its chunk, and SQLite's
+    integrity. Exits 1 when a problem is left (after --repair: when it could not be repaired)."""
+    from slimrag.index.core import Index
+
+    with Index.open(index, wait=wait) as idx:
+        rep = idx.check(repair=repair)
+    final = rep.repair.after if rep.repair is not None and rep.repair.after is not None else rep
+    if as_json:
+        click.echo(json.dumps({**asdict(rep), "ok": rep.ok, "ok_after": final.ok}))
+    else:
+        for name in rep.rolled_back:
+            click.echo(f"recovered: rolled back {name}, written by an interrupted add")
+        click.echo(f"{index}: {rep.chunks} chunks, {rep.vector_rows} vector rows "
+                   f"({rep.tombstoned} of removed chunks, dropped at the next compaction)")
+        for line in rep.problems():
+            click.echo(f"  problem: {line}")
+        if rep.repair is not None:
+            r = rep.repair
+            click.echo(f"repaired: {len(r.dropped_parts)} part(s) dropped, {r.reembedded} chunk(s) re-embedded"
+                       f"{', compacted' if r.compacted else ''}"
+                       f"{', keyword index rebuilt' if r.rebuilt_keyword_index else ''}")
+        if final.ok:
+            click.echo("ok")
+        else:
+            click.echo("NOT OK" + ("" if repair else ": run `slimrag check --repair`")
+                       + ("; SQLite damage cannot be repaired: rebuild the index" if final.sqlite_errors else ""))
+    if not final.ok:
+        raise SystemExit(1)
+
+
+@cli.command()
+@click.argument("index", type=click.Path(exists=True, file_okay=False))
+@click.option("--wait", type=click.FloatRange(min=0), default=None, help=_WAIT_HELP)
+def compact(index: str, wait: float | None) -> None:
+    """Write a new generation of the live vectors only (drops removed chunks' vectors, merges the
+    delta parts; a slim index rebuilds its graph)."""
+    from slimrag.index.core import Index
+
+    with Index.open(index, wait=wait) as idx:
+        idx.compact()
+        click.echo(f"{index}: generation {idx.manifest['generation']} ({idx.manifest['gen_kind']}), "
+                   f"{int(idx.vectors.live.sum())} vectors")

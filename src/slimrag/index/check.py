@@ -1,0 +1,186 @@
+"""`Index.check`: does every live chunk have exactly one vector, and every vector its chunk?
+
+The catalog (chunks) and the vector files (a generation plus delta parts, named by the manifest)
+are two stores switched one after the other, so their agreement is the index's main invariant.
+The check, run under the writer lock (a stable state, and the recovery of an interrupted write
+already applied, see `IndexWriter._refresh`):
+
+- reads the chunk ids of every vector row: the generation's ``ids.npy`` and each delta part
+  (a part that is missing or unreadable is listed in ``bad_parts``);
+- compares them with the catalog's live chunk ids and tombstones:
+  ``missing``: live chunks with no vector row (never found by vector search; what the race of two
+  unlocked writers left); ``duplicates``: live chunks with more than one row (returned twice);
+  ``orphans``: rows whose chunk is neither stored nor removed since the last compaction;
+  ``tombstoned``: rows of removed chunks, masked, dropped by the next compaction (normal);
+- runs SQLite's ``integrity_check`` and FTS5's ``integrity-check`` (``sqlite_errors``).
+
+Repair (``repair=True``, still under the lock): bad parts leave the manifest; missing chunks are
+re-embedded from their stored text into a new delta part; duplicates and orphans are dropped by a
+compaction (which keeps one row per live chunk); a disagreeing keyword index is rebuilt from the
+chunks table. Damage inside SQLite's own pages cannot be repaired here: rebuild the index. The
+report of the state found carries a `Repair` with what was done and the state after it.
+
+Cost: reads every id array (4 bytes a row at most) and the catalog's ids; the integrity checks
+read the whole SQLite file. Seconds for a million chunks; meant for tests, after crashes, and cron.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from slimrag import files
+from slimrag.errors import IndexFormatError
+from slimrag.index import layout
+
+if TYPE_CHECKING:
+    from slimrag.catalog import Catalog
+    from slimrag.config import IndexConfig
+    from slimrag.embed.base import Embedder
+
+log = logging.getLogger("slimrag.index")
+
+
+@dataclass(frozen=True)
+class Repair:
+    """What ``check(repair=True)`` did, and the state it left."""
+
+    dropped_parts: tuple[str, ...] = ()
+    reembedded: int = 0
+    compacted: bool = False
+    rebuilt_keyword_index: bool = False
+    after: CheckReport | None = None
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """The agreement of an index's catalog and vectors (see the module header for each field)."""
+
+    chunks: int
+    vector_rows: int
+    missing: tuple[int, ...] = ()
+    duplicates: tuple[int, ...] = ()
+    orphans: tuple[int, ...] = ()
+    tombstoned: int = 0
+    bad_parts: tuple[str, ...] = ()
+    sqlite_errors: tuple[str, ...] = ()
+    #: delta parts of an interrupted write that taking the lock rolled back (recovery, not damage)
+    rolled_back: tuple[str, ...] = ()
+    repair: Repair | None = field(default=None)
+
+    @property
+    def ok(self) -> bool:
+        """Every live chunk has exactly one vector, no vector lacks its chunk, SQLite is sound."""
+        return not (self.missing or self.duplicates or self.orphans or self.bad_parts or self.sqlite_errors)
+
+    def problems(self) -> list[str]:
+        """One line per kind of problem, for people (empty when `ok`)."""
+        def ids(xs: tuple[int, ...]) -> str:
+            return ", ".join(map(str, xs[:10])) + (", ..." if len(xs) > 10 else "")
+        out = []
+        if self.bad_parts:
+            out.append(f"{len(self.bad_parts)} delta part(s) missing or unreadable: {', '.join(self.bad_parts)}")
+        if self.missing:
+            out.append(f"{len(self.missing)} live chunk(s) without a vector: {ids(self.missing)}")
+        if self.duplicates:
+            out.append(f"{len(self.duplicates)} live chunk(s) with more than one vector: {ids(self.duplicates)}")
+        if self.orphans:
+            out.append(f"{len(self.orphans)} vector(s) without a chunk: {ids(self.orphans)}")
+        out += [f"sqlite: {e}" for e in self.sqlite_errors]
+        return out
+
+
+class IndexChecker:
+    """The `check` method of `Index` (see the module header); a mixin like `IndexWriter`."""
+
+    # Set by `Index.__init__` or the other mixins; declared here so this file type-checks on its own.
+    root: Path
+    manifest: dict[str, Any]
+    config: IndexConfig
+    catalog: Catalog
+    embedder: Embedder
+    rolled_back: list[str]
+    locked: Callable[[], AbstractContextManager[None]]
+    _load_vectors: Callable[[], None]
+    _compact: Callable[[], None]
+
+    def check(self, repair: bool = False) -> CheckReport:
+        """Check that catalog and vectors agree (and SQLite's integrity); with ``repair``, fix what
+        was found (see the module header). Holds the writer lock, so it waits for a writer busy
+        with the index (`IndexBusyError` after ``lock_wait``). Returns the state found; with
+        ``repair`` its ``repair.after`` is the state left."""
+        before = len(self.rolled_back)
+        with self.locked():
+            found = self._inspect(tuple(self.rolled_back[before:]))
+            if not repair or found.ok:
+                return found
+            done = self._repair(found)
+            return CheckReport(**{**found.__dict__, "repair": done})
+
+    def _inspect(self, rolled_back: tuple[str, ...] = ()) -> CheckReport:
+        gen = layout.read_generation(self.root, self.manifest["generation"])
+        id_parts = [np.asarray(gen["ids"], dtype=np.int64)]
+        bad: list[str] = []
+        for name in self.manifest["delta_parts"]:
+            try:
+                id_parts.append(layout.read_delta_part(self.root / layout.DELTA / name)[0])
+            except IndexFormatError:
+                bad.append(name)
+        rows = np.concatenate(id_parts)
+        uniq, counts = np.unique(rows, return_counts=True)
+        live = np.asarray(self.catalog.live_ids(), dtype=np.int64)
+        dead = np.asarray(self.catalog.tombstone_ids(), dtype=np.int64)
+        return CheckReport(
+            chunks=len(live), vector_rows=len(rows),
+            missing=_ints(np.setdiff1d(live, uniq)),
+            duplicates=_ints(np.intersect1d(uniq[counts > 1], live)),
+            orphans=_ints(np.setdiff1d(uniq, np.union1d(live, dead))),
+            tombstoned=int(np.isin(rows, dead).sum()),
+            bad_parts=tuple(bad), sqlite_errors=tuple(self.catalog.integrity_errors()),
+            rolled_back=rolled_back)
+
+    def _repair(self, found: CheckReport) -> Repair:
+        rebuilt = any(e.startswith("fts5:") for e in found.sqlite_errors)
+        if rebuilt:
+            self.catalog.rebuild_keyword_index()
+        if found.bad_parts:
+            self._switch({**self.manifest, "delta_parts": [p for p in self.manifest["delta_parts"]
+                                                           if p not in found.bad_parts]})
+        missing = self._inspect().missing  # bad parts' chunks are missing now
+        if missing:
+            self._reembed(missing)
+        compacted = bool(found.duplicates or found.orphans)
+        if compacted:
+            self._compact()
+        after = self._inspect()
+        log.warning("%s: repaired: %d part(s) dropped, %d chunk(s) re-embedded%s%s; %s", self.root,
+                    len(found.bad_parts), len(missing), ", compacted" if compacted else "",
+                    ", keyword index rebuilt" if rebuilt else "", "clean" if after.ok else "; ".join(after.problems()))
+        return Repair(tuple(found.bad_parts), len(missing), compacted, rebuilt, after)
+
+    def _reembed(self, chunk_ids: tuple[int, ...]) -> None:
+        """Embed the stored text of ``chunk_ids`` into one new delta part (as `add` would have)."""
+        from slimrag.index.writer import embed_input  # the writer imports nothing from here
+
+        chunks = self.catalog.chunks(list(chunk_ids))
+        vecs = self.embedder.embed([embed_input(chunks[i]) for i in chunk_ids], batch_size=self.config.embed_batch)
+        seq = layout.next_part(self.root, self.manifest["next_part"])
+        part = layout.write_delta_part(self.root, seq, np.asarray(chunk_ids, np.int64), vecs.astype(self.config.dtype))
+        self._switch({**self.manifest, "delta_parts": [*self.manifest["delta_parts"], part], "next_part": seq + 1})
+
+    def _switch(self, manifest: dict[str, Any]) -> None:
+        manifest = {**manifest, "updated": time.time()}
+        files.write_json_atomic(self.root / layout.MANIFEST, manifest)
+        self.manifest = manifest
+        self._load_vectors()
+
+
+def _ints(a: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(x) for x in a)

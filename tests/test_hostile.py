@@ -23,6 +23,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from hostile import Hostile, remove_deep, write_hostile_tree
@@ -30,7 +31,7 @@ from hostile import Hostile, remove_deep, write_hostile_tree
 from slimrag.cli import cli
 from slimrag.embed.local import LocalEmbedder, default_model_dir
 from slimrag.index.core import Index
-from slimrag.ingest.chunker import Chunker, load_tokenizer
+from slimrag.ingest.chunker import PIECE_CHARS, Chunker, load_tokenizer
 from slimrag.ingest.crawl import crawl
 from slimrag.ingest.outcome import ENCODING, PARSE_ERROR, TOO_LARGE, UNREADABLE, Skipped
 from slimrag.ingest.readers import Section, _defuse, _json_sections, md_heading, read_markdown, rst_underline
@@ -278,12 +279,27 @@ class _CountingTokenizer:
 
 @pytest.mark.parametrize("unit", ["river stone cat moon ", "x" * 99 + " ", "<a", "漢字 "])
 def test_chunking_a_one_line_file_is_one_pass(unit: str) -> None:
-    """A one-line file is tokenized once (characters encoded == its length) and cut into the
-    minimum number of windows, whatever its content: work linear in its size."""
+    """A one-line file is tokenized in one pass (each character handed to the tokenizer once, in
+    pieces of at most PIECE_CHARS) and cut into the minimum number of windows, whatever its
+    content: work linear in its size."""
     counting = _CountingTokenizer(load_tokenizer(str(default_model_dir())))
     text = (unit * (300_000 // len(unit))).strip()
     chunks = Chunker(counting, 200, 40).chunk([Section("", text)])
     n_tokens = len(counting.tok.encode(text, add_special_tokens=False).ids)
-    assert (counting.calls, counting.chars) == (1, len(text))
+    assert counting.chars == len(text) and counting.calls <= 2 * len(text) // PIECE_CHARS + 1
     assert len(chunks) == max(1, -(-(n_tokens - 200) // 160) + 1)
     assert sum(len(c.text) for c in chunks) <= 1.3 * len(text)  # each character in at most ~1.25 windows
+
+
+def test_tokenizing_in_pieces_gives_the_chunks_of_one_call() -> None:
+    """Pieces cut before whitespace give exactly the tokens, and so the chunks, of tokenizing the
+    whole section at once (the ground truth), on mixed text: accents, CJK, punctuation, newlines."""
+    tok = load_tokenizer(str(default_model_dir()))
+    rng = random.Random(5)
+    words = ["café", "naïve", "漢字仮名", "don't", "e-mail", "x" * 120, "3.14", "(see", "below)", "🙂", "\n\n", "\t"]
+    text = " ".join(rng.choice(words) for _ in range(60_000))
+    assert len(text) > 4 * PIECE_CHARS
+    whole = Chunker(tok, 200, 40, piece_chars=10 * len(text))
+    pieces = Chunker(tok, 200, 40, piece_chars=4096)
+    np.testing.assert_array_equal(pieces.offsets(text), whole.offsets(text))
+    assert pieces.chunk([Section("h", text)]) == whole.chunk([Section("h", text)])

@@ -9,6 +9,14 @@ Sections (headings) are kept as metadata. Consecutive short sections are merged 
 size, so a page of tiny headings does not become a hundred three-word chunks; a long section is cut
 into windows of ``size`` tokens that overlap by ``overlap`` tokens, so a sentence split at a
 boundary is still whole in one of the two neighbours.
+
+Linear work and bounded memory on huge sections (a 50 MB file of one line): a section longer than
+``piece_chars`` (default `PIECE_CHARS`, 64 Ki characters) is tokenized in pieces cut just before a
+whitespace character, and the token offsets are kept as one int64 array (16 bytes a token instead
+of a Python tuple of two ints, ~100 bytes). MiniLM's BERT pre-tokenizer splits at whitespace
+anyway, so the tokens, and the chunks, are the same as from one call; only a run of 32 Ki
+characters without whitespace is cut where it stands (it was one [UNK] token either way). Smaller
+pieces cost more calls; larger ones more memory per call.
 """
 
 from __future__ import annotations
@@ -18,7 +26,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from slimrag.ingest.readers import Section
+
+#: sections longer than this (characters) are tokenized in pieces cut at whitespace
+PIECE_CHARS = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +64,28 @@ def default_chunker(size: int, overlap: int) -> Chunker:
 class Chunker:
     """Splits sections into token windows. ``tokenizer`` is a `tokenizers.Tokenizer`."""
 
-    def __init__(self, tokenizer: Any, size: int = 200, overlap: int = 40) -> None:
+    def __init__(self, tokenizer: Any, size: int = 200, overlap: int = 40, piece_chars: int = PIECE_CHARS) -> None:
         if not 0 <= overlap < size:
             raise ValueError("overlap must be >= 0 and smaller than size")
-        self.tokenizer, self.size, self.overlap = tokenizer, size, overlap
+        if piece_chars < 2:
+            raise ValueError(f"piece_chars must be >= 2, got {piece_chars}")
+        self.tokenizer, self.size, self.overlap, self.piece_chars = tokenizer, size, overlap, piece_chars
+
+    def offsets(self, text: str) -> np.ndarray:
+        """``(tokens, 2)`` int64 character spans of the tokens of ``text`` (no special tokens),
+        tokenized in pieces of at most ``piece_chars`` cut before whitespace (see the header)."""
+        parts: list[np.ndarray] = []
+        start, n = 0, len(text)
+        while start < n or not parts:
+            end = min(start + self.piece_chars, n)
+            if end < n:
+                floor = start + self.piece_chars // 2
+                cut = max(text.rfind(" ", floor, end), text.rfind("\n", floor, end), text.rfind("\t", floor, end))
+                end = cut if cut > start else end
+            enc = self.tokenizer.encode(text[start:end], add_special_tokens=False)
+            parts.append(np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2) + start)
+            start = end
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def count(self, text: str) -> int:
         """Number of tokens of ``text`` (without special tokens)."""
@@ -80,8 +111,8 @@ class Chunker:
         for sec in sections:
             if not sec.text.strip():
                 continue
-            enc = self.tokenizer.encode(sec.text, add_special_tokens=False)
-            n = len(enc.ids)
+            offsets = self.offsets(sec.text)
+            n = len(offsets)
             if n <= self.size:
                 if pending_tokens + n > self.size or (pending and sec.page != pending[0][0].page):
                     flush()
@@ -89,17 +120,17 @@ class Chunker:
                 pending_tokens += n
                 continue
             flush()
-            out.extend(self._windows(sec, enc.offsets))
+            out.extend(self._windows(sec, offsets))
         flush()
         return out
 
-    def _windows(self, sec: Section, offsets: list[tuple[int, int]]) -> list[ChunkText]:
+    def _windows(self, sec: Section, offsets: np.ndarray) -> list[ChunkText]:
         step = self.size - self.overlap
         chunks = []
         n = len(offsets)
         for start in range(0, n, step):
             end = min(start + self.size, n)
-            lo, hi = offsets[start][0], offsets[end - 1][1]
+            lo, hi = int(offsets[start, 0]), int(offsets[end - 1, 1])
             # Extend the slice to the end of the last word piece's word (offsets are exact already)
             text = sec.text[lo:hi].strip()
             if text:

@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test test-slow bench lint clean
+.PHONY: install demo test test-slow bench crash lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -44,6 +44,12 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench.index --corpus disfl_qa --systems flat,slim,faiss-hnsw,hnswlib
 	$(BIN)/python -m bench.gen_sim
 	$(BIN)/python -m bench.generation --quick
+
+# The crasher: N writers per storage kind (flat, slim) SIGKILLed at random moments, each index then
+# checked and the operation re-run; prints a table and writes bench/results/crash.json.
+N ?= 200
+crash: $(STAMP)
+	$(BIN)/python -m bench.crash --kills $(N)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -1,16 +1,46 @@
-"""Verbs that write or inspect an index: build, add, remove, info."""
+"""Verbs that write or inspect an index: build, add, remove, info.
+
+User errors end as one line that names the flag (see `slimrag.cli.options`): a config value out
+of range ("--chunk-overlap must be ..."), an ``--out`` that already exists ("pass --force"), a
+``--embedder-url`` that is not a URL. ``remove`` takes paths as the user types them (see
+`slimrag.cli.sources`) and exits 1, after removing whatever did match, when an argument matched
+nothing (as ``rm`` does for a missing file), so a script notices a typo.
+"""
 
 from __future__ import annotations
 
 import json
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import click
 
 from slimrag.cli.base import IDX, RAY, cli, open_index, print_report
+from slimrag.cli.options import config_error, url_option_check
+from slimrag.cli.sources import example_names, match_sources
 from slimrag.config import DTYPES, STORAGES, IndexConfig
+
+#: IndexConfig field -> the build flag that sets it (for error messages).
+BUILD_FLAGS = {"storage": "--storage", "chunk_tokens": "--chunk-tokens", "chunk_overlap": "--chunk-overlap",
+               "dtype": "--dtype", "ignore": "--ignore"}
+
+
+def check_out(out: str, source: str, force: bool) -> None:
+    """Refuse an ``--out`` that exists, in the CLI's words (the library says ``overwrite=True``)."""
+    path = Path(out)
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise click.BadParameter(f"{out} is a file; give a folder for the index", param_hint="--out")
+    is_index = (path / "manifest.json").is_file()
+    if not is_index and any(path.iterdir()):
+        raise click.BadParameter(f"{out} is a folder that is not an index and not empty; choose another "
+                                 "folder (--force never deletes a folder that is not an index)", param_hint="--out")
+    if not force:
+        hint = f"; or update it with `slimrag add {out} {source}`" if is_index else ""
+        raise click.BadParameter(f"{out} already exists; pass --force to replace it{hint}", param_hint="--out")
 
 
 @cli.command()
@@ -23,7 +53,8 @@ from slimrag.config import DTYPES, STORAGES, IndexConfig
 @click.option("--chunk-overlap", default=IDX["chunk_overlap"], show_default=True)
 @click.option("--dtype", type=click.Choice(DTYPES), default=IDX["dtype"], show_default=True)
 @click.option("--ignore", multiple=True, help="Extra gitignore-style pattern (repeatable).")
-@click.option("--embedder-url", help="Use a remote OpenAI-compatible /v1/embeddings endpoint.")
+@click.option("--embedder-url", callback=url_option_check,
+              help="Use a remote OpenAI-compatible /v1/embeddings endpoint.")
 @click.option("--embedder-model", help="Model name for --embedder-url.")
 @click.option("--force", is_flag=True, help="Replace an existing index at --out.")
 @click.option("--json", "as_json", is_flag=True)
@@ -33,13 +64,19 @@ def build(source: str, out: str, storage: str, chunk_tokens: int, chunk_overlap:
     """Build an index from a folder or file."""
     from slimrag.index.core import Index
 
+    try:
+        cfg = IndexConfig(storage=storage, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap, dtype=dtype,
+                          ignore=ignore)
+    except ValueError as e:
+        raise config_error(e, BUILD_FLAGS) from e
+    if embedder_model and not embedder_url:
+        raise click.UsageError("--embedder-model names a model of the --embedder-url server: give --embedder-url too")
+    check_out(out, source, force)
     embedder = None
     if embedder_url:
         from slimrag.embed.remote import RemoteEmbedder
 
         embedder = RemoteEmbedder(embedder_url, embedder_model or "default")
-    cfg = IndexConfig(storage=storage, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap, dtype=dtype,
-                      ignore=ignore)
     idx = Index.build(source, out, config=cfg, embedder=embedder, overwrite=force)
     print_report(idx.last_report, as_json)
 
@@ -72,11 +109,22 @@ def add(index: str, paths: tuple[str, ...], use_ray: bool, ray_address: str | No
 
 @cli.command()
 @click.argument("index", type=click.Path(exists=True))
-@click.argument("sources", nargs=-1, required=True)
-def remove(index: str, sources: tuple[str, ...]) -> None:
-    """Remove documents by their stored source path (see `slimrag info --docs`)."""
+@click.argument("paths", nargs=-1, required=True)
+@click.pass_context
+def remove(ctx: click.Context, index: str, paths: tuple[str, ...]) -> None:
+    """Remove documents: PATHS as you would type them (relative to here or to the indexed folder,
+    or absolute), folders, or quoted globs ('notes/*.txt'); `slimrag info INDEX --docs` lists the
+    stored names. Exits 1 when a path matched nothing (after removing what did match)."""
     with open_index(index) as idx:
-        click.echo(f"removed {idx.remove(list(sources))} chunks")
+        names = [d.source for d in idx.documents()]
+        match = match_sources(paths, names, idx.manifest.get("source_root"))
+        for arg in match.nothing:
+            click.echo(f"warning: nothing in {index} matches {arg!r}; stored names look like "
+                       f"{example_names(names)} (see `slimrag info {index} --docs`)", err=True)
+        chunks = idx.remove(match.sources) if match.sources else 0
+    click.echo(f"removed {len(match.sources)} documents ({chunks} chunks)")
+    if match.nothing:
+        ctx.exit(1)
 
 
 
@@ -86,7 +134,13 @@ def remove(index: str, sources: tuple[str, ...]) -> None:
 @click.option("--llm", "show_llm", is_flag=True, help="Load the embedded LLM and report its load time.")
 @click.option("--json", "as_json", is_flag=True)
 def info(index: str | None, docs: bool, show_llm: bool, as_json: bool) -> None:
-    """Show an index's counts, bytes on disk and config; with --llm, time the model load."""
+    """Show an index's counts, bytes on disk and config (INDEX); with --llm, time the model load."""
+    if docs and not index:
+        raise click.UsageError("--docs lists an index's documents: give the INDEX folder too")
+    if not index and not show_llm:
+        raise click.UsageError("tell me what to describe: an INDEX folder (`slimrag info docs.slimrag`, "
+                               "add --docs to list its documents) and/or --llm to time loading the "
+                               "embedded model")
     out: dict[str, Any] = {}
     if index:
         with open_index(index) as idx:

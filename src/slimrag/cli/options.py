@@ -1,0 +1,126 @@
+"""Options several verbs share, checked where click parses them so a bad value is one line that
+names the flag (``Error: Invalid value for '--llm': 'notaurl' is not an http(s) URL ...``) and
+never a traceback.
+
+- :func:`llm_options`: ``--llm URL``, ``--llm-model NAME``, ``--api-key KEY`` (or
+  ``OPENAI_API_KEY``) and ``--max-tokens N`` for the verbs that generate (ask, chat, demo).
+  :func:`make_rag` turns them into a `RAG`.
+- :func:`url_option_check`: the callback that refuses a non-http(s) URL (``--llm``,
+  ``--embedder-url``).
+- :func:`source_filter`: a ``--source`` value (a stored name, a folder such as ``dpkg``, a path
+  as typed, or a glob) as the GLOB the index filters by; a usage error when it matches nothing.
+- :func:`config_error`: a config dataclass's ``ValueError`` ("chunk_overlap must be ...") as a
+  usage error in the CLI's words ("--chunk-overlap must be ...").
+
+Why here and not in each verb: the rules are the same for every verb that takes the flag, and the
+library's own checks (`slimrag.openai_http.api_root`, the configs' ``__post_init__``) stay the
+source of truth: these only translate their messages into flags.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
+
+import click
+
+from slimrag.cli.base import GENERATION
+
+if TYPE_CHECKING:
+    from slimrag.rag.pipeline import RAG
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Example URLs shown when a URL is refused: llama-server's and Ollama's OpenAI-compatible roots.
+URL_EXAMPLES = "http://127.0.0.1:8080/v1 (llama-server) or http://127.0.0.1:11434/v1 (Ollama)"
+
+
+def url_option_check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Click callback: ``value`` must be an http(s) URL with a host (or absent)."""
+    if value is None:
+        return None
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise click.BadParameter(f"{value!r} is not an http(s) URL; give an OpenAI-compatible server's API "
+                                 f"root such as {URL_EXAMPLES}", ctx=ctx, param=param)
+    return value.strip()
+
+
+def llm_options(func: F) -> F:
+    """Add ``--llm``, ``--llm-model``, ``--api-key`` and ``--max-tokens`` to a command; it receives
+    them as ``llm``, ``llm_model``, ``api_key`` and ``max_tokens``."""
+    options = [
+        click.option("--llm", callback=url_option_check, metavar="URL",
+                     help=f"OpenAI-compatible server to generate with, e.g. {URL_EXAMPLES}; "
+                          "default: the embedded SmolLM2."),
+        click.option("--llm-model", metavar="NAME",
+                     help="Model name on the --llm server (e.g. llama3.2 for Ollama); default: the first "
+                          "model the server lists."),
+        click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True, metavar="KEY",
+                     help="API key for the --llm server, sent as a bearer token."),
+        click.option("--max-tokens", type=click.IntRange(min=1), default=GENERATION["max_new_tokens"],
+                      show_default=True, help="Longest answer, in tokens; a cut answer says so."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def llm_spec(llm: str | None, llm_model: str | None, api_key: str | None) -> dict[str, Any]:
+    """The keyword arguments of `make_generator` for the flags; a usage error when a remote-only
+    flag comes without ``--llm`` (a key from ``OPENAI_API_KEY`` alone is ignored: it is often set
+    for other tools)."""
+    if llm is None:
+        if llm_model is not None:
+            raise click.UsageError("--llm-model names a model on an OpenAI-compatible server: give the "
+                                   f"server with --llm too (e.g. {URL_EXAMPLES})")
+        if api_key is not None and not _from_environment("api_key"):
+            raise click.UsageError("--api-key is for the --llm server: give the server with --llm too")
+        return {"llm": None}
+    return {"llm": llm, "model": llm_model, "api_key": api_key}
+
+
+def _from_environment(param: str) -> bool:
+    """Whether the current command got ``param`` from its environment variable."""
+    ctx = click.get_current_context(silent=True)
+    return ctx is not None and ctx.get_parameter_source(param) == click.core.ParameterSource.ENVIRONMENT
+
+
+def make_rag(idx: Any, llm: str | None, llm_model: str | None = None, api_key: str | None = None,
+             max_tokens: int = GENERATION["max_new_tokens"], progress: Callable[[str], None] | None = None,
+             ) -> RAG:
+    """A `RAG` over ``idx`` for the `llm_options` flags."""
+    from slimrag.llm.backends import make_generator
+    from slimrag.rag.pipeline import RAG
+
+    spec = llm_spec(llm, llm_model, api_key)
+    rag = RAG(idx, make_generator(spec.pop("llm"), **spec), progress=progress)
+    rag.generation = replace(rag.generation, max_new_tokens=max_tokens)
+    return rag
+
+
+def config_error(exc: ValueError, flags: Mapping[str, str]) -> click.UsageError:
+    """``exc`` (a config class's ``ValueError``) with each field name it mentions replaced by its
+    flag (``flags``: field -> flag), as a usage error."""
+    message = str(exc)
+    for name, flag in sorted(flags.items(), key=lambda kv: -len(kv[0])):
+        message = re.sub(rf"\b{re.escape(name)}\b", flag, message)
+    return click.UsageError(message)
+
+
+def source_filter(idx: Any, value: str | None) -> str | None:
+    """The ``source`` glob `Index.search` takes for a ``--source`` value (see
+    `slimrag.cli.sources`); a bad parameter naming ``--source`` when nothing stored matches."""
+    if value is None:
+        return None
+    from slimrag.cli.sources import example_names, source_glob
+
+    names = [d.source for d in idx.documents()]
+    pattern = source_glob(value, names, idx.manifest.get("source_root"))
+    if pattern is None:
+        raise click.BadParameter(f"no stored source matches {value!r}; give a stored name, a folder or a glob "
+                                 f"(stored names look like {example_names(names)})", param_hint="--source")
+    return pattern

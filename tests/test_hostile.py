@@ -31,7 +31,7 @@ from hostile import Hostile, remove_deep, write_hostile_tree
 from slimrag.cli import cli
 from slimrag.embed.local import LocalEmbedder, default_model_dir
 from slimrag.index.core import Index
-from slimrag.ingest.chunker import PIECE_CHARS, Chunker, load_tokenizer
+from slimrag.ingest.chunker import MAX_CHARS_PER_TOKEN, PIECE_CHARS, Chunker, load_tokenizer
 from slimrag.ingest.crawl import crawl
 from slimrag.ingest.outcome import ENCODING, PARSE_ERROR, TOO_LARGE, UNREADABLE, Skipped
 from slimrag.ingest.readers import Section, _defuse, _json_sections, md_heading, read_markdown, rst_underline
@@ -303,3 +303,18 @@ def test_tokenizing_in_pieces_gives_the_chunks_of_one_call() -> None:
     pieces = Chunker(tok, 200, 40, piece_chars=4096)
     np.testing.assert_array_equal(pieces.offsets(text), whole.offsets(text))
     assert pieces.chunk([Section("h", text)]) == whole.chunk([Section("h", text)])
+
+
+def test_huge_tokens_and_blank_runs_give_bounded_chunks() -> None:
+    """One 300 KB 'word' (a few [UNK] tokens) or 300 KB of spaces between two words is cut into
+    chunks of at most size * MAX_CHARS_PER_TOKEN characters, no text lost."""
+    tok = load_tokenizer(str(default_model_dir()))
+    cap = 200 * MAX_CHARS_PER_TOKEN
+    word = "x" * 300_000
+    chunks = Chunker(tok, 200, 40).chunk([Section("w", word)])
+    assert all(len(c.text) <= cap for c in chunks) and "".join(c.text for c in chunks) == word
+    assert [c.metadata["heading"] for c in chunks] == ["w"] * len(chunks) == ["w"] * -(-len(word) // cap)
+    blank = "alpha" + " " * 300_000 + "omega"
+    chunks = Chunker(tok, 200, 40).chunk([Section("", blank)])
+    assert all(len(c.text) <= cap for c in chunks)
+    assert "alpha" in chunks[0].text and "omega" in chunks[-1].text

@@ -66,14 +66,15 @@ def _verbose() -> bool:
     return bool(ctx is not None and ctx.find_root().params.get("verbose"))
 
 
-def print_report(rep: Any, as_json: bool) -> None:
+def print_report(rep: Any, as_json: bool, verbose: bool | None = None) -> None:
     """Print an `AddReport`: one summary line counting every input by outcome (skips by reason);
-    with ``-v``, the files behind each count; with ``--json``, all of it as one JSON object."""
+    with ``verbose`` (default: the group's ``-v``), the files behind each count; with ``--json``,
+    all of it as one JSON object."""
     if as_json:
         click.echo(json.dumps(rep.to_dict()))
         return
     click.echo(rep.summary())
-    if _verbose():
+    if verbose or (verbose is None and _verbose()):
         for what, sources in rep.listing().items():
             click.echo(f"  {what} ({len(sources)}):")
             for source in sources:

@@ -17,6 +17,13 @@ of a Python tuple of two ints, ~100 bytes). MiniLM's BERT pre-tokenizer splits a
 anyway, so the tokens, and the chunks, are the same as from one call; only a run of 32 Ki
 characters without whitespace is cut where it stands (it was one [UNK] token either way). Smaller
 pieces cost more calls; larger ones more memory per call.
+
+Bounded chunks: a chunk is at most ``size * MAX_CHARS_PER_TOKEN`` characters (25,600 for 200
+tokens). Text never comes near that (a MiniLM token spans 4-5 characters on average, 100 at most
+unless it is one [UNK] for a longer word), but a file of one 10 MB "word" or 10 MB of spaces is a
+handful of tokens spanning everything; without the bound it would become one 10 MB passage that
+every embedding of it must tokenize again. An oversized chunk is cut into consecutive slices of
+the bound (its token count shared out by length).
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ from slimrag.ingest.readers import Section
 
 #: sections longer than this (characters) are tokenized in pieces cut at whitespace
 PIECE_CHARS = 1 << 16
+#: a chunk holds at most ``size`` times this many characters (see the header)
+MAX_CHARS_PER_TOKEN = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +131,9 @@ class Chunker:
             flush()
             out.extend(self._windows(sec, offsets))
         flush()
+        cap = self.size * MAX_CHARS_PER_TOKEN
+        if any(len(c.text) > cap for c in out):
+            out = [piece for c in out for piece in _cut(c, cap)]
         return out
 
     def _windows(self, sec: Section, offsets: np.ndarray) -> list[ChunkText]:
@@ -141,3 +153,22 @@ class Chunker:
             if end == n:
                 break
         return chunks
+
+
+def _cut(chunk: ChunkText, cap: int) -> list[ChunkText]:
+    """``chunk`` itself when it has at most ``cap`` characters, else its consecutive slices of
+    ``cap`` (whitespace-only slices dropped), each with its share of the token count."""
+    text = chunk.text
+    if len(text) <= cap:
+        return [chunk]
+    out = []
+    tokens = int(chunk.metadata.get("tokens", 0))
+    for i in range(0, len(text), cap):
+        piece = text[i: i + cap]
+        if not piece.strip():
+            continue
+        meta = {**chunk.metadata, "tokens": max(1, round(tokens * len(piece) / len(text)))}
+        if "char_start" in meta:
+            meta["char_start"] = int(meta["char_start"]) + i
+        out.append(ChunkText(piece, meta))
+    return out

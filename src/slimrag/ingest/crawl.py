@@ -200,20 +200,17 @@ def crawl(root: Path, ignore: tuple[str, ...] = (), max_bytes: int = 20 * 1024 *
     passed over is appended to ``skipped`` with its reason and logged once (see the module
     header). Never raises for one bad entry."""
     root = Path(root)
-    name = printable(root.name)
     try:
         st = root.stat()
-    except OSError as e:
-        w = _Walk(root, ignore, max_bytes, skipped)
-        w.refuse(name, os_error(e))
+    except OSError as e:  # a dangling or looping symlink named directly
+        _Walk(root, ignore, max_bytes, skipped).refuse(printable(root.name), os_error(e))
         return
-    root = Path(os.path.realpath(root)) if stat.S_ISDIR(st.st_mode) else root.absolute()
-    w = _Walk(root if stat.S_ISDIR(st.st_mode) else root.parent, ignore, max_bytes, skipped)
     if stat.S_ISDIR(st.st_mode):
-        yield from w.walk()
+        yield from _Walk(Path(os.path.realpath(root)), ignore, max_bytes, skipped).walk()
         return
+    w = _Walk(root.absolute().parent, ignore, max_bytes, skipped)
     if not _utf8(root.name):
-        w.skip(name, ENCODING, "file name is not valid UTF-8; rename it to include it")
+        w.skip(printable(root.name), ENCODING, "file name is not valid UTF-8; rename it to include it")
         return
     found = w.check_file(root, root.name, st)
     if found is not None:

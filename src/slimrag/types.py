@@ -51,6 +51,8 @@ class Usage:
 
     ``cached_tokens`` counts prompt tokens whose key/value states were reused instead of computed.
     ``ttft_s`` is the time from request to first generated token; ``total_s`` to the last.
+    ``recomputed_tokens``: cached prompt tokens computed again anyway (blend reuse's recompute set;
+    not in ``cached_tokens``); ``reuse``: how the cache was used, ``"exact"`` or ``"blend"``.
     """
 
     prompt_tokens: int = 0
@@ -58,6 +60,8 @@ class Usage:
     cached_tokens: int = 0
     ttft_s: float = 0.0
     total_s: float = 0.0
+    recomputed_tokens: int = 0
+    reuse: str = "exact"
 
 
 #: Human-readable notices for finish reasons a reader should be told about (`Answer.notice`).

@@ -17,6 +17,8 @@ with ``generate``'s own cache management, so the loop is ours. One request:
    (``logits_to_keep=1``: the 49k-wide vocabulary projection of every prompt position would cost
    more than the attention does). The segment-wise schedule is the same with or without a cache,
    which is what makes cached output bitwise equal to uncached output (see ``warm``).
+   The lease runs this prefill (``Lease.prefill``), so blend reuse (:mod:`slimrag.llm.kv.blend`)
+   can place passages from the cache and prefill only its recompute set and the question.
 4. Store the segments this request computed, release the lease and the gate, then decode:
    :meth:`_decode` picks a token, yields it, and only when asked for the next one feeds it back,
    so a caller that stops (EOS, limit, stop string) never pays for a forward it does not use.
@@ -33,7 +35,6 @@ loaded, so they measure generation, not the one-time load.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import threading
 import time
@@ -49,7 +50,7 @@ from slimrag.llm.base import Delta, Generator
 from slimrag.llm.decoding import Chooser, chooser, find_stop, greedy, safe_len
 from slimrag.llm.kv.config import CacheConfig
 from slimrag.llm.kv.payload import cache_layers
-from slimrag.llm.kv.reuse import KVReuse, NoReuse, PlanningView, TreeReuse
+from slimrag.llm.kv.reuse import KVReuse, Lease, PlanningView, make_reuse
 from slimrag.llm.kv.tree import KVTree, KVTreeStats
 from slimrag.llm.scheduler import PrefillScheduler, SchedulerConfig
 from slimrag.llm.weights import LoadedModel, load_model
@@ -57,7 +58,8 @@ from slimrag.prompt import Prompt, Segment, root_key
 from slimrag.types import Usage
 
 if TYPE_CHECKING:
-    from transformers import DynamicCache
+    from transformers import DynamicCache, PreTrainedModel
+    from transformers.modeling_outputs import CausalLMOutputWithPast
 
 DEFAULT_NAME = "smollm2-135m-instruct"
 #: Repetition penalty for local models: the embedded 135M model loops without one (measured on
@@ -133,20 +135,8 @@ class LocalGenerator(Generator):
         """The KV reuse strategy (built on first use, on the model's device)."""
         with self._lock:
             if self._reuse is None:
-                self._reuse = self._make_reuse(self._cache_spec)
+                self._reuse = make_reuse(self._cache_spec, str(self.load().model.device))
             return self._reuse
-
-    def _make_reuse(self, spec: CacheSpec) -> KVReuse:
-        device = str(self.load().model.device)
-        if spec is None:
-            return NoReuse()
-        if isinstance(spec, KVReuse):
-            return spec
-        if isinstance(spec, KVTree):
-            return TreeReuse(spec, device)
-        if spec.device != device:  # the tree's device tier is wherever the model runs
-            spec = dataclasses.replace(spec, device=device)
-        return TreeReuse.from_config(spec, device)
 
     def planning_cache(self) -> PlanningView | None:
         """What the planner may walk: the knowledge tree under this model's namespace, or None
@@ -199,17 +189,17 @@ class LocalGenerator(Generator):
         seg_ids = self.encode_texts([s.text for s in segments])
         ids = [i for seg in seg_ids for i in seg]
         max_new = self._room(len(ids), config.max_new_tokens)
-        cache, logits, cached, store = self._warm_prefill(segments, seg_ids)
+        cache, logits, lease, store = self._warm_prefill(segments, seg_ids)
         steps = self._decode(logits, cache, len(ids), chooser(config, self.seed))
         first = next(steps)
         ttft = time.perf_counter() - t0
         # The tree insert (and any demotion to disk it causes) runs once the first piece is out,
         # before the second token's forward grows the cache past the prompt.
-        yield from self._emit(first, _after(store, steps), config, max_new, len(ids), cached, t0, ttft)
+        yield from self._emit(first, _after(store, steps), config, max_new, len(ids), lease, t0, ttft)
         store()  # generation ended at the first token (EOS, stop string, max_new_tokens=1)
 
     def _emit(self, first: int, steps: Iterator[int], config: GenerationConfig, max_new: int,
-              prompt_tokens: int, cached: int, t0: float, ttft: float) -> Iterator[Delta]:
+              prompt_tokens: int, lease: Lease, t0: float, ttft: float) -> Iterator[Delta]:
         """The decode loop of :meth:`stream` from its first token: stop handling, streaming
         detokenization and the final usage delta."""
         out: list[int] = []
@@ -244,9 +234,11 @@ class LocalGenerator(Generator):
         usage = Usage(
             prompt_tokens=prompt_tokens,
             completion_tokens=len(out),
-            cached_tokens=cached,
+            cached_tokens=lease.tokens,
             ttft_s=ttft,
             total_s=time.perf_counter() - t0,
+            recomputed_tokens=lease.recomputed,
+            reuse=lease.reuse,
         )
         yield Delta("", usage=usage, finish_reason=reason)
 
@@ -260,13 +252,13 @@ class LocalGenerator(Generator):
         seg_ids = self.encode_texts([s.text for s in segments])
         n = sum(len(s) for s in seg_ids)
         max_new = self._room(n, max_new_tokens)
-        cache, logits, cached, store = self._warm_prefill(segments, seg_ids)
+        cache, logits, lease, store = self._warm_prefill(segments, seg_ids)
         steps = self._decode(logits, cache, n, greedy)
         out = [next(steps)]
         store()
         while out[-1] not in self._eos and len(out) < max_new:
             out.append(next(steps))
-        return out, cached
+        return out, lease.tokens
 
     def generate_ids(self, prompt_ids: list[int], max_new_tokens: int = 64) -> list[int]:
         """Greedy continuation of ``prompt_ids`` with one whole-prompt forward and no KV reuse:
@@ -276,7 +268,7 @@ class LocalGenerator(Generator):
             raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
         self.load()
         max_new = self._room(len(prompt_ids), max_new_tokens)
-        cache = self._new_cache()
+        cache = self.new_cache()
         logits = self._forward(list(prompt_ids), cache, 0)
         out: list[int] = []
         for token in self._decode(logits, cache, len(prompt_ids), greedy):
@@ -288,11 +280,11 @@ class LocalGenerator(Generator):
     # -- the loop, in pieces -------------------------------------------------------------------
 
     def _warm_prefill(self, segments: list[Segment], seg_ids: list[list[int]],
-                      ) -> tuple[DynamicCache, torch.Tensor, int, Callable[[], None]]:
+                      ) -> tuple[DynamicCache, torch.Tensor, Lease, Callable[[], None]]:
         """Prefill a prompt, reusing the cached prefix of its segments. Returns the model cache
-        (holding the whole prompt), the last position's logits, the number of prompt tokens
-        served from the cache and ``store``, which adds the newly computed segments to the tree;
-        call it (it runs once) before the cache grows past the prompt.
+        (holding the whole prompt), the last position's logits, the lease (which ran the prefill;
+        cached and recomputed tokens) and ``store``, which adds the newly computed segments to the
+        tree; call it (it runs once) before the cache grows past the prompt.
 
         The match is taken once the scheduler admits the request, so a request that waited
         sees what earlier ones stored meanwhile; its nodes are pinned only during the prefill.
@@ -302,8 +294,7 @@ class LocalGenerator(Generator):
         root, path = self.cache_path(segments)
         reuse = self.reuse
         with self.scheduler.turn(lambda: reuse.cached_tokens(root, path)), reuse.lease(root, path) as lease:
-            cache = self._new_cache(lease.past())
-            logits = self._prefill_segments(seg_ids, cache, lease.segments)
+            cache, logits = lease.prefill(self, seg_ids)
         lengths = [len(s) for s in seg_ids[:-1]]
         stored = False
 
@@ -313,14 +304,25 @@ class LocalGenerator(Generator):
                 stored = True
                 lease.store(cache_layers(cache), lengths)
 
-        return cache, logits, lease.tokens, store
+        return cache, logits, lease, store
 
-    def _new_cache(self, past: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> DynamicCache:
+    @property
+    def causal_lm(self) -> PreTrainedModel:
+        """The loaded transformers model (this and the next three: ``kv.reuse.PrefillEngine``)."""
+        return self.load().model
+
+    def run_model(self, **inputs: object) -> CausalLMOutputWithPast:
+        """One model call under the engine's lock and ``torch.inference_mode``."""
+        with self._lock, torch.inference_mode():
+            return self.causal_lm(**inputs)
+
+    def new_cache(self, past: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> DynamicCache:
+        """A ``DynamicCache`` seeded with per-layer (K, V), or empty."""
         from transformers import DynamicCache
 
         return DynamicCache(past, config=self.load().model.config)
 
-    def _prefill_segments(self, seg_ids: list[list[int]], cache: DynamicCache, first: int) -> torch.Tensor:
+    def prefill_segments(self, seg_ids: list[list[int]], cache: DynamicCache, first: int) -> torch.Tensor:
         """Run segments ``seg_ids[first:]`` through the model one forward per segment, on top of
         ``cache`` (which must hold exactly the segments before ``first``); returns the logits of
         the last prompt position. The last segment (the question) is never cached, so there is

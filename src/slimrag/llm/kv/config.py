@@ -5,9 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slimrag.llm.kv.eviction import EVICTION_POLICIES
+from slimrag.llm.kv.recompute import parse_recompute
 
 #: Tier names of the knowledge tree, top first.
 DEVICE, HOST, DISK = "device", "host", "disk"
+
+#: How passage KV is reused (``CacheConfig.reuse``): ``exact`` = the knowledge tree's exact
+#: prefixes only; ``blend`` = exact prefixes, then every later passage placed from its
+#: position-independent entry with a recompute policy (:mod:`slimrag.llm.kv.blend`).
+REUSE_MODES = ("exact", "blend")
+#: The default recompute policy of blend reuse (see :mod:`slimrag.llm.kv.recompute` and the
+#: measured curve in ``docs/bench_generation.md``).
+DEFAULT_RECOMPUTE = "boundary:8+deviation:0.15"
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +36,10 @@ class CacheConfig:
     recompute cost, size and frequency, ``"lru"``/``"lfu"`` are baselines.
     attention_scale: the context length at which a token's attention work equals its
     linear-layer work (≈ 6 × hidden size); only shapes ``kvpayload.prefill_cost``.
+    reuse: one of :data:`REUSE_MODES`; ``"exact"`` (default) gives tokens identical to no reuse,
+    ``"blend"`` trades a measured amount of fidelity for reusing passages wherever they stand.
+    recompute: the blend recompute policy (:func:`slimrag.llm.kv.recompute.parse_recompute`);
+    ignored in exact mode.
     """
 
     device: str = "cpu"
@@ -36,6 +49,8 @@ class CacheConfig:
     disk_dir: str | None = None
     policy: str = "gdsf"
     attention_scale: float = 4096.0
+    reuse: str = "exact"
+    recompute: str = DEFAULT_RECOMPUTE
 
     def __post_init__(self) -> None:
         if not self.device:
@@ -48,6 +63,9 @@ class CacheConfig:
             raise ValueError(f"policy must be one of {sorted(EVICTION_POLICIES)}, got {self.policy!r}")
         if self.attention_scale <= 0:
             raise ValueError(f"attention_scale must be positive, got {self.attention_scale}")
+        if self.reuse not in REUSE_MODES:
+            raise ValueError(f"reuse must be one of {REUSE_MODES}, got {self.reuse!r}")
+        parse_recompute(self.recompute)  # a ValueError naming the choices when it is not one
 
     @property
     def on_cpu(self) -> bool:

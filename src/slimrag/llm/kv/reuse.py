@@ -7,12 +7,19 @@ the sequence axis (new tensors; the tree's copies are never aliased); the engine
 model's ``DynamicCache`` with them, prefills the remaining segments, and gives the lease the
 per-layer K/V of the whole prompt so the segments it computed are stored.
 
-Two strategies, picked by what the engine is given (a null object, not ``if enabled:`` branches):
+Three strategies, picked by what the engine is given (a null object, not ``if enabled:`` branches):
 
 - :class:`NoReuse`: nothing is cached; every request prefills from position 0.
 - :class:`TreeReuse`: the knowledge tree (:mod:`slimrag.llm.kv.tree`). Its root key is the system
   segment's key namespaced by the model name, so two models or two system prompts never share
   entries; its edges are the passages' content-addressed keys (``Prompt.passage_key``).
+- :class:`slimrag.llm.kv.blend.BlendReuse` (``CacheConfig(reuse="blend")``): the same tree, plus
+  passages placed wherever they stand from their position-independent entries (not exact; its
+  module header says how and what it costs in fidelity).
+
+A lease prefills the prompt itself (:meth:`Lease.prefill`, given the engine's
+:class:`PrefillEngine` hooks), so a strategy decides both what is served and how the rest is
+computed; the engine only decodes.
 
 Exactness. The engine prefills *segment by segment* (one forward per segment over its tokens,
 on top of the cache so far) whether or not anything is cached. A segment's K/V are then computed
@@ -29,10 +36,11 @@ tree pins.
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from slimrag.llm.kv.config import CacheConfig
 from slimrag.llm.kv.payload import assemble_kv, split_kv
@@ -42,16 +50,47 @@ from slimrag.prompt import CachedSegment, Prompt, root_key
 Layers = list[tuple[Any, Any]]
 
 
+class PrefillEngine(Protocol):
+    """What a lease prefills with: the engine's cache factory, its segment-wise prefill, and one
+    model call under the engine's lock (``LocalGenerator`` provides them)."""
+
+    @property
+    def causal_lm(self) -> Any:
+        """The transformers model (read its config and rotary embedding; call it via run_model)."""
+
+    def new_cache(self, past: Layers | None = None) -> Any:
+        """A model cache (``DynamicCache``) seeded with per-layer (K, V), or empty."""
+
+    def prefill_segments(self, seg_ids: list[list[int]], cache: Any, first: int) -> Any:
+        """Prefill ``seg_ids[first:]`` one forward per segment on top of ``cache``; the last
+        position's logits."""
+
+    def run_model(self, **inputs: Any) -> Any:
+        """``causal_lm(**inputs)`` under the engine's lock and ``torch.inference_mode``."""
+
+
 class Lease:
     """The cached prefix of one request: ``segments`` leading cacheable segments (system first)
-    holding ``tokens`` prompt tokens. This base is the empty lease of :class:`NoReuse`."""
+    holding ``tokens`` prompt tokens. This base is the empty lease of :class:`NoReuse`.
+    ``recomputed``: cached tokens computed again anyway (blend's recompute set; they are not in
+    ``tokens``); ``reuse``: the mode name reported in ``Usage.reuse``."""
 
     segments: int = 0
     tokens: int = 0
+    recomputed: int = 0
+    reuse: str = "exact"
 
     def past(self) -> Layers | None:
         """Per-layer (K, V) of the cached prefix, on the engine's device; None when nothing is."""
         return None
+
+    def prefill(self, engine: PrefillEngine, seg_ids: list[list[int]]) -> tuple[Any, Any]:
+        """Prefill the prompt ``seg_ids`` (one list per segment, the question last) on top of what
+        this lease serves; returns the model cache holding the whole prompt in position order and
+        the last position's logits. Exact reuse: seed the cache with :meth:`past` and prefill the
+        segments after the cached ones."""
+        cache = engine.new_cache(self.past())
+        return cache, engine.prefill_segments(seg_ids, cache, self.segments)
 
     def store(self, layers: Layers, lengths: Sequence[int]) -> int:
         """Keep the segments this request computed. ``layers``: the prompt's per-layer (K, V);
@@ -125,8 +164,11 @@ class TreeReuse(KVReuse):
 
     @classmethod
     def from_config(cls, config: CacheConfig, device: str | None = None) -> TreeReuse:
-        """A fresh tree with real tensors and the given budgets."""
-        return cls(KVTree(config), device)
+        """A fresh tree with real tensors and the given budgets, behind the strategy that
+        ``config.reuse`` names (:data:`slimrag.llm.kv.blend.REUSE_STRATEGIES`)."""
+        from slimrag.llm.kv.blend import REUSE_STRATEGIES
+
+        return REUSE_STRATEGIES[config.reuse](KVTree(config), device)
 
     @contextmanager
     def lease(self, root_key: str, path: Sequence[str]) -> Iterator[Lease]:
@@ -173,3 +215,20 @@ class PlanningView:
     def walk(self, root_key: str, choose: Callable[[Mapping[str, CachedSegment]], str | None],
              ) -> tuple[list[str], int]:
         return self.reuse.walk(root_key, choose)
+
+
+def make_reuse(spec: CacheConfig | KVTree | KVReuse | None, device: str) -> KVReuse:
+    """The strategy for what an engine on ``device`` was given: None → :class:`NoReuse`; a
+    strategy as is; a tree or a :class:`CacheConfig` behind the strategy its ``reuse`` names
+    (a config's device tier is moved to ``device``, wherever the model runs)."""
+    from slimrag.llm.kv.blend import REUSE_STRATEGIES
+
+    if spec is None:
+        return NoReuse()
+    if isinstance(spec, KVReuse):
+        return spec
+    if isinstance(spec, KVTree):
+        return REUSE_STRATEGIES[spec.config.reuse](spec, device)
+    if spec.device != device:
+        spec = dataclasses.replace(spec, device=device)
+    return TreeReuse.from_config(spec, device)

@@ -180,6 +180,38 @@ class KVTree:
             self._counts["served_tokens"] += tokens
             return Match(root_key, tuple(path), tuple(nodes), tokens)
 
+    def entries(self, root_key: str, keys: Sequence[str]) -> Match:
+        """The position-independent entries of ``keys``: the root's children, whose KV were
+        computed right after the system segment (blend reuse, :mod:`slimrag.llm.kv.blend`).
+
+        Returns a :class:`Match` whose ``path`` holds the keys found and ``nodes`` their nodes,
+        aligned; the root itself is not included. Side effects as in :meth:`match` (pin, touch,
+        promotion; a node left on disk that fits no memory tier counts as absent), release it
+        the same way. Call it after the request's :meth:`match`, for keys past its prefix: those
+        were counted as misses there, and each one found moves from misses to hits."""
+        with self._lock:
+            self._tick += 1
+            root = self._sentinel.children.get(root_key)
+            found: list[str] = []
+            nodes: list[Node] = []
+            for key in keys:
+                child = root.children.get(key) if root is not None else None
+                if child is None or child in nodes:
+                    continue
+                child.pins += 1
+                self.tiers.promote(child, root.tier)  # type: ignore[union-attr]
+                if child.kv is None:
+                    self._unpin(child)
+                    continue
+                self._touch(child)
+                found.append(key)
+                nodes.append(child)
+            tokens = sum(n.tokens for n in nodes)
+            self._counts["hits"] += len(nodes)
+            self._counts["misses"] -= len(nodes)
+            self._counts["served_tokens"] += tokens
+            return Match(root_key, tuple(found), tuple(nodes), tokens)
+
     def release(self, match: Match) -> None:
         """Unpin a match's nodes (they become evictable again). Releasing twice is an error."""
         with self._lock:

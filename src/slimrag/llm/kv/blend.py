@@ -1,0 +1,285 @@
+"""Blend reuse: a passage's KV reused wherever it stands in the prompt (EPIC, CacheBlend).
+
+Exact reuse (:mod:`slimrag.llm.kv.reuse`) serves a passage only behind the very passages it was
+computed behind, which caps the cached share of a RAG prompt near 45% (``bench.gen_bound``).
+Blend reuse goes past that ceiling by giving up bitwise exactness, with fidelity measured
+(``docs/bench_generation.md``); exact reuse stays the default.
+
+Entries. A passage's *position-independent entry* is its KV computed right after the system
+segment, at positions ``[len(system), len(system) + n)``. That is exactly the knowledge tree's
+node ``root → passage`` (depth 1), so entries are tree nodes: one byte budget, one set of tiers,
+one eviction policy for exact paths and entries alike; nothing is stored twice.
+
+A request ``[system][p1]...[pn][question]`` in blend mode (:meth:`_BlendLease.prefill`):
+
+1. The exact prefix comes from the tree (``KVTree.match``), as in exact mode; a missing system
+   segment is computed first.
+2. Every later passage is *placed*: its entry's V as is, its K re-rotated by the offset
+   ``Δ = start - len(system)`` (RoPE rotations compose, ``R(p + Δ) = R(Δ) R(p)``; the rotation is
+   the model's own rotary embedding at position Δ, so this step is exact to float rounding). A
+   passage without an entry gets one first: one forward over its tokens after the system
+   segment only (its full cost, and the entry is stored for the next request).
+3. The recompute policy (:mod:`slimrag.llm.kv.recompute`) picks placed tokens whose K/V are
+   computed again in full context; a passage placed at Δ = 0 is exact and never recomputed.
+   ``deviation`` first runs every token after the exact prefix through the first layers to
+   score each placed token's K/V deviation.
+4. The recomputed tokens and the question are prefilled on top of the placed K/V with the
+   model's own layers: their true position ids, and a 4-D attention mask by position (a query
+   at position q sees every key at a position ≤ q), one forward per segment as in exact mode.
+   Key order in the cache does not matter to attention under an explicit mask, so the cache is
+   sorted into position order afterwards and decoding proceeds as usual.
+
+Limiting case: with every placed token recomputed (``recompute="all"``) the cache holds what an
+exact prefill computes, segment by segment, and the tokens equal exact mode's (tested on SmolLM2
+and on a Qwen2 config); every cheaper policy trades only fidelity.
+
+Only RoPE variants whose rotation is linear in the position (``default``, ``linear``,
+``llama3``, ``yarn``) can be re-rotated; others (``dynamic``, ``longrope``) raise a ValueError
+at the first blend request. Blend never inserts deeper exact paths: the KV of a passage placed
+behind others is approximate, so only system segments and entries are stored.
+
+Usage: ``Lease.tokens`` (``Usage.cached_tokens``) counts prompt tokens served from the cache and
+not recomputed; ``Lease.recomputed`` (``Usage.recomputed_tokens``) the tokens served from the
+cache and computed again anyway. A passage that had no entry counts in neither: it was computed
+(its entry, then its recompute set) like any uncached token.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from slimrag.llm.kv.payload import SegmentKV, assemble_kv, cache_layers
+from slimrag.llm.kv.recompute import DEVIATION_LAYER, RecomputePolicy, Span, parse_recompute
+from slimrag.llm.kv.reuse import Layers, Lease, PrefillEngine, TreeReuse
+from slimrag.llm.kv.tree import KVTree, Match
+
+#: RoPE types whose rotation angle is linear in the position, so a rotation by Δ composes.
+COMPOSABLE_ROPE = frozenset({"default", "linear", "llama3", "yarn"})
+
+
+class Rotary:
+    """Re-rotates RoPE keys by a position offset with a model's own rotary embedding and its
+    ``apply_rotary_pos_emb``; a ValueError when the model has neither or a non-composable type."""
+
+    def __init__(self, model: Any) -> None:
+        base = model.base_model
+        self.emb = getattr(base, "rotary_emb", None)
+        rope_type = getattr(self.emb, "rope_type", None)
+        if self.emb is None or rope_type not in COMPOSABLE_ROPE:
+            raise ValueError(f"blend reuse needs RoPE with a position-linear rotation ({sorted(COMPOSABLE_ROPE)}); "
+                             f"{type(model).__name__} has {rope_type!r}. Use CacheConfig(reuse='exact').")
+        module = sys.modules[type(base.layers[0].self_attn).__module__]
+        self.apply = getattr(module, "apply_rotary_pos_emb", None)
+        if self.apply is None:
+            raise ValueError(f"{module.__name__} has no apply_rotary_pos_emb; use CacheConfig(reuse='exact')")
+        self.scale = float(getattr(self.emb, "attention_scaling", 1.0))
+
+    def shift(self, k: Any, deltas: Any) -> Any:
+        """``k`` (``[1, heads, n, head_dim]``) with token i rotated further by ``deltas[i]``
+        positions (a long tensor of n offsets), computed in float32."""
+        x = k.float()
+        cos, sin = self.emb(x, deltas.view(1, -1))
+        _, out = self.apply(x, x, cos / self.scale, sin / self.scale)
+        return out.to(k.dtype)
+
+
+class _Stop(Exception):
+    """Raised by a layer hook to end a forward early (deviation scoring needs only the first layers)."""
+
+
+class _BlendLease(Lease):
+    reuse = "blend"
+
+    def __init__(self, tree: KVTree, match: Match, entries: Match, policy: RecomputePolicy,
+                 device: str | None) -> None:
+        self.tree, self.match, self.entries, self.policy, self.device = tree, match, entries, policy, device
+        self.segments, self.tokens = len(match.nodes), match.tokens
+        self._pending: list[tuple[list[str], SegmentKV]] = []  # (path, payload) to insert in store()
+
+    def store(self, layers: Layers, lengths: Sequence[int]) -> int:
+        """Insert the system segment and the entries computed by :meth:`prefill` (the prompt's
+        own KV past the exact prefix is approximate and never stored)."""
+        added = 0
+        for path, payload in self._pending:
+            added += self.tree.insert(self.match.root_key, path, [payload])
+        self._pending = []
+        return added
+
+    def prefill(self, engine: PrefillEngine, seg_ids: list[list[int]]) -> tuple[Any, Any]:
+        import torch
+
+        model = engine.causal_lm
+        rotary = Rotary(model)
+        lengths = [len(s) for s in seg_ids]
+        starts = list(itertools.accumulate(lengths, initial=0))
+        sys_len, ask = lengths[0], starts[-2]  # ask: where the question starts
+        path = self.match.path
+        # 1. the exact prefix; a missing system segment is computed (and stored) first
+        if self.match.nodes:
+            prefix = assemble_kv(self.match.payloads, self.device)
+        else:
+            cache = engine.new_cache()
+            engine.prefill_segments(seg_ids[:1], cache, 0)
+            prefix = [(k.clone(), v.clone()) for k, v in cache_layers(cache)]
+            self._pending.append(([], SegmentKV.from_layers(prefix)))
+            self.segments = 1  # computed, not served: ``tokens`` stays 0
+        m = self.segments
+        found = dict(zip(self.entries.path, self.entries.nodes, strict=True))
+        system = [(k[:, :, :sys_len], v[:, :, :sys_len]) for k, v in prefix]
+        # 2. place every later passage from its entry, computing the entries that are missing
+        placed: list[Layers] = []
+        spans: list[Span] = []
+        served: set[int] = set()  # placed positions whose K/V came from the cache
+        for i in range(m, len(seg_ids) - 1):
+            if not lengths[i]:
+                continue
+            node = found.get(path[i - 1])
+            if node is not None:
+                kv = node.kv.to(self.device) if self.device else node.kv
+                self.tokens += lengths[i]
+                served.update(range(starts[i], starts[i + 1]))
+            else:
+                cache = engine.new_cache(system)
+                engine.prefill_segments([seg_ids[0], seg_ids[i]], cache, 1)
+                kv = SegmentKV.from_layers([(k[:, :, sys_len:].clone(), v[:, :, sys_len:].clone())
+                                            for k, v in cache_layers(cache)])
+                self._pending.append(([path[i - 1]], kv))
+            placed.append(list(kv.layers))
+            if starts[i] > sys_len:  # at Δ = 0 the entry is exact: nothing to recompute
+                spans.append(Span(starts[i], lengths[i]))
+        device = prefix[0][0].device
+        deltas = torch.cat([torch.full((n,), starts[i] - sys_len, dtype=torch.long, device=device)
+                            for i, n in _placed_segments(m, lengths)]) if placed else None
+        context = []
+        for layer, (pk, pv) in enumerate(prefix):
+            if placed:
+                k = rotary.shift(torch.cat([p[layer][0] for p in placed], dim=-2), deltas)
+                v = torch.cat([p[layer][1] for p in placed], dim=-2)
+                pk, pv = torch.cat([pk, k], dim=-2), torch.cat([pv, v], dim=-2)
+            context.append((pk, pv))
+        # 3. the recompute set
+        deviation = None
+        if self.policy.needs_deviation and spans:
+            deviation = _deviation(engine, prefix, context, seg_ids, starts[m], spans)
+        recompute = sorted(self.policy.select(spans, deviation))
+        self.recomputed = sum(p in served for p in recompute)  # fresh entries' tokens are not "re"-computed
+        self.tokens -= self.recomputed
+        # 4. prefill the recompute set and the question over the placed K/V
+        keep = torch.ones(ask, dtype=torch.bool, device=device)
+        if recompute:
+            keep[torch.tensor(recompute, device=device)] = False
+        cache = engine.new_cache([(k[:, :, keep], v[:, :, keep]) for k, v in context])
+        kpos = torch.arange(ask, device=device)[keep]
+        flat = [t for s in seg_ids for t in s]
+        groups = [[p for p in recompute if starts[i] <= p < starts[i + 1]] for i in range(len(seg_ids) - 1)]
+        groups.append(list(range(ask, starts[-1])))
+        logits = None
+        for group in (g for g in groups if g):
+            qpos = torch.tensor(group, device=device)
+            kpos = torch.cat([kpos, qpos])
+            out = engine.run_model(
+                input_ids=torch.tensor([[flat[p] for p in group]], device=device), position_ids=qpos.view(1, -1),
+                attention_mask=_mask(kpos, qpos, model), past_key_values=cache, use_cache=True, logits_to_keep=1)
+            logits = out.logits[0, -1].float()
+        order = torch.argsort(kpos)
+        sorted_cache = engine.new_cache([(k[:, :, order], v[:, :, order]) for k, v in cache_layers(cache)])
+        return sorted_cache, logits
+
+
+def _placed_segments(m: int, lengths: Sequence[int]) -> Iterator[tuple[int, int]]:
+    """(segment index, tokens) of the placed passages: non-empty segments after the exact prefix."""
+    return ((i, lengths[i]) for i in range(m, len(lengths) - 1) if lengths[i])
+
+
+def _mask(kpos: Any, qpos: Any, model: Any) -> Any:
+    """The 4-D attention mask of queries at ``qpos`` over keys at ``kpos`` (cache order): a key is
+    seen when its position is ≤ the query's. Boolean for SDPA, additive for eager attention."""
+    import torch
+
+    seen = (kpos.view(1, -1) <= qpos.view(-1, 1))[None, None]
+    if model.config._attn_implementation == "sdpa":
+        return seen
+    dtype = model.dtype
+    return torch.zeros(seen.shape, dtype=dtype, device=seen.device).masked_fill(~seen, torch.finfo(dtype).min)
+
+
+def _deviation(engine: PrefillEngine, prefix: Layers, context: Layers, seg_ids: list[list[int]], start: int,
+               spans: Sequence[Span]) -> list[float]:
+    """Per placed token (spans in order), the squared distance between its placed K/V and the K/V
+    a full prefill gives at layer :data:`DEVIATION_LAYER`: the tokens after the exact prefix
+    (``start``) run through the first layers only, on the exact prefix."""
+    import torch
+
+    model = engine.causal_lm
+    flat = [t for s in seg_ids for t in s]
+    device = prefix[0][0].device
+    cache = engine.new_cache(prefix)
+    owner = threading.get_ident()
+
+    def stop(module: Any, args: Any, output: Any) -> None:
+        if threading.get_ident() == owner:  # another thread's forward runs through untouched
+            raise _Stop
+
+    handle = model.base_model.layers[DEVIATION_LAYER].register_forward_hook(stop)
+    try:
+        engine.run_model(input_ids=torch.tensor([flat[start:]], device=device),
+                         position_ids=torch.arange(start, len(flat), device=device).view(1, -1),
+                         past_key_values=cache, use_cache=True)
+    except _Stop:
+        pass  # the hook ended the forward after the layer we need; its K/V are in the cache
+    finally:
+        handle.remove()
+    true_k, true_v = cache_layers(cache)[DEVIATION_LAYER]
+    have_k, have_v = context[DEVIATION_LAYER]
+    idx = torch.tensor([s.start + i for s in spans for i in range(s.tokens)], device=device)
+    dk = (true_k[:, :, idx] - have_k[:, :, idx]).float().pow(2).sum(dim=(0, 1, 3))
+    dv = (true_v[:, :, idx] - have_v[:, :, idx]).float().pow(2).sum(dim=(0, 1, 3))
+    return (dk + dv).tolist()
+
+
+class BlendReuse(TreeReuse):
+    """Exact prefixes from the knowledge tree, then every later passage placed from its entry
+    (see the module header). ``recompute``: the policy spec, default the tree config's."""
+
+    def __init__(self, tree: KVTree, device: str | None = None, recompute: str | None = None) -> None:
+        super().__init__(tree, device)
+        self.recompute = recompute or tree.config.recompute
+        self.policy = parse_recompute(self.recompute)
+
+    @contextmanager
+    def lease(self, root_key: str, path: Sequence[str]) -> Iterator[Lease]:
+        match = self.tree.match(root_key, path)
+        try:
+            entries = self.tree.entries(root_key, path[max(0, len(match.nodes) - 1):])
+            try:
+                yield _BlendLease(self.tree, match, entries, self.policy, self.device)
+            finally:
+                self.tree.release(entries)
+        finally:
+            self.tree.release(match)
+
+    def cached_tokens(self, root_key: str, path: Sequence[str]) -> int:
+        """The scheduler's score: the exact prefix, or the system segment plus every passage with
+        an entry, whichever is larger (no side effects)."""
+        exact = super().cached_tokens(root_key, path)
+        wanted = set(path)
+        held: dict[str, int] = {}
+
+        def peek(children: Any) -> None:
+            held.update({k: children[k].tokens for k in wanted if k in children})
+            return None
+
+        _, system = self.tree.walk(root_key, peek)
+        return max(exact, system + sum(held.values()))
+
+
+#: ``CacheConfig.reuse`` -> the strategy over a tree (``TreeReuse.from_config`` builds from it).
+REUSE_STRATEGIES: dict[str, Callable[[KVTree, str | None], TreeReuse]] = {
+    "exact": TreeReuse,
+    "blend": BlendReuse,
+}

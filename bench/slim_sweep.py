@@ -2,6 +2,10 @@
 
     python -m bench.slim_sweep                       # synthetic 5k text-like vectors (bench.vectors)
     python -m bench.slim_sweep --vectors X.npy --queries Q.npy   # your own unit-norm embeddings
+    python -m bench.slim_sweep --vectors X.npy --queries Q.npy --knobs   # query knobs only
+
+``--knobs``: the default build only, and a grid of the query knobs (``SearchConfig``: ef, rerank,
+early_stop): the recall / recomputation frontier that slim's search defaults are picked from.
 
 Ground truth is numpy brute force; ``recompute`` is backed by the true matrix, so the exact level
 is exact and recall loss comes from the graph walk or the PQ ranking. Prints a table and writes
@@ -97,18 +101,36 @@ def sweep(name: str, x: np.ndarray, q: np.ndarray, rows: list[dict]) -> None:
                       f"{out['visited']:>6.0f} {out['ms_per_query']:>6.2f}", flush=True)
 
 
+def knobs(name: str, x: np.ndarray, q: np.ndarray, rows: list[dict]) -> None:
+    """Default build; recall@10 and rows recomputed per query over a grid of query knobs."""
+    truth = np.argsort(-(q @ x.T), axis=1)[:, :10]
+    art = build_slim(x, SlimConfig())
+    print(f"\n== {name}: n={len(x)} queries={len(q)}; PQ m={art.pq.m} bits={art.pq.bits} error {art.pq_error:.3f}")
+    print(f"{'ef':>4} {'R':>3} {'stop':>5} {'r@10':>6} {'r@3':>6} {'recomp':>6} {'visit':>6} {'ms/q':>6}")
+    for ef in (48, 64, 96, 128):
+        for r in (10, 12, 14, 16, 20, 24):
+            for stop in (False, True):
+                if r > ef:
+                    continue
+                out = evaluate(art, x, q, truth, SearchConfig(ef=ef, rerank=r, early_stop=stop))
+                rows.append({"data": name, "ef": ef, "R": r, "early_stop": stop, **out})
+                print(f"{ef:>4} {r:>3} {str(stop):>5} {out['recall@10']:>6.3f} {out['recall@3']:>6.3f} "
+                      f"{out['recomputed']:>6.1f} {out['visited']:>6.0f} {out['ms_per_query']:>6.2f}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vectors", type=Path, help="(n, d) float32 unit-norm .npy")
     ap.add_argument("--queries", type=Path, help="(nq, d) float32 unit-norm .npy")
     ap.add_argument("--sizes", default="5000", help="synthetic corpus sizes, comma-separated (43000: ~10 min)")
+    ap.add_argument("--knobs", action="store_true", help="default build, sweep the query knobs only")
     ap.add_argument("--out", type=Path, default=Path("bench/slim_sweep.json"))
     args = ap.parse_args()
     rows: list[dict] = []
     if args.vectors:
         x = np.load(args.vectors).astype(np.float32)
         q = np.load(args.queries).astype(np.float32)
-        sweep(args.vectors.stem, x, q, rows)
+        (knobs if args.knobs else sweep)(args.vectors.stem, x, q, rows)
     else:
         for n in (int(s) for s in args.sizes.split(",")):
             x, q = text_like(n, 200)

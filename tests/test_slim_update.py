@@ -211,6 +211,7 @@ def test_slim_vectors_update_keeps_live_rows_and_reembeds_only_what_it_needs(dat
 
     delta_ids = np.arange(N + 1000, N + 1000 + ADD)
     store = SlimVectors(gen_ids, base, FlatVectors(delta_ids, x[N:]), recompute_ids, CONFIG)
+    assert store.delta_share == ADD / N
     dead = {1000, 1001, int(delta_ids[0])}
     store.set_live(np.array([i for i in store.ids.tolist() if i not in dead]))
     up = store.updated(CONFIG)

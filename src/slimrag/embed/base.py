@@ -60,6 +60,11 @@ class Embedder(ABC):
         implementation extends ``super().record()``). JSON-able."""
         return {"id": self.model_id, "dim": int(self.dim), "normalized": True, "kind": self.kind}
 
+    def load(self) -> None:
+        """Load the model now (idempotent), so a caller can overlap the load with other work, as a
+        one-shot ``slimrag ask`` does with the LLM's; embedders that load nothing keep this no-op."""
+        return None
+
     def lengths(self, texts: Sequence[str]) -> np.ndarray:
         """A per-text cost proxy that `embed` sorts by, so batch mates pad little. Characters here;
         an embedder that knows its tokenizer returns token counts (cheaper to pad exactly)."""

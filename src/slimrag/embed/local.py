@@ -166,6 +166,11 @@ class LocalEmbedder(Embedder):
             rec["model_dir"] = str(self.model_dir)
         return rec
 
+    def load(self) -> None:
+        """Load the runtime's model now (see `Embedder.load`)."""
+        with self._lock:
+            self._load()
+
     def _load(self) -> Encoder:
         if self._encoder is None:
             runtime = self.runtime

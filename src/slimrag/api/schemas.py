@@ -44,7 +44,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from slimrag.config import SearchConfig
 from slimrag.types import Hit, Usage
@@ -111,6 +111,20 @@ Glob = Annotated[str, Field(max_length=MAX_GLOB_CHARS, json_schema_extra={"patte
 _NONBLANK = re.compile(NONBLANK_PATTERN)
 
 
+def _integral(value: object) -> object:
+    """``88.0`` as ``88``: JSON schema's integers include floats with no fraction, and clients
+    (JavaScript ones) send them; ``"88"`` and ``true`` stay refused."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _int(lo: int | None = None, hi: int | None = None) -> Any:
+    """An integer as JSON schema means it (see `_integral`) in ``[lo, hi]``; the bounds sit under
+    the validator so that the schema publishes them as ``minimum`` and ``maximum``."""
+    return Annotated[int, Field(ge=lo, le=hi), BeforeValidator(_integral)]
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
 
@@ -172,15 +186,15 @@ class ChatRequest(_Body):
                         AfterValidator(_has_question)]
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
-    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    max_tokens: _int(1, MAX_TOKENS) | None = None
+    max_completion_tokens: _int(1, MAX_TOKENS) | None = None
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     stop: (Annotated[Text, Field(max_length=MAX_STOP_CHARS)]
            | Annotated[list[Annotated[Text, Field(max_length=MAX_STOP_CHARS)]], Field(max_length=MAX_STOP)]
            | None) = None
-    n: int = Field(1, ge=1, le=1, description="Only 1: ask again for another answer.")
-    k: int = Field(4, ge=1, le=MAX_K)
+    n: _int(1, 1) = Field(1, description="Only 1: ask again for another answer.")
+    k: _int(1, MAX_K) = 4
     source: Glob | None = None
 
 
@@ -191,14 +205,14 @@ class EmbeddingsRequest(_Body):
     input: NonBlankText | Annotated[list[NonBlankText], Field(min_length=1, max_length=MAX_EMBED_INPUTS)]
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = None
+    dimensions: _int() | None = None
 
 
 class SearchRequest(_Body):
     """``POST /v1/search``."""
 
     query: Query
-    k: int = Field(SearchConfig().k, ge=1, le=MAX_K)
+    k: _int(1, MAX_K) = SearchConfig().k
     source: Glob | None = None
     mode: Literal["vector", "keyword", "hybrid"] | None = None
 

@@ -72,7 +72,10 @@ T = TypeVar("T")
 
 #: A chat's 200 answer: a completion, or server-sent events when ``stream`` is true.
 _CHAT_200 = {200: {"description": "A chat completion, or with ``stream: true`` server-sent events of chunks.",
-                   "content": {"text/event-stream": {"schema": {"type": "string"}}}}}
+                   "content": {"text/event-stream": {"schema": {
+                       "type": "object", "required": ["data"],
+                       "properties": {"data": {"type": "string", "description": "a chat.completion.chunk as JSON, "
+                                               "then [DONE]; or an error object, which ends the stream"}}}}}}}
 
 
 class ClientGone(Exception):

@@ -175,7 +175,7 @@ class _Walk:
                 if is_link:
                     target = Path(os.path.realpath(p))
                     if not target.is_relative_to(self.root):
-                        self.skip(source, OUTSIDE, f"points to {target}")
+                        self.skip(source, OUTSIDE, f"points to {printable(str(target))}")
                         continue
                     if target.is_dir():
                         self.skip(source + "/", IGNORED, "link to a folder inside the root (indexed there)")

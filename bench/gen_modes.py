@@ -19,18 +19,26 @@ have one knowledge tree each, with the same byte budgets.
   the most cached tokens is admitted (:func:`slimrag.llm.scheduler.pick_next`, the rule the
   engine's scheduler uses; the age bound is not reached inside a burst here); its prompt is the
   plan made at admission. Planning and scoring time is charged to the admitted request.
+- ``e`` slimrag blend (issue 9): d's planner and admission, with ``CacheConfig(reuse="blend")``:
+  passages past the exact prefix are placed from their position-independent entries and only a
+  recompute set (one mode per recompute policy, ``--recompute``) and the question are prefilled.
+  All e modes of a run share one tree (entries do not depend on the policy), so they see the
+  same cache and their differences are the policy's alone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from bench.qa_workload import Request
+from slimrag.llm.kv.blend import BlendReuse
 from slimrag.llm.kv.config import CacheConfig
+from slimrag.llm.kv.tree import KVTree
 from slimrag.llm.local import LocalGenerator
 from slimrag.llm.scheduler import pick_next
 from slimrag.llm.weights import LoadedModel
@@ -75,6 +83,7 @@ class Mode:
 
     name = ""
     label = ""
+    blend = False  # True: answers are compared with exact prefill of the same prompt (fidelity)
 
     def __init__(self, model: LoadedModel, cache: CacheConfig) -> None:
         self.gen = LocalGenerator(loaded=model, cache=cache)
@@ -128,6 +137,24 @@ class SlimragPlanner(Mode):
             prompt = plans[i][0]
             r = waiting.pop(i)
             yield Scheduled(r, prompt, time.perf_counter() - t, spent / len(plans))
+
+
+class BlendPlanner(SlimragPlanner):
+    """Mode e for one recompute policy over a (shared) blend tree; ``name`` is e1, e2, ..."""
+
+    name, label, blend = "e", "slimrag blend", True
+
+    def __init__(self, model: LoadedModel, cache: CacheConfig, recompute: str = "boundary:8",
+                 tree: KVTree | None = None, name: str = "e") -> None:
+        tree = tree if tree is not None else KVTree(dataclasses.replace(cache, reuse="blend", recompute=recompute))
+        self.gen = LocalGenerator(loaded=model, cache=BlendReuse(tree, cache.device, recompute=recompute))
+        self.name, self.label, self.recompute = name, f"blend {recompute}", recompute
+
+
+def blend_modes(model: LoadedModel, cache: CacheConfig, policies: Sequence[str]) -> list[Mode]:
+    """One mode e per recompute policy, all over one tree with ``cache``'s budgets."""
+    tree = KVTree(dataclasses.replace(cache, reuse="blend"))
+    return [BlendPlanner(model, cache, policy, tree, f"e{i + 1}") for i, policy in enumerate(policies)]
 
 
 MODES: dict[str, type[Mode]] = {m.name: m for m in (NoReuse, PrefixReuse, ContextPilotOrder, SlimragPlanner)}

@@ -8,7 +8,8 @@
 - Retrieval: top-``--k`` (4) from the flat index of all 1,204 passages (cached in bench/data).
 - Arrivals: bursts of ``--burst`` (8) questions arrive together; each mode serves a burst one
   prefill at a time (``bench.gen_modes``: a no reuse, b prefix cache in retrieval order,
-  c ContextPilot's order and schedule, d slimrag tree + planner + longest-cached-prefix-first).
+  c ContextPilot's order and schedule, d slimrag tree + planner + longest-cached-prefix-first,
+  e slimrag blend reuse, one mode per ``--recompute`` policy).
   Modes are interleaved burst by burst, in a rotating order, so a noisy neighbour on the machine
   hits all of them alike; one untimed request warms the model up first.
 - Model: the embedded SmolLM2-135M-Instruct, float32, ``--threads`` torch threads, greedy,
@@ -19,8 +20,11 @@ Reported per mode: TTFT mean and p90 from the engine (tokenize + match + prefill
 plus the mode's ordering time) and the same including the wait behind earlier requests of the
 burst; prefill tokens computed per request; cached-token share (cached / prompt tokens); peak
 bytes per cache tier; answer EM/F1 (SQuAD normalisation) against the gold answers; planner
-overhead (one planning call) and ordering overhead charged per request. Prints a table and
-writes ``bench/results/generation.json``.
+overhead (one planning call) and ordering overhead charged per request. Blend modes (e) add
+recomputed tokens per request and fidelity against exact prefill of the same prompt
+(``bench.gen_fidelity``): identical-answer rate, mean KL over the exact answer, and the F1 of the
+exact answers. ``--warmup N`` serves the first N arrivals to the caching modes untimed (steady
+state; mode a has no state to warm). Prints a table and writes ``bench/results/generation.json``.
 """
 
 from __future__ import annotations
@@ -49,14 +53,20 @@ def p90(xs: list[float]) -> float:
 def run(args: argparse.Namespace, workload: str, model: Any, checkpoint: Any) -> dict[str, Any]:
     """Serve the workload in every mode; ``checkpoint(result)`` is called after each burst with
     the summary so far (a long run on a busy machine leaves usable partial results)."""
-    from bench.gen_modes import MODES, relevance_prompt
+    from bench.gen_fidelity import Fidelity
+    from bench.gen_modes import MODES, BlendPlanner, relevance_prompt
     from slimrag.config import GenerationConfig
     from slimrag.llm.kv.config import CacheConfig
 
     cache = CacheConfig(device=str(model.model.device), device_bytes=args.device_mib << 20,
                         host_bytes=args.host_mib << 20, disk_bytes=args.disk_mib << 20)
-    modes = [MODES[m](model, cache) for m in args.modes]
+    modes = [MODES[m](model, cache) for m in args.modes if m != "e"]
+    if "e" in args.modes:  # one tree per policy: each pays for its own unseen passages
+        modes += [BlendPlanner(model, cache, policy, name=f"e{i + 1}")
+                  for i, policy in enumerate(args.recompute.split(","))]
+    fidelity = Fidelity(model, args.max_new_tokens)
     arrivals = requests(args, workload)[: args.limit or None]
+    warm, arrivals = arrivals[: args.warmup], arrivals[args.warmup:]
     gold = {r.index: answer for r, answer in arrivals}
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, stop=("\n",))
     rows: dict[str, list[dict[str, Any]]] = {m.name: [] for m in modes}
@@ -64,6 +74,13 @@ def run(args: argparse.Namespace, workload: str, model: Any, checkpoint: Any) ->
     # Warm-up: the first forwards page in the memory-mapped weights; no mode should pay for that.
     warmup = MODES["a"](model, cache)
     warmup.gen.generate(relevance_prompt(arrivals[0][0]), cfg)
+    for b in range(0, len(warm), args.burst):  # steady state: fill the caches, measure nothing
+        for mode in modes:
+            if mode.name != "a":
+                for s in mode.serve([r for r, _ in warm[b : b + args.burst]]):
+                    mode.gen.generate(s.prompt, cfg)
+        print(f"  {workload}: warm-up {min(b + args.burst, len(warm))}/{len(warm)}, "
+              f"{time.perf_counter() - t_start:.0f} s", flush=True)
     for n, b in enumerate(range(0, len(arrivals), args.burst)):
         burst = [r for r, _ in arrivals[b : b + args.burst]]
         for mode in modes[n % len(modes):] + modes[: n % len(modes)]:  # rotate: no mode always goes first
@@ -73,7 +90,10 @@ def run(args: argparse.Namespace, workload: str, model: Any, checkpoint: Any) ->
                 u = done.usage
                 ttft = u.ttft_s + s.overhead_s
                 text = done.text.strip().split("\n")[0]
-                rows[mode.name].append({
+                fid = fidelity.compare(mode.gen, s.prompt, text) if mode.blend else {}
+                if fid:
+                    fid["f1_exact"] = f1(fid["reference"], gold[s.request.index])
+                rows[mode.name].append({**fid, "recomputed": u.recomputed_tokens,
                     "i": s.request.index, "ttft_s": ttft, "queued_ttft_s": waited + ttft,
                     "prompt": u.prompt_tokens, "cached": u.cached_tokens, "order_s": s.overhead_s,
                     "plan_s": s.plan_s, "em": exact_match(text, gold[s.request.index]),
@@ -101,6 +121,10 @@ def summary(mode: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
         "prefill_tokens_per_request": (prompt - cached) / len(rows), "prompt_tokens_per_request": prompt / len(rows),
         "cached_share": cached / prompt, "em": 100 * statistics.mean(r["em"] for r in rows),
         "f1": 100 * statistics.mean(r["f1"] for r in rows),
+        "recomputed_per_request": statistics.mean(r["recomputed"] for r in rows),
+        **({"identical": 100 * statistics.mean(r["identical"] for r in rows),
+            "kl": statistics.mean(r["kl"] for r in rows),
+            "f1_exact": 100 * statistics.mean(r["f1_exact"] for r in rows)} if "kl" in rows[0] else {}),
         "order_overhead_ms": 1000 * statistics.mean(r["order_s"] for r in rows),
         "plan_ms": 1000 * statistics.mean(r["plan_s"] for r in rows),
         "tiers": [{"name": t.name, "budget_mib": t.budget / 2**20, "peak_mib": t.peak / 2**20}
@@ -112,7 +136,8 @@ def summary(mode: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
 def table(workload: str, res: dict[str, Any]) -> str:
     head = (f"{workload} ({res['questions']} of {res['of']} questions, {res['wall_s']:.0f} s)\n"
             f"{'mode':<31}{'TTFT mean':>10}{'p90':>7}{'queued':>8}{'p90':>7}{'prefill':>8}{'cached':>7}"
-            f"{'EM':>6}{'F1':>6}{'plan':>7}{'order':>7}  peak MiB host/disk, evict/demote/promote")
+            f"{'EM':>6}{'F1':>6}{'plan':>7}{'order':>7}{'recomp':>7}{'ident':>7}{'KL':>7}{'F1ex':>6}"
+            f"  peak MiB host/disk, evict/demote/promote")
     lines = [head]
     base = res["modes"].get("a", {}).get("ttft_mean_s")
     for name, m in res["modes"].items():
@@ -122,7 +147,9 @@ def table(workload: str, res: dict[str, Any]) -> str:
         lines.append(f"{name} {m['label']:<29}{m['ttft_mean_s']:>9.3f}s{m['ttft_p90_s']:>6.2f}s"
                      f"{m['queued_ttft_mean_s']:>7.2f}s{m['queued_ttft_p90_s']:>6.2f}s"
                      f"{m['prefill_tokens_per_request']:>8.0f}{m['cached_share']:>7.1%}{m['em']:>6.1f}{m['f1']:>6.1f}"
-                     f"{m['plan_ms']:>6.2f}m{m['order_overhead_ms']:>6.2f}m  {tiers}, {tree}{speed}")
+                     f"{m['plan_ms']:>6.2f}m{m['order_overhead_ms']:>6.2f}m{m.get('recomputed_per_request', 0):>7.0f}"
+                     + (f"{m['identical']:>6.1f}%{m['kl']:>7.3f}{m['f1_exact']:>6.1f}" if "kl" in m else f"{'-':>7}{'-':>7}{'-':>6}")
+                     + f"  {tiers}, {tree}{speed}")
     return "\n".join(lines)
 
 
@@ -160,7 +187,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="60-question smoke run (grouped, 9 passages)")
     add_workload_args(ap)
-    ap.add_argument("--modes", default="abcd")
+    ap.add_argument("--modes", default="abcd", help="letters of bench.gen_modes; e = blend, one per --recompute")
+    ap.add_argument("--recompute", default="none,boundary:8,deviation:0.15,boundary:8+deviation:0.15",
+                    help="comma-separated recompute policies of the blend modes (e1, e2, ...)")
+    ap.add_argument("--warmup", type=int, default=0, help="arrivals served untimed first (steady state)")
     ap.add_argument("--burst", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=10)
     ap.add_argument("--host-mib", type=int, default=256)

@@ -83,6 +83,8 @@ class Deviation(RecomputePolicy):
 
     def select(self, spans: Sequence[Span], deviation: Sequence[float] | None) -> set[int]:
         positions = [s.start + i for s in spans for i in range(s.tokens)]
+        if not positions:
+            return set()
         if deviation is None or len(deviation) != len(positions):
             raise ValueError(f"deviation needs one score per placed token ({len(positions)})")
         n = math.ceil(self.ratio * len(positions))

@@ -114,8 +114,9 @@ def prepare(root: Path, storage: str) -> Path:
     return path
 
 
-def run_op(path: Path, op: str, ready: bool = False) -> None:
-    """One operation on the index at ``path`` (what a child runs and a re-run repeats)."""
+def run_op(path: Path, op: str, ready: bool = False) -> float:
+    """One operation on the index at ``path`` (what a child runs and a re-run repeats); returns
+    the seconds from "ready" (index open) to the end of the operation."""
     if op not in OPS:
         raise ValueError(f"unknown op {op!r}; one of {OPS}")
     saved, writer.COMMIT_CHUNKS = writer.COMMIT_CHUNKS, COMMIT_CHUNKS
@@ -123,6 +124,7 @@ def run_op(path: Path, op: str, ready: bool = False) -> None:
         with Index.open(path, embedder=HashEmbedder()) as idx:
             if ready:
                 print("ready", flush=True)
+            t0 = time.perf_counter()
             if op == "add":
                 idx.add(NEW + CHANGED)
             elif op == "remove":
@@ -130,6 +132,7 @@ def run_op(path: Path, op: str, ready: bool = False) -> None:
                     idx.remove(REMOVED[i: i + 5])
             else:
                 idx.compact()
+            return time.perf_counter() - t0
     finally:
         writer.COMMIT_CHUNKS = saved
 
@@ -175,11 +178,9 @@ def _child(path: Path, op: str) -> subprocess.Popen[str]:
 
 
 def _timed_clean_run(path: Path, op: str) -> float:
-    """Run ``op`` here, uninterrupted; its seconds bound the kill delays (a child spends the same
-    after printing "ready", plus its exit)."""
-    t0 = time.perf_counter()
-    run_op(path, op)
-    return time.perf_counter() - t0
+    """Run ``op`` here, uninterrupted; its seconds (open excluded, as a child's after "ready")
+    bound the kill delays."""
+    return run_op(path, op)
 
 
 def check_state(path: Path, before: dict[str, Any], after: dict[str, Any]) -> tuple[str, int, list[str]]:

@@ -40,6 +40,8 @@ Failure injection (attributes; change them at any time, they are read per reques
     llama.cpp reports failures mid-stream), ``"cut"`` ends the stream after the first piece with
     neither finish reason nor ``[DONE]`` (a crashed server), ``"json"`` answers ``stream: true``
     with one plain JSON completion (a server without streaming).
+    ``healthy``: False answers ``GET /healthz`` with 503 (it answers 200 otherwise, whatever the
+    other knobs say, as a server whose model fails still serves its health route).
     Unknown models get 404 as vLLM answers; unparsable request bodies get 400.
 
 Every request is recorded (also rejected ones) as ``{"method", "path", "headers", "body"}`` with
@@ -87,6 +89,7 @@ class OpenAIServer:
         self.reverse_embeddings = reverse_embeddings
         self.chunk_delay_s = chunk_delay_s
         self.stream_fault = stream_fault
+        self.healthy = True
         #: Connections the client dropped: streams left early, keep-alive sockets reset.
         self.disconnects = 0
         self._lock = threading.Lock()
@@ -262,6 +265,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, body: Any) -> None:
         srv = self.server.owner
+        if self.command == "GET" and self.path == "/healthz":  # a router's health check: not recorded
+            self._json(200 if srv.healthy else 503, {"status": "ok" if srv.healthy else "unavailable"})
+            return
         self._record(body)
         if srv.api_key is not None and self.headers.get("Authorization") != f"Bearer {srv.api_key}":
             self._error(401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")

@@ -53,7 +53,7 @@ def replicas(servers: list[OpenAIServer]) -> Iterator[list[OpenAIServer]]:
     """The three replica servers, their failure knobs reset after the test."""
     yield servers
     for s in servers:
-        s.fail_status, s.chunk_delay_s, s.stream_fault, s.api_key = None, 0.0, None, None
+        s.fail_status, s.chunk_delay_s, s.stream_fault, s.api_key, s.healthy = None, 0.0, None, None, True
 
 
 def root(srv: OpenAIServer) -> str:
@@ -211,7 +211,9 @@ def test_failover_skips_dead_and_failing_replicas(replicas: list[OpenAIServer]) 
         dead = root(gone)  # stopped below: connections to it are refused
     replicas[1].fail_status, replicas[1].fail_message = 503, "overloaded"
     before = chats(replicas)
-    with router([dead, root(replicas[1]), root(replicas[2])]) as client:
+    # passive failover only: the active health check (tests/test_router_faults.py) would leave the
+    # dead replica out before any request tried it
+    with router([dead, root(replicas[1]), root(replicas[2])], health_interval_s=0) as client:
         r = client.post(CHAT, json=body(prefix("failover")))
         assert landed(r, replicas) == 2 and r.json()["choices"][0]["message"]["content"].startswith("echo:")
         assert [n - b for n, b in zip(chats(replicas), before, strict=True)] == [0, 1, 1]
@@ -226,13 +228,13 @@ def test_failover_skips_dead_and_failing_replicas(replicas: list[OpenAIServer]) 
         assert metric(text, "slimrag_router_upstream_total", replica=root(replicas[1]), status="503") == 1
         assert metric(text, "slimrag_router_failures_total", replica=dead) == 1
         assert metric(text, "slimrag_router_healthy", replica=dead) == 0
-    with router([dead, root(replicas[1])]) as client:  # nobody answers: 502 naming both failures
+    with router([dead, root(replicas[1])], health_interval_s=0) as client:  # nobody answers: 502 naming both failures
         err = assert_error(client.post(CHAT, json=body("q")), 502)
         assert err["code"] == "replicas_unavailable" and "overloaded" in err["message"]
         assert "ConnectError" in err["message"]
         assert client.get("/healthz").status_code == 503
     replicas[1].fail_status, replicas[1].fail_message = 500, "model crashed"
-    with router([root(replicas[1]), root(replicas[2])]) as client:  # a 500: retried, nobody left out
+    with router([root(replicas[1]), root(replicas[2])], health_interval_s=0) as client:  # a 500: retried, nobody left out
         r = client.post(CHAT, json=body(prefix("crash")))
         assert landed(r, replicas) == 2
         assert [s["healthy"] for s in client.get("/healthz").json()["replicas"]] == [True, True]
@@ -293,7 +295,7 @@ def test_streams_pass_through_chunk_by_chunk_and_are_never_retried(replicas: lis
         events = [ln for ln in client.post(CHAT, json=body(prefix("cut"), stream=True)).text.splitlines() if ln]
         assert len(events) == 2 and "[DONE]" not in events[-1] and sum(chats(replicas)) == before + 1
     # a replica that breaks the connection mid-stream: an error event, no retry, marked down
-    with breaking_server() as broken, router([broken, root(replicas[0])]) as client:
+    with breaking_server() as broken, router([broken, root(replicas[0])], health_interval_s=0) as client:
         before = chats(replicas)
         r = client.post(CHAT, json=body(prefix("broken"), stream=True))
         events = [json.loads(ln[5:]) for ln in r.text.splitlines() if ln.startswith("data:")]

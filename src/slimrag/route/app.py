@@ -29,6 +29,16 @@ Forwarding and failover
     no failover. When every replica failed: 502, naming each failure. A slimrag replica sends its
     200 only with its first piece, so its retrieval and model failures still come as statuses.
 
+Health checks and hung replicas
+    With ``health_interval_s`` > 0 (default 2 s) a background task sends ``GET /healthz`` to each
+    replica every interval (timeout ``health_timeout_s``). A failed check marks the replica down
+    until a check passes and takes back every request waiting on it for its first byte: each is
+    cancelled there (an anyio cancel scope per wait) and sent to the next replica, as a connection
+    error would be. Answers already relaying from it are ended the same way: an event stream with
+    a ``data: {"error": ...}`` event (code ``replica_failed``), a JSON answer by aborting the
+    connection. A passing check brings a replica back at once (see `slimrag.route.policy`).
+    Counted in ``slimrag_router_health_checks_total`` by replica and result.
+
 Metrics (Prometheus text)
     ``slimrag_requests_total`` and ``slimrag_errors_total`` by endpoint and status, as ``slimrag
     serve`` counts them (`Gate`); by replica: ``slimrag_router_routed_total`` (answered, with the
@@ -40,13 +50,14 @@ Metrics (Prometheus text)
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import httpx
@@ -63,6 +74,14 @@ from slimrag.route.policy import Replica, RouterConfig, choose, replica_url
 from slimrag.route.prefix_tree import PrefixTree
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class _Lost:
+    """What `Router._wait` returns when the replica failed its health check during the wait."""
+
+
+LOST = _Lost()
 
 #: Request headers passed on to replicas, and response headers passed back to the client.
 FORWARDED = ("authorization", "content-type", "accept")
@@ -78,6 +97,7 @@ class RouterMetrics(Metrics):
         "slimrag_router_routed_total": "Requests answered, by replica and routing reason.",
         "slimrag_router_upstream_total": "Attempts sent to replicas, by replica and status (error: none came).",
         "slimrag_router_failures_total": "Attempts failed before the first byte, or answers broken off, by replica.",
+        "slimrag_router_health_checks_total": "Active health checks, by replica and result (ok, failed).",
     }
     GAUGES = {
         "slimrag_router_in_flight": ("Requests in flight through the router, by replica.", lambda r: r.in_flight),
@@ -150,6 +170,50 @@ class Router:
         self.metrics = RouterMetrics()
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s),
                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+        #: The cancel scopes of every wait on a replica (first byte, next chunk), cancelled when
+        #: its health check fails.
+        self._waits: dict[str, set[anyio.CancelScope]] = {r.url: set() for r in self.replicas}
+
+    async def _wait(self, replica: Replica, awaitable: Awaitable[T]) -> T | _Lost:
+        """``awaitable``'s result, or `LOST` when the replica's health check fails meanwhile."""
+        with anyio.CancelScope() as scope:
+            self._waits[replica.url].add(scope)
+            try:
+                return await awaitable
+            finally:
+                self._waits[replica.url].discard(scope)
+        return LOST  # reached only when the scope was cancelled
+
+    async def check_health(self) -> None:
+        """One round of health checks, all replicas at once (see the module header)."""
+
+        async def check(replica: Replica) -> None:
+            try:
+                r = await self.client.get(replica.url + "/healthz", timeout=self.config.health_timeout_s)
+                ok, why = r.status_code == 200, f"status {r.status_code}"
+            except httpx.TransportError as exc:
+                ok, why = False, f"{type(exc).__name__}: {exc or 'no answer'}"
+            self.metrics.inc("slimrag_router_health_checks_total", replica=replica.url,
+                             result="ok" if ok else "failed")
+            if replica.checked(ok):
+                if ok:
+                    log.warning("replica %s passed its health check: back in rotation", replica.url)
+                else:
+                    log.warning("replica %s failed its health check (%s): left out, %d waiting requests "
+                                "taken back", replica.url, why, len(self._waits[replica.url]))
+            if not ok:
+                for scope in list(self._waits[replica.url]):
+                    scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            for replica in self.replicas:
+                tg.start_soon(check, replica)
+
+    async def watch_health(self) -> None:
+        """Check health every ``health_interval_s`` until cancelled."""
+        while True:
+            await self.check_health()
+            await anyio.sleep(self.config.health_interval_s)
 
     async def forward(self, request: Request, path: str, key: str | None) -> Response:
         """Answer ``request`` from a replica chosen by ``key`` (see the module header)."""
@@ -186,13 +250,19 @@ class Router:
         owned = True  # until the relay takes the upstream response and the in-flight count over
         try:
             sent = self.client.build_request(method, replica.url + path, content=body, headers=headers)
-            upstream = await self.client.send(sent, stream=True)
+            got = await self._wait(replica, self.client.send(sent, stream=True))
+            if isinstance(got, _Lost):
+                self.metrics.inc("slimrag_router_upstream_total", replica=replica.url, status="error")
+                return _Failure("failed its health check while the request waited for an answer", down=True)
+            upstream = got
             status = upstream.status_code
             self.metrics.inc("slimrag_router_upstream_total", replica=replica.url, status=str(status))
             if status >= 500:  # retried elsewhere; only an unreachable or overloaded replica is left out
                 return _Failure(_reason(status, await upstream.aread()), down=status in (503, 504))
             chunks = upstream.aiter_raw()
-            first = await anext(chunks, b"")
+            first = await self._wait(replica, anext(chunks, b""))
+            if isinstance(first, _Lost):
+                return _Failure("failed its health check before the first byte of its answer", down=True)
             returned = {k: v for k in RETURNED if (v := upstream.headers.get(k)) is not None}
             owned = False
             return _Relayed(self._relay(replica, upstream, first, chunks), status,
@@ -220,13 +290,18 @@ class Router:
         if first:
             yield first
         try:
-            async for chunk in chunks:
+            while True:
+                chunk = await self._wait(replica, anext(chunks, None))
+                if chunk is None:
+                    return
+                if isinstance(chunk, _Lost):
+                    raise httpx.ReadTimeout("the replica failed its health check in the middle of the answer")
                 yield chunk
         except httpx.TransportError as exc:  # committed: the client has bytes, nothing can be retried
             log.warning("replica %s broke off an answer (%s: %s)", replica.url, type(exc).__name__, exc)
             self._failed(replica)
             if upstream.headers.get("content-type", "").startswith("text/event-stream"):
-                err = APIError(502, f"replica {replica.url} broke off the answer ({type(exc).__name__}); "
+                err = APIError(502, f"replica {replica.url} broke off the answer ({type(exc).__name__}: {exc}); "
                                     "ask again", code="replica_failed")
                 yield f"data: {json.dumps(err.body())}\n\n".encode()
             else:
@@ -253,8 +328,14 @@ def create_router_app(replicas: list[str], config: RouterConfig | None = None) -
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        yield
-        await router.client.aclose()
+        watcher = asyncio.create_task(router.watch_health()) if config.health_interval_s > 0 else None
+        try:
+            yield
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+                await asyncio.gather(watcher, return_exceptions=True)
+            await router.client.aclose()
 
     app = FastAPI(title="slimrag router", summary="cache-aware routing over slimrag replicas", lifespan=lifespan)
     app.add_middleware(Gate, api_key=None, max_body_bytes=config.max_body_bytes, metrics=router.metrics)

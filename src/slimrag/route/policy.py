@@ -46,7 +46,17 @@ Knobs (`RouterConfig`; SGLang's defaults in brackets where ours differ)
     any byte of its answer was sent) is left out; its tree is cleared, since a failure usually means a
     restart and an empty cache. When every untried replica is cooling down they are tried anyway.
     ``connect_timeout_s`` 3 and ``timeout_s`` 600: connecting to a replica, and waiting for its
-    next bytes (generation can take minutes on a CPU).
+    next bytes (generation can take minutes on a CPU, so this read deadline is only a last resort;
+    a hung replica is found by the health check below).
+    ``health_interval_s`` 2 and ``health_timeout_s`` 2: the active health check. Every interval
+    the router sends ``GET /healthz`` to each replica; a replica that does not answer 200 within
+    the timeout (dead: connection refused; hung: a SIGSTOPped or deadlocked process accepts the
+    connection and never answers) is marked down until a later check passes, and the requests
+    waiting on it for their first byte are taken back and sent to another replica (never a
+    request that already received bytes: its stream ends with an error event). A check that passes
+    brings a replica back at once, ending any cool-down: a restarted replica rejoins within one
+    interval. Detection takes at most interval + timeout (4 s by default); a shorter interval
+    finds failures sooner for one small request per replica per interval. 0 turns checks off.
     ``max_body_bytes`` 1 MiB: larger request bodies are refused with 413, as ``slimrag serve`` does.
 """
 
@@ -72,6 +82,8 @@ class RouterConfig:
     connect_timeout_s: float = 3.0
     timeout_s: float = 600.0
     max_body_bytes: int = 1 << 20
+    health_interval_s: float = 2.0
+    health_timeout_s: float = 2.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.cache_threshold <= 1.0:
@@ -82,7 +94,9 @@ class RouterConfig:
             raise ValueError(f"balance_rel_threshold must be >= 1, got {self.balance_rel_threshold}")
         if self.cooldown_s < 0:
             raise ValueError(f"cooldown_s must be >= 0, got {self.cooldown_s}")
-        for name in ("max_tree_chars", "connect_timeout_s", "timeout_s", "max_body_bytes"):
+        if self.health_interval_s < 0:
+            raise ValueError(f"health_interval_s must be >= 0 (0: no health checks), got {self.health_interval_s}")
+        for name in ("max_tree_chars", "connect_timeout_s", "timeout_s", "max_body_bytes", "health_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
@@ -106,15 +120,29 @@ class Replica:
     tree: PrefixTree = field(default_factory=PrefixTree)
     in_flight: int = 0
     down_until: float = 0.0
+    #: False from a failed health check until one passes.
+    checked_ok: bool = True
 
     def healthy(self, now: float | None = None) -> bool:
-        """False while cooling down after a failure."""
-        return (time.monotonic() if now is None else now) >= self.down_until
+        """False while cooling down after a failure, or while its health check fails."""
+        return self.checked_ok and (time.monotonic() if now is None else now) >= self.down_until
 
     def mark_down(self, cooldown_s: float) -> None:
         """Leave this replica out for ``cooldown_s`` and forget its tree (its cache is likely gone)."""
         self.down_until = time.monotonic() + cooldown_s
         self.tree.clear()
+
+    def checked(self, ok: bool) -> bool:
+        """Record a health check; True when it changed the replica's state. A failed check leaves
+        the replica out (and forgets its tree) until a check passes; a passed one ends a cool-down."""
+        changed = ok != self.checked_ok
+        if not ok and self.checked_ok:
+            self.tree.clear()
+        if ok:
+            changed = changed or self.down_until > time.monotonic()
+            self.down_until = 0.0
+        self.checked_ok = ok
+        return changed
 
 
 def choose(pool: Sequence[Replica], key: str | None, config: RouterConfig) -> tuple[Replica, str]:

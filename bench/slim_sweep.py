@@ -3,6 +3,7 @@
     python -m bench.slim_sweep                       # synthetic 5k text-like vectors (bench.vectors)
     python -m bench.slim_sweep --vectors X.npy --queries Q.npy   # your own unit-norm embeddings
     python -m bench.slim_sweep --vectors X.npy --queries Q.npy --knobs   # query knobs only
+    python -m bench.slim_sweep --latency 3000        # flat vs slim from query text, cache cold / warm
 
 ``--knobs``: the default build only, and a grid of the query knobs (``SearchConfig``: ef, rerank,
 early_stop): the recall / recomputation frontier that slim's search defaults are picked from.
@@ -107,15 +108,63 @@ def knobs(name: str, x: np.ndarray, q: np.ndarray, rows: list[dict]) -> None:
     art = build_slim(x, SlimConfig())
     print(f"\n== {name}: n={len(x)} queries={len(q)}; PQ m={art.pq.m} bits={art.pq.bits} error {art.pq_error:.3f}")
     print(f"{'ef':>4} {'R':>3} {'stop':>5} {'r@10':>6} {'r@3':>6} {'recomp':>6} {'visit':>6} {'ms/q':>6}")
-    for ef in (48, 64, 96, 128):
-        for r in (10, 12, 14, 16, 20, 24):
-            for stop in (False, True):
-                if r > ef:
-                    continue
+    for ef in (48, 64, 128):
+        for r in (12, 16, 18, 20, 24):
+            for stop in (False, True) if ef == 64 else (True,):
                 out = evaluate(art, x, q, truth, SearchConfig(ef=ef, rerank=r, early_stop=stop))
                 rows.append({"data": name, "ef": ef, "R": r, "early_stop": stop, **out})
                 print(f"{ef:>4} {r:>3} {str(stop):>5} {out['recall@10']:>6.3f} {out['recall@3']:>6.3f} "
                       f"{out['recomputed']:>6.1f} {out['visited']:>6.0f} {out['ms_per_query']:>6.2f}", flush=True)
+
+
+def latency(limit: int, warm: list[int], nl: int, rows: list[dict]) -> None:
+    """Median latency from query text (embed + search) of flat and of slim at the default
+    `SearchConfig`, slim with its default vector cache warmed by ``warm`` earlier queries.
+
+    Corpus: the first ``limit`` python-doc paragraphs, self-queries (as ``bench.index``). The
+    warm-up queries fill the cache with the stored vectors (what re-embedding returns, to float
+    noise) so that only the timed queries pay real embeddings; timed queries (the last ``nl``)
+    are disjoint from the warm-up ones (the first ``w``)."""
+    from bench.index import _pydocs
+    from slimrag.embed.local import LocalEmbedder
+    from slimrag.index.flat import FlatVectors
+
+    corpus = _pydocs(limit, 1000, 0)
+    x = np.ascontiguousarray(corpus.vectors, np.float32)
+    qv_all = np.ascontiguousarray(corpus.query_vectors, np.float32)
+    emb = LocalEmbedder()
+    emb.embed(["warm-up"])
+    texts, test = corpus.texts, corpus.queries[-nl:]
+    truth = np.argsort(-(qv_all[-nl:] @ x.T), axis=1)[:, :10]
+    flat = FlatVectors(np.arange(len(x)), x)
+    flat_ms = []
+    for text in test:
+        t = time.perf_counter()
+        flat.search(emb.embed([text]), 10)
+        flat_ms.append(1000 * (time.perf_counter() - t))
+    f50 = float(np.median(flat_ms))
+    print(f"\n== latency, pydocs first {limit}, {nl} timed queries, SearchConfig() = {SearchConfig()}")
+    print(f"flat: p50 {f50:.0f} ms")
+    art = build_slim(x, SlimConfig())
+    for w in warm:
+        searcher = SlimSearcher(art, lambda r: x[r], SlimConfig(), SearchConfig())
+        if w:
+            searcher.search_batch(qv_all[:w], 10)
+        searcher.recompute = lambda r: emb.embed([texts[i] for i in r.tolist()])
+        ms, rec, found = [], [], []
+        for text in test:
+            t = time.perf_counter()
+            res = searcher.search(emb.embed([text])[0], 10)
+            ms.append(1000 * (time.perf_counter() - t))
+            rec.append(res.stats.recomputed)
+            found.append(res.rows)
+        r10 = float(np.mean([len(set(f.tolist()) & set(t.tolist())) / 10 for f, t in zip(found, truth, strict=True)]))
+        row = {"data": f"pydocs-{limit}", "warm_queries": w, "cached_rows": len(searcher.cache),
+               "flat_p50_ms": round(f50, 1), "slim_p50_ms": round(float(np.median(ms)), 1),
+               "ratio": round(float(np.median(ms)) / f50, 2), "recomputed": round(float(np.mean(rec)), 1),
+               "recall@10": round(r10, 3)}
+        rows.append(row)
+        print(row, flush=True)
 
 
 def main() -> None:
@@ -124,10 +173,14 @@ def main() -> None:
     ap.add_argument("--queries", type=Path, help="(nq, d) float32 unit-norm .npy")
     ap.add_argument("--sizes", default="5000", help="synthetic corpus sizes, comma-separated (43000: ~10 min)")
     ap.add_argument("--knobs", action="store_true", help="default build, sweep the query knobs only")
+    ap.add_argument("--latency", type=int, metavar="N", help="latency of flat and slim on the first N pydocs paragraphs")
+    ap.add_argument("--warm", default="0,300,900", help="with --latency: warm-up queries before timing")
     ap.add_argument("--out", type=Path, default=Path("bench/slim_sweep.json"))
     args = ap.parse_args()
     rows: list[dict] = []
-    if args.vectors:
+    if args.latency:
+        latency(args.latency, [int(w) for w in args.warm.split(",")], 20, rows)
+    elif args.vectors:
         x = np.load(args.vectors).astype(np.float32)
         q = np.load(args.queries).astype(np.float32)
         (knobs if args.knobs else sweep)(args.vectors.stem, x, q, rows)

@@ -218,3 +218,27 @@ def test_slim_vectors_update_keeps_live_rows_and_reembeds_only_what_it_needs(dat
     assert not up.stats.rebuilt and up.stats.removed == 2 and up.stats.added == ADD - 1
     assert up.ids.tolist() == [i for i in store.ids.tolist() if i not in dead]
     assert len(asked) <= CONFIG.hub_count(N) and not dead & set(asked)
+
+
+def test_tiny_generations_update_into_valid_graphs():
+    """1-11 rows, ~40% removed, 0-11 added: every result is a valid graph in which each row, searched
+    by its own vector, is found first; nothing left at all is refused with a clear error."""
+    from slimrag.index.slim.pq import PQConfig
+
+    x, _ = bench_vectors.text_like(64, 1, 64, seed=1)
+    cfg = SlimConfig(pq=PQConfig(m=16))
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        n, m = int(rng.integers(1, 12)), int(rng.integers(0, 12))
+        art = build_slim(x[:n], cfg)
+        live = rng.random(n) < 0.6
+        new = np.arange(32, 32 + m)
+        if live.sum() + m == 0:
+            with pytest.raises(ValueError, match="no live row"):
+                update_slim(art, np.arange(n), live, new, x[new], lambda r: x[r], cfg)
+            continue
+        up = update_slim(art, np.arange(n), live, new, x[new], lambda r: x[r], cfg)
+        xs = x[up.ids]
+        assert up.artifacts.n == len(up.ids) == len(up.artifacts.codes)
+        res = SlimSearcher(up.artifacts, lambda r, xs=xs: xs[r], cfg).search_batch(xs, 1)
+        assert [int(r.rows[0]) for r in res] == list(range(len(up.ids)))

@@ -188,6 +188,8 @@ def update_slim(
     new_ids, x_new = new_ids[first], x_new[first]
     rec = _Recomputer(recompute, art.dim)
     kept = int(live.sum())
+    if kept + len(new_ids) == 0:
+        raise ValueError("no live row is left: a slim generation needs at least one (write a flat one)")
     new_codes = art.pq.encode(x_new) if len(x_new) else np.zeros((0, art.codes.shape[1]), np.uint8)
     drift = _drift(art, x_new, new_codes, live, rec, update) if len(x_new) else 0.0
 

@@ -34,7 +34,12 @@ def bind_warning(host: str, api_key: str | None, what: str = "server") -> str | 
 @click.option("--api-key", envvar="SLIMRAG_API_KEY",
               help="Require 'Authorization: Bearer KEY' on every route but /healthz [env: SLIMRAG_API_KEY].")
 @click.option("--llm", help="OpenAI-compatible base URL; default: embedded SmolLM2.")
-def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None) -> None:
+@click.option("--workers", default=4, show_default=True, type=click.IntRange(1, 256),
+              help="Threads answering chats (generation); searches and embeddings have their own.")
+@click.option("--search-workers", default=2, show_default=True, type=click.IntRange(1, 256),
+              help="Threads answering searches, so a search never waits behind a generation.")
+def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None, workers: int,
+          search_workers: int) -> None:
     """Serve an index over HTTP: OpenAI-compatible chat completions (RAG) and embeddings, search, metrics."""
     import uvicorn
 
@@ -52,7 +57,8 @@ def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None
     with open_index(index) as idx:
         rag = RAG(idx, llm)
         warm_up(rag)  # here, so a missing model is one error line rather than a failed startup
-        uvicorn.run(create_app(rag, api_key=api_key, warm=False), host=host, port=port, log_level="info")
+        app = create_app(rag, api_key=api_key, workers=workers, search_workers=search_workers, warm=False)
+        uvicorn.run(app, host=host, port=port, log_level="info")
 
 
 @cli.command()
@@ -68,9 +74,11 @@ def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None
 @click.option("--balance-rel-threshold", default=ROUTE["balance_rel_threshold"], show_default=True,
               help="... and max exceeds this times min; then the least-loaded replica answers.")
 @click.option("--cooldown", default=ROUTE["cooldown_s"], show_default=True,
-              help="Seconds a failed replica is left out.")
+              help="Seconds a failed replica is left out (a passing health check ends it sooner).")
+@click.option("--health-interval", default=ROUTE["health_interval_s"], show_default=True,
+              help="Seconds between health checks of each replica (GET /healthz); 0 turns them off.")
 def route(replicas: tuple[str, ...], host: str, port: int, cache_threshold: float, balance_abs_threshold: int,
-          balance_rel_threshold: float, cooldown: float) -> None:
+          balance_rel_threshold: float, cooldown: float, health_interval: float) -> None:
     """Route OpenAI-compatible requests over several `slimrag serve` replicas (cache-aware, with failover)."""
     import uvicorn
 
@@ -81,7 +89,8 @@ def route(replicas: tuple[str, ...], host: str, port: int, cache_threshold: floa
                    err=True)
     try:
         config = RouterConfig(cache_threshold=cache_threshold, balance_abs_threshold=balance_abs_threshold,
-                              balance_rel_threshold=balance_rel_threshold, cooldown_s=cooldown)
+                              balance_rel_threshold=balance_rel_threshold, cooldown_s=cooldown,
+                              health_interval_s=health_interval)
         app = create_router_app(list(replicas), config)
     except ValueError as e:
         raise click.UsageError(str(e)) from e

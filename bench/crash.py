@@ -172,15 +172,21 @@ class Trial:
 def _child(path: Path, op: str) -> subprocess.Popen[str]:
     code = f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n" \
            "from bench.crash import run_op; from pathlib import Path\n" \
-           f"run_op(Path({str(path)!r}), {op!r}, ready=True)\n"
+           f"print('done', run_op(Path({str(path)!r}), {op!r}, ready=True), flush=True)\n"
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
 
 def _timed_clean_run(path: Path, op: str) -> float:
-    """Run ``op`` here, uninterrupted; its seconds (open excluded, as a child's after "ready")
-    bound the kill delays."""
-    return run_op(path, op)
+    """Run ``op`` in a child, uninterrupted: the seconds from its "ready" to the end of the
+    operation (as the child reports them: a fresh process pays lazy imports and cold caches a
+    warm one does not) bound the kill delays."""
+    child = _child(path, op)
+    out, err = child.communicate(timeout=600)
+    lines = out.split()
+    if child.returncode != 0 or "done" not in lines:
+        raise RuntimeError(f"clean {op} child failed: {err}")
+    return float(lines[lines.index("done") + 1])
 
 
 def check_state(path: Path, before: dict[str, Any], after: dict[str, Any]) -> tuple[str, int, list[str]]:

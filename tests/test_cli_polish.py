@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from slimrag.cli import cli
-from slimrag.cli.feedback import StatusLine, progress_for, until_first_piece
+from slimrag.cli.feedback import StatusLine, until_first_piece
 from slimrag.cli.sources import escape_glob, match_sources, source_glob
 from slimrag.config import GenerationConfig
 from slimrag.embed.local import LocalEmbedder
@@ -72,7 +72,7 @@ def test_build_config_errors_name_the_flag(docs_dir: Path, tmp_path: Path) -> No
     r = CliRunner().invoke(cli, ["build", str(docs_dir), "-o", str(tmp_path / "x"), "--chunk-tokens", "8"])
     assert "--chunk-tokens must be >= 16, got 8" in no_traceback(r, 2)
     r = CliRunner().invoke(cli, ["build", str(docs_dir), "-o", str(tmp_path / "x"), "--embedder-url", "localhost:8000"])
-    assert "'--embedder-url'" in no_traceback(r, 2) and "not an http(s) URL" in r.stderr
+    assert no_traceback(r, 1).startswith("error: --embedder-url: 'localhost:8000' is not an http(s) URL")
     r = CliRunner().invoke(cli, ["build", str(docs_dir), "-o", str(tmp_path / "x"), "--embedder-model", "m"])
     assert "give --embedder-url too" in no_traceback(r, 2)
     assert not (tmp_path / "x").exists()
@@ -134,13 +134,6 @@ def test_source_matching_rules(tmp_path: Path) -> None:
 
 # -- feedback while waiting -----------------------------------------------------------------------
 class _Slow(Generator):
-    """Counts its loads."""
-
-    loads = 0
-
-    def load(self) -> None:
-        self.loads += 1
-
     def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:
         yield Delta("Whiskers.")
         yield Delta("", usage=Usage(), finish_reason="stop")
@@ -149,17 +142,14 @@ class _Slow(Generator):
 def test_status_line_names_each_stage_and_is_gone_at_the_first_token(built: Path) -> None:
     out = io.StringIO()
     status = StatusLine(out, enabled=True)
-    gen = _Slow()
     with Index.open(built) as idx:
-        rag = RAG(idx, gen, progress=progress_for(gen, status))
+        rag = RAG(idx, _Slow(), progress=status.show)
         seen = []
         for piece in until_first_piece(rag.stream_answer("Where does Whiskers sleep?", k=2), status):
             seen.append((piece, out.getvalue()))
     first_text, shown = seen[0]
     assert first_text == "Whiskers."
-    assert shown == ("\r\033[Kretrieving passages...\r\033[Kloading the model...\r\033[Kprefilling the prompt..."
-                     "\r\033[K")
-    assert gen.loads == 1
+    assert shown == "\r\033[Kretrieving passages...\r\033[Kprefilling the prompt...\r\033[K"
     assert not status.shown
     quiet = StatusLine(io.StringIO())  # not a terminal: nothing is drawn
     quiet.show("retrieving")

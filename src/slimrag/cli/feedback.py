@@ -1,10 +1,8 @@
 """What `ask` and `chat` show while they wait and after an answer.
 
 Status line: until the first token, one line on stderr names the stage the command is in
-(``retrieving passages...``, ``loading the model...``, ``prefilling the prompt...``). The stages
-come from `RAG.progress` (retrieving, prefilling); :func:`progress_for` loads the model when the
-first prefill is about to start, under its own stage, so a question that gets the fixed reply
-(nothing relevant found) never waits for a model load. The line is rewritten in place (carriage return, erase line) and
+(``loading the models...`` while the index, the embedder and the LLM load, then ``retrieving
+passages...`` and ``prefilling the prompt...`` from `RAG.progress`). The line is rewritten in place (carriage return, erase line) and
 erased when the answer starts, so nothing of it is left in the scrollback. It is drawn only when
 stderr is a terminal: piped or captured output stays exactly the answer.
 
@@ -16,14 +14,14 @@ with their scores and the usage line.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 import click
 
 #: stage name (`RAG.progress`, or "loading") -> what the status line says.
 STAGES: dict[str, str] = {
-    "loading": "loading the model",
+    "loading": "loading the models",
     "retrieving": "retrieving passages",
     "prefilling": "prefilling the prompt",
 }
@@ -54,22 +52,6 @@ class StatusLine:
             self.stream.write(_ERASE)
             self.stream.flush()
             self.shown = False
-
-
-def progress_for(llm: Any, status: StatusLine) -> Callable[[str], None]:
-    """A `RAG.progress` callback drawing ``status``, which loads ``llm`` (a `Generator`) under the
-    "loading the model" stage before its first prefill (`Generator.load` is idempotent)."""
-    loaded = False
-
-    def on_stage(stage: str) -> None:
-        nonlocal loaded
-        if stage == "prefilling" and not loaded:
-            status.show("loading")
-            llm.load()
-            loaded = True
-        status.show(stage)
-
-    return on_stage
 
 
 def until_first_piece(pieces: Iterable[Any], status: StatusLine) -> Iterator[Any]:

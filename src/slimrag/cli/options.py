@@ -1,12 +1,14 @@
 """Options several verbs share, checked where click parses them so a bad value is one line that
-names the flag (``Error: Invalid value for '--llm': 'notaurl' is not an http(s) URL ...``) and
-never a traceback.
+names the flag and never a traceback.
 
 - :func:`llm_options`: ``--llm URL``, ``--llm-model NAME``, ``--api-key KEY`` (or
-  ``OPENAI_API_KEY``) and ``--max-tokens N`` for the verbs that generate (ask, chat, demo).
-  :func:`make_rag` turns them into a `RAG`.
-- :func:`url_option_check`: the callback that refuses a non-http(s) URL (``--llm``,
-  ``--embedder-url``).
+  ``OPENAI_API_KEY``) and ``--max-tokens N`` for the verbs that generate (ask, chat);
+  :func:`llm_spec` turns them into `make_generator`'s arguments.
+- :func:`url_option_check`: the callback that refuses a value that is neither an http(s) URL nor a
+  registered backend (``--llm``, ``--embedder-url``). It raises a `RequestError` whose message
+  starts with the flag (``error: --llm: 'notaurl' is not an http(s) URL ...``, exit code 1, the
+  command group's one line for every slimrag error), so a bad URL reads like any other failed
+  request rather than a usage message.
 - :func:`source_filter`: a ``--source`` value (a stored name, a folder such as ``dpkg``, a path
   as typed, or a glob) as the GLOB the index filters by; a usage error when it matches nothing.
 - :func:`config_error`: a config dataclass's ``ValueError`` ("chunk_overlap must be ...") as a
@@ -21,16 +23,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import click
 
 from slimrag.cli.base import GENERATION
-
-if TYPE_CHECKING:
-    from slimrag.rag.pipeline import RAG
+from slimrag.errors import RequestError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,14 +38,22 @@ URL_EXAMPLES = "http://127.0.0.1:8080/v1 (llama-server) or http://127.0.0.1:1143
 
 
 def url_option_check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """Click callback: ``value`` must be an http(s) URL with a host (or absent)."""
+    """Click callback: ``value`` must be an http(s) URL with a host (or absent); for ``--llm``, a
+    spec of another registered backend (`slimrag.llm.backends`) is accepted too."""
     if value is None:
         return None
-    parts = urlsplit(value.strip())
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise click.BadParameter(f"{value!r} is not an http(s) URL; give an OpenAI-compatible server's API "
-                                 f"root such as {URL_EXAMPLES}", ctx=ctx, param=param)
-    return value.strip()
+    value = value.strip()
+    parts = urlsplit(value)
+    if parts.scheme in ("http", "https") and parts.netloc:
+        return value
+    if param.name == "llm":
+        from slimrag.llm.backends import BACKENDS, backend_kind
+
+        if backend_kind(value) in BACKENDS and backend_kind(value) not in ("http", "https"):
+            return value
+    flag = max(param.opts, key=len)
+    raise RequestError(f"{flag}: {value!r} is not an http(s) URL; give an OpenAI-compatible server's API "
+                       f"root such as {URL_EXAMPLES}")
 
 
 def llm_options(func: F) -> F:
@@ -87,19 +94,6 @@ def _from_environment(param: str) -> bool:
     """Whether the current command got ``param`` from its environment variable."""
     ctx = click.get_current_context(silent=True)
     return ctx is not None and ctx.get_parameter_source(param) == click.core.ParameterSource.ENVIRONMENT
-
-
-def make_rag(idx: Any, llm: str | None, llm_model: str | None = None, api_key: str | None = None,
-             max_tokens: int = GENERATION["max_new_tokens"], progress: Callable[[str], None] | None = None,
-             ) -> RAG:
-    """A `RAG` over ``idx`` for the `llm_options` flags."""
-    from slimrag.llm.backends import make_generator
-    from slimrag.rag.pipeline import RAG
-
-    spec = llm_spec(llm, llm_model, api_key)
-    rag = RAG(idx, make_generator(spec.pop("llm"), **spec), progress=progress)
-    rag.generation = replace(rag.generation, max_new_tokens=max_tokens)
-    return rag
 
 
 def config_error(exc: ValueError, flags: Mapping[str, str]) -> click.UsageError:

@@ -46,6 +46,11 @@ Metrics (Prometheus text)
     the replica's status, ``error`` when none came), ``slimrag_router_failures_total`` (attempts
     that failed over or answers broken off), and the gauges ``slimrag_router_in_flight``,
     ``slimrag_router_healthy`` and ``slimrag_router_tree_chars``.
+
+Clients that leave
+    A client that disconnects while the router waits for a replica's first bytes (a non-streamed
+    chat waits for the whole answer) cancels the attempt: the upstream connection closes, so the
+    replica stops generating too (`slimrag.api.disconnect`); counted as status 499.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
+from slimrag.api.disconnect import ClientGone, until_gone
 from slimrag.api.errors import APIError, install_handlers
 from slimrag.api.gate import Gate
 from slimrag.api.metrics import Metrics
@@ -226,7 +232,10 @@ class Router:
             untried = [r for r in self.replicas if r not in tried]
             replica, reason = choose([r for r in untried if r.healthy(now)] or untried, key, self.config)
             tried.append(replica)
-            outcome = await self._attempt(replica, request.method, path, body, headers)
+            try:  # a client that leaves before the answer starts: stop waiting, close the upstream
+                outcome = await until_gone(request, self._attempt(replica, request.method, path, body, headers))
+            except ClientGone:
+                return Response(status_code=499)  # nobody reads it; counted as the client leaving
             if isinstance(outcome, Response):
                 if key and outcome.status_code < 400:  # a refused request left nothing cached there
                     replica.tree.insert(key)

@@ -33,7 +33,7 @@ Three pools of worker threads
 Clients that leave
     A chat's generation stops when its client disconnects, streamed or not: a streamed answer is
     closed by the response when it sees the disconnect; a non-streamed one races its generation
-    against the disconnect (`until_gone`) and, when the client wins, stops the worker at its next
+    against the disconnect (`slimrag.api.disconnect.until_gone`) and, when the client wins, stops the worker at its next
     piece (`Workers.stream`). The request is counted with status 499.
 """
 
@@ -43,7 +43,7 @@ import asyncio
 import base64
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -52,6 +52,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.requests import Request
 
+from slimrag.api.disconnect import ClientGone, until_gone
 from slimrag.api.errors import APIError, install_handlers
 from slimrag.api.gate import Gate, check_api_key
 from slimrag.api.metrics import Metrics
@@ -76,31 +77,6 @@ _CHAT_200 = {200: {"description": "A chat completion, or with ``stream: true`` s
                        "type": "object", "required": ["data"],
                        "properties": {"data": {"type": "string", "description": "a chat.completion.chunk as JSON, "
                                                "then [DONE]; or an error object, which ends the stream"}}}}}}}
-
-
-class ClientGone(Exception):
-    """The client disconnected before its answer was ready."""
-
-
-async def until_gone(request: Request, work: Awaitable[T]) -> T:
-    """``work``'s result, unless the client disconnects first: then ``work`` is cancelled (which
-    stops its worker, see `Workers.stream`) and `ClientGone` is raised."""
-    task = asyncio.ensure_future(work)
-
-    async def gone() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    watch = asyncio.ensure_future(gone())
-    try:
-        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watch.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    raise ClientGone
 
 
 async def _last(events: AsyncIterator[T], first: T) -> T:

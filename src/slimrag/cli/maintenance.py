@@ -35,8 +35,9 @@ def check(index: str, repair: bool, wait: float | None, as_json: bool) -> None:
     else:
         for name in rep.rolled_back:
             click.echo(f"recovered: rolled back {name}, written by an interrupted add")
-        click.echo(f"{index}: {rep.chunks} chunks, {rep.vector_rows} vector rows "
-                   f"({rep.tombstoned} of removed chunks, dropped at the next compaction)")
+        click.echo(f"{index}: {rep.chunks} chunks, {rep.vector_rows} vector rows"
+                   + (f" ({rep.tombstoned} of removed chunks, dropped at the next compaction)"
+                      if rep.tombstoned else ""))
         for line in rep.problems():
             click.echo(f"  problem: {line}")
         if rep.repair is not None:

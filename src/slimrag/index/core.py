@@ -169,8 +169,7 @@ class Index(IndexWriter, IndexQuery, IndexChecker):
             try:
                 good.append(layout.read_delta_part(self.root / layout.DELTA / name))
             except (IndexFormatError, FileNotFoundError) as e:
-                log.warning("%s; its chunks are not searched by vector. Run `slimrag check --repair %s`",
-                            e, self.root)
+                log.warning("%s; until then its chunks are found by keyword search only", e)
                 self.bad_parts.append(name)
         if not good:
             return np.zeros(0, dtype=np.int64), None

@@ -237,3 +237,9 @@ def test_search_does_not_wait_behind_generations(index: Index) -> None:
         assert r.status_code == 200 and gen.running == 4
         gen.release.set()
         assert all(f.result().status_code == 200 for f in chats)
+
+
+def test_deeply_nested_json_is_400(client: httpx.Client) -> None:
+    for path in (CHAT, EMBED, SEARCH):
+        deep = '{"query": ' + "[" * 100_000 + "]" * 100_000 + "}"
+        assert_error(raw(client, path, deep), 400)

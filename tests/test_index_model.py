@@ -123,6 +123,7 @@ SLOW = settings(FAST, max_examples=200, stateful_step_count=12, derandomize=Fals
 @pytest.mark.parametrize("storage", ["flat", "slim"])
 def test_index_agrees_with_a_dict_model(storage: str, tmp_path: Path) -> None:
     run_state_machine_as_test(machine(HashEmbedder(), tmp_path, storage), settings=FAST)
+    assert len(list(tmp_path.glob(f"{storage}-*.slimrag"))) >= 25  # one index per example ran
 
 
 @pytest.mark.slow

@@ -298,3 +298,16 @@ def test_two_cli_adds_racing(server: OpenAIServer, tmp_path: Path) -> None:
     out, err = _cli("check", str(p), "--json").communicate(timeout=60)
     assert '"ok": true' in out, err
     assert (p / LOCK_FILE).read_text() == ""
+
+
+def test_delta_parts_are_created_exclusively(tmp_path: Path) -> None:
+    from slimrag.errors import IndexFormatError
+
+    vecs = np.eye(2, 4, dtype=np.float32)
+    name = layout.write_delta_part(tmp_path, 3, np.array([7, 8]), vecs)
+    with pytest.raises(IndexFormatError, match="refusing to overwrite"):
+        layout.write_delta_part(tmp_path, 3, np.array([9, 10]), vecs)
+    ids, _ = layout.read_delta_part(tmp_path / layout.DELTA / name)
+    assert ids.tolist() == [7, 8]  # the first writer's vectors are intact
+    assert sorted(os.listdir(tmp_path / layout.DELTA)) == [name]  # no temp file left behind
+    assert layout.next_part(tmp_path, 3) == 4 and layout.next_part(tmp_path, 9) == 9

@@ -283,7 +283,7 @@ def train_pq(vectors: np.ndarray, config: PQConfig | None = None) -> ProductQuan
     if d % config.m:
         raise ValueError(f"PQ m={config.m} must divide the vector dimension {d}; try a divisor such as 32 or 48")
     rng = np.random.default_rng(config.seed)
-    sample = vectors if n <= config.train_size else vectors[np.sort(rng.choice(n, config.train_size, replace=False))]
+    sample = vectors if n <= config.train_size else vectors[_sample_rows(rng, n, config.train_size)]
     sample = np.ascontiguousarray(sample, dtype=np.float32)
     sub = d // config.m
     k = 2**config.bits
@@ -294,6 +294,18 @@ def train_pq(vectors: np.ndarray, config: PQConfig | None = None) -> ProductQuan
     # Codebooks are stored as float16 (half the fixed bytes); round now so the codes are chosen
     # against exactly the centroids a loaded index will score with.
     return ProductQuantizer(books.astype(np.float16).astype(np.float32), config.bits)
+
+
+def _sample_rows(rng: np.random.Generator, n: int, size: int) -> np.ndarray:
+    return np.sort(rng.choice(n, size, replace=False))
+
+
+def training_rows(n: int, config: PQConfig) -> np.ndarray | None:
+    """The rows `train_pq` trains on for ``n`` vectors and a resolved ``config`` (same seed, same
+    draw), or None when it trains on all of them."""
+    if n <= config.train_size:
+        return None
+    return _sample_rows(np.random.default_rng(config.seed), n, config.train_size)
 
 
 def save_pq(folder: str | Path, pq: ProductQuantizer, codes: np.ndarray) -> None:

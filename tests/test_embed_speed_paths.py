@@ -63,6 +63,15 @@ def test_bucketing_groups_similar_lengths_and_restores_input_order() -> None:
     assert all(hi <= lo2 for (_, hi), (lo2, _) in zip(ranges, ranges[1:], strict=False)), ranges
 
 
+def test_batch_cap_bounds_what_the_caller_asks_for() -> None:
+    """An embedder fastest at small batches (ONNX here) gets no bigger ones than its cap."""
+    emb = CharCounts()
+    emb.batch_cap = 5
+    got = emb.embed(varied_texts(23), batch_size=64)
+    assert [len(b) for b in emb.batches] == [5, 5, 5, 5, 3] and got.shape == (23, 26)
+    assert LocalEmbedder(runtime="onnx").batch_cap == 16 and LocalEmbedder(runtime="torch").batch_cap is None
+
+
 def test_bucketing_rejects_a_bad_batch_size() -> None:
     with pytest.raises(ValueError, match="batch_size"):
         CharCounts().embed(["a"], batch_size=0)
@@ -180,3 +189,20 @@ def test_ask_reports_a_generator_that_fails_to_load(tmp_path: Path, runtimes: di
     Index.build([("a.txt", "Whiskers sleeps on the radiator.")], tmp_path / "i", embedder=runtimes["onnx"]).close()
     r = CliRunner().invoke(cli, ["ask", str(tmp_path / "i"), "Where does Whiskers sleep?", "--llm", "nope://x"])
     assert r.exit_code == 1 and r.output.startswith("error: "), r.output
+
+
+@pytest.mark.slow
+def test_int8_is_opt_in_and_close_to_fp32(runtimes: dict[str, LocalEmbedder]) -> None:
+    """The int8 variant is never what "auto" picks, is recorded as itself, and finds nearly the
+    same neighbours as fp32 (recall@5 of self-queries >= 0.9; bench/ingest.py measures recall@10)."""
+    assert LocalEmbedder().runtime != "onnx-int8"
+    int8 = LocalEmbedder(runtime="onnx-int8")
+    assert int8.record()["runtime"] == "onnx-int8"
+    texts = varied_texts(200, seed=13)
+    queries = [" ".join(t.split()[:6]) for t in texts[:40]]
+    x32, q32 = runtimes["onnx"].embed(texts), runtimes["onnx"].embed(queries)
+    x8, q8 = int8.embed(texts), int8.embed(queries)
+    truth = np.argsort(-(q32 @ x32.T), axis=1)[:, :5]
+    got = np.argsort(-(q8 @ x8.T), axis=1)[:, :5]
+    recall = np.mean([len(set(a) & set(b)) / 5 for a, b in zip(truth.tolist(), got.tolist(), strict=True)])
+    assert recall >= 0.9, recall

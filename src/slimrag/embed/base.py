@@ -49,6 +49,10 @@ class Embedder(ABC):
     #: key of the factory in `slimrag.embed.registry` that rebuilds this embedder from its
     #: `record`; "custom" has none, so an index built with it is opened with the embedder given
     kind: str = "custom"
+    #: the most texts per `embed_batch` call that this embedder runs fastest at, whatever
+    #: ``batch_size`` a caller asks for (a caller's batch size is tuned for memory, this for speed);
+    #: None: no cap
+    batch_cap: int | None = None
 
     @abstractmethod
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
@@ -73,11 +77,12 @@ class Embedder(ABC):
     def embed(self, texts: Sequence[str], batch_size: int = 64, progress: bool | None = None) -> np.ndarray:
         """Embed any number of texts, bucketed by length (see the module header); row i is text i.
 
-        batch_size: texts per `embed_batch` call. progress: show a tqdm bar; by default only when
-        there are more than 4 batches and stderr is a terminal.
+        batch_size: texts per `embed_batch` call, at most `batch_cap`. progress: show a tqdm bar;
+        by default only when there are more than 4 batches and stderr is a terminal.
         """
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
+        batch_size = min(batch_size, self.batch_cap or batch_size)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         order = np.argsort(self.lengths(texts), kind="stable")

@@ -51,17 +51,16 @@ MiniLM vectors, 5 rounds of +2% / -2% / compact; figures in the package header):
   gave the same recall after 10 rounds on disfl_qa (0.9800, 0.9797); 64 walks ~1.5x longer.
 - ``rerank`` (default 4): pool rows recomputed exactly per new row, for exact edges to the
   nearest old rows; others take part through their PQ direction. Recall@10 after 5 rounds, gap
-  to a fresh build: 0.0027 at 0, 0.0003 at 2, 0.0 at 4 (pydocs); 0.006 / 0.0057 / 0.0057
-  (disfl_qa): small, because the new rows' own vectors are exact and the walk's PQ ranking
-  already finds the right neighbourhood.
+  to a fresh build (pydocs): 0.0007 at 0, -0.001 at 2, -0.0013 at 4; disfl_qa: 0.006 / 0.0057 /
+  0.0057. Small, because the new rows' own vectors are exact and the walk's PQ ranking already
+  finds the right neighbourhood.
 - ``recompute_share`` (default 0.02): at most this share of the kept rows is recomputed per
   update (``per_row = min(rerank, share * kept // added)``): 1% added gets ~2 exact candidates per
   row, 10% gets none, so an update stays under 1/10 of a rebuild's re-embedding by a wide margin.
 - ``drift_threshold`` (default 1.3): retrain (full rebuild) above this ratio of mean direction
-  errors, new rows over the build's. Measured: 1.04-1.10 for more rows of the same corpus
-  (pydocs, disfl_qa, synthetic); 1.22-1.33 with half or all rows from a close corpus
-  (disfl_qa + synthetic: recall loss 0.003-0.014); 1.6-2.3 for pydocs with disfl_qa or synthetic
-  rows (loss 0.007-0.07).
+  errors, new rows over the build's held-out rows. Measured on pydocs (20% new rows): 0.999 for
+  more of the same corpus; 1.54-1.60 with half from disfl_qa or synthetic vectors, 2.08-2.22 with
+  all (recall with kept codebooks 0.009-0.07 below retrained ones).
 - ``drift_sample`` (default 64): old rows recomputed for the baseline of legacy generations.
 
 The edits (steps 2-5) live in ``edit.py``; this module decides between them and a full rebuild.

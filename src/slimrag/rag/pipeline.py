@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from slimrag.config import GenerationConfig
+from slimrag.config import GenerationConfig, SearchConfig
 from slimrag.llm.backends import make_generator
 from slimrag.llm.base import Delta, Generator
 from slimrag.llm.decoding import LoopGuard
@@ -99,7 +99,8 @@ class RAG:
     llm: a generator or its spec (`slimrag.llm.backends`: None for the embedded model,
     ``http(s)://host:port/v1`` for an OpenAI-compatible server). shadow: plan for a remote
     generator's prefix cache by mirroring what was sent (see the module header); applies only to
-    a generator whose ``shadows_prefix_cache`` is True. guards: the relevance floor, citation
+    a generator whose ``shadows_prefix_cache`` is True. mode: the search mode (default: `SearchConfig`'s,
+    the one `slimrag search` uses too). guards: the relevance floor, citation
     check and loop stop (`slimrag.rag.guards`); ``Guards(floor=None)`` answers whatever is
     retrieved. progress: see the module header.
 
@@ -108,13 +109,13 @@ class RAG:
     """
 
     def __init__(self, index: Index, llm: Generator | str | None = None, *, system: str = DEFAULT_SYSTEM,
-                 generation: GenerationConfig | None = None, mode: str = "vector", shadow: bool = True,
+                 generation: GenerationConfig | None = None, mode: str | None = None, shadow: bool = True,
                  guards: Guards | None = None, progress: Progress | None = None) -> None:
         self.index = index
         self.llm = make_generator(llm)
         self.system = system
         self.generation = generation or default_generation(self.llm)
-        self.mode = mode
+        self.mode = mode or SearchConfig().mode  # one default for the CLI, the library and the server
         self.shadow = ShadowCache() if shadow and self.llm.shadows_prefix_cache else None
         self.guards = guards or Guards()
         self.progress = progress

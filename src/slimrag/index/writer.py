@@ -49,6 +49,7 @@ from slimrag.index.report import AddReport
 from slimrag.index.slim import SlimConfig, build_slim
 from slimrag.ingest.chunker import Chunker, ChunkText, default_chunker
 from slimrag.ingest.crawl import Skipped
+from slimrag.ingest.outcome import ADDED, UNCHANGED, UPDATED
 from slimrag.ingest.source import Inputs, PreparedDoc, iter_inputs, prepare
 from slimrag.types import Chunk, Document
 
@@ -173,7 +174,7 @@ class IndexWriter:
         for item in iter_inputs(inputs, root, self.config.ignore, self.config.max_file_bytes, report.skipped):
             doc = prepare(item, self.stored_doc_id(item.source), self.chunker)
             if isinstance(doc, Skipped):
-                report.skip(doc.source, doc.reason)
+                report.skip(doc.source, doc.reason, doc.kind)
             else:
                 yield doc
 
@@ -208,7 +209,7 @@ class IndexWriter:
             seen.add(d.source)
             old_id = self.stored_doc_id(d.source)
             if old_id == d.doc_id:
-                report.unchanged += 1
+                report.note(UNCHANGED, d.source)
                 continue
             if not d.pieces:
                 report.skip(d.source, "no text")
@@ -258,8 +259,8 @@ class IndexWriter:
             files.write_json_atomic(self.root / layout.MANIFEST, manifest)
         self.manifest = manifest
         self._verified_part = part
-        report.added += sum(1 for _, r, _, _ in docs if not r)
-        report.updated += sum(1 for _, r, _, _ in docs if r)
+        for doc, replaced, _, _ in docs:
+            report.note(UPDATED if replaced else ADDED, doc.source)
         report.chunks += len(chunks)
         self._load_vectors()
 

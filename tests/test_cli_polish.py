@@ -5,15 +5,19 @@ completion. Real index on disk, click's CliRunner, a real OpenAI-compatible serv
 from __future__ import annotations
 
 import io
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner, Result
+from openai_server import OpenAIServer
 
 from slimrag.cli import cli
 from slimrag.cli.feedback import StatusLine, until_first_piece
+from slimrag.cli.options import llm_spec
 from slimrag.cli.sources import escape_glob, match_sources, source_glob
 from slimrag.config import GenerationConfig
 from slimrag.embed.local import LocalEmbedder
@@ -164,3 +168,74 @@ def test_shell_completion_script_is_generated() -> None:
     assert "remove" in r.stdout
 
 
+# -- ask, chat and search ----------------------------------------------------------------------
+# -- flags named in errors ------------------------------------------------------------------------
+@pytest.mark.parametrize("verb", [["ask", "{index}", "q"], ["chat", "{index}"]])
+def test_llm_that_is_not_a_url_names_the_flag(built: Path, verb: list[str]) -> None:
+    args = [a.format(index=built) for a in verb] + ["--llm", "notaurl"]
+    err = no_traceback(CliRunner().invoke(cli, args), 1)
+    assert err.startswith("error: --llm: 'notaurl' is not an http(s) URL") and "11434/v1" in err
+    assert err.count("\n") == 1
+
+def test_remote_only_flags_need_llm(built: Path) -> None:
+    err = no_traceback(CliRunner().invoke(cli, ["ask", str(built), "q", "--llm-model", "llama3"]), 2)
+    assert "--llm-model" in err and "--llm" in err
+    err = no_traceback(CliRunner().invoke(cli, ["ask", str(built), "q", "--api-key", "k"]), 2)
+    assert "--api-key is for the --llm server" in err
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (["-k", "0"], "'-k'"),
+    (["--max-tokens", "0"], "'--max-tokens'"),
+])
+def test_out_of_range_numbers_name_the_flag(built: Path, args: list[str], flag: str) -> None:
+    err = no_traceback(CliRunner().invoke(cli, ["ask", str(built), "q", *args]), 2)
+    assert flag in err and "0 is not in the range" in err
+
+def test_source_accepts_a_folder_name(built: Path) -> None:
+    r = CliRunner().invoke(cli, ["search", str(built), "planets and people", "--source", "data", "--json"])
+    assert r.exit_code == 0, r.output
+    assert {h["source"] for h in json.loads(r.stdout)} == {"data/planets.json", "data/people.jsonl"}
+    err = no_traceback(CliRunner().invoke(cli, ["search", str(built), "x", "--source", "dpkg"]), 2)
+    assert "--source" in err and "no stored source matches 'dpkg'" in err
+
+# -- remote model flags ---------------------------------------------------------------------------
+def test_llm_model_and_api_key_reach_the_server(built: Path) -> None:
+    with OpenAIServer(models=("other", "tiny")) as srv:
+        srv.api_key = "sekrit"
+        base = ["ask", str(built), "Where does Whiskers sleep?", "--llm", srv.base_url, "--llm-model", "tiny"]
+        r = CliRunner().invoke(cli, base)
+        assert "401" in no_traceback(r, 1) and r.stderr.startswith("error: ")
+        r = CliRunner().invoke(cli, [*base, "--api-key", "sekrit"])
+        assert r.exit_code == 0 and "echo: Question: Where does Whiskers sleep?" in r.stdout, r.output
+        r = CliRunner().invoke(cli, base, env={"OPENAI_API_KEY": "sekrit"})
+        assert r.exit_code == 0, r.output
+        assert {q["body"]["model"] for q in srv.requests_to("/v1/chat/completions")} == {"tiny"}
+
+def test_cut_answer_shows_a_notice_and_empty_index_the_fixed_reply(built: Path, tmp_path: Path,
+                                                                   embedder: LocalEmbedder) -> None:
+    with OpenAIServer() as srv:
+        r = CliRunner().invoke(cli, ["ask", str(built), "Where does Whiskers sleep?", "--llm", srv.base_url,
+                                     "--max-tokens", "2"])
+        assert r.exit_code == 0 and "echo: Question:" in r.stdout and "cut off at the token limit" in r.stdout
+        Index.create(tmp_path / "empty.slimrag", embedder=embedder).close()
+        sent = len(srv.requests_to("/v1/chat/completions"))
+        r = CliRunner().invoke(cli, ["ask", str(tmp_path / "empty.slimrag"), "Where does Whiskers sleep?",
+                                     "--llm", srv.base_url])
+        assert r.exit_code == 0 and "I found nothing in the indexed files" in r.stdout
+        assert "Sources: none" in r.stdout and len(srv.requests_to("/v1/chat/completions")) == sent
+
+def test_ask_output_has_no_status_line_when_not_a_terminal(built: Path) -> None:
+    with OpenAIServer() as srv:
+        r = CliRunner().invoke(cli, ["ask", str(built), "Where does Whiskers sleep?", "--llm", srv.base_url])
+    assert r.exit_code == 0 and "\r" not in r.output and "retrieving" not in r.output
+
+def test_openai_api_key_alone_is_ignored_without_llm() -> None:
+    # OPENAI_API_KEY is often set for other tools: without --llm it is ignored, while an explicit
+    # --api-key without --llm is a usage error.
+    ctx = click.Context(cli)
+    ctx.set_parameter_source("api_key", click.core.ParameterSource.ENVIRONMENT)
+    with ctx:
+        assert llm_spec(None, None, "from-the-environment") == {"llm": None}
+    with click.Context(cli), pytest.raises(click.UsageError, match="--api-key is for the --llm server"):
+        llm_spec(None, None, "typed")
+    assert llm_spec("http://h/v1", "m", "k") == {"llm": "http://h/v1", "model": "m", "api_key": "k"}

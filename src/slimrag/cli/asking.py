@@ -6,6 +6,14 @@ imported inside the verbs that generate. ``ask`` and ``chat`` start loading the 
 torch and transformers, reading the cached weights: most of a cold start) on a background thread
 before they open the index and load the embedder, so the two loads overlap; the answer then waits
 only for whichever is longer.
+
+User-facing behaviour (issue 13): the flags shared with other verbs come from `slimrag.cli.options`
+(``--llm`` checked as a URL where it is parsed, ``--llm-model``, ``--api-key`` or
+``OPENAI_API_KEY``, ``--max-tokens`` and ``-k`` at least 1, ``--source`` as a stored name, folder
+or glob); until the first token a status line on stderr says what is happening
+(`slimrag.cli.feedback`: loading, retrieving, prefilling; only on a terminal); after the answer,
+its notice (cut at the token limit, stopped in a loop), any invented citations, and the sources
+by relevance.
 """
 
 from __future__ import annotations
@@ -18,22 +26,26 @@ from typing import Any, Generic, TypeVar
 
 import click
 
-from slimrag.cli.base import GENERATION, SEARCH, cli, open_index
+from slimrag.cli.base import SEARCH, cli, open_index
+from slimrag.cli.feedback import StatusLine, print_answer_end, until_first_piece
+from slimrag.cli.options import llm_options, llm_spec, source_filter
 from slimrag.config import SEARCH_MODES
+
+SOURCE_HELP = "Only sources under this stored name, folder (e.g. 'guide') or glob ('docs/*.md')."
 
 
 @cli.command()
 @click.argument("index", type=click.Path(exists=True))
 @click.argument("query")
-@click.option("-k", default=SEARCH["k"], show_default=True)
+@click.option("-k", type=click.IntRange(min=1), default=SEARCH["k"], show_default=True)
 @click.option("--mode", type=click.Choice(SEARCH_MODES), default=SEARCH["mode"],
               show_default=True)
-@click.option("--source", help="Only sources matching this glob, e.g. 'docs/*.md'.")
+@click.option("--source", help=SOURCE_HELP)
 @click.option("--json", "as_json", is_flag=True)
 def search(index: str, query: str, k: int, mode: str, source: str | None, as_json: bool) -> None:
     """Search an index."""
     with open_index(index) as idx:
-        hits = idx.search(query, k=k, mode=mode, source=source)
+        hits = idx.search(query, k=k, mode=mode, source=source_filter(idx, source))
     if as_json:
         click.echo(json.dumps([asdict(h) for h in hits]))
         return
@@ -44,13 +56,8 @@ def search(index: str, query: str, k: int, mode: str, source: str | None, as_jso
 
 
 def print_sources(answer: Any) -> None:
-    click.echo("\nSources:")
-    for h in answer.sources:
-        click.echo(f"  [{h.source}#{h.metadata.get('ordinal', 0)}] score {h.score:.3f}")
-    u = answer.usage
-    click.echo(click.style(f"  ({u.prompt_tokens} prompt tokens, {u.cached_tokens} cached, "
-                           f"{u.completion_tokens} generated; first token {u.ttft_s:.2f}s, "
-                           f"total {u.total_s:.2f}s)", dim=True))
+    """The end of an answer: notice, invented citations, sources, usage (`slimrag demo` uses it)."""
+    print_answer_end(answer)
 
 
 T = TypeVar("T")
@@ -79,18 +86,20 @@ class Background(Generic[T]):
         return self._value  # type: ignore[return-value]
 
 
-def load_generator(llm: str | None) -> Any:
-    """The generator ``llm`` names (see `slimrag.llm.backends`), loaded (idempotent)."""
+def load_generator(spec: dict[str, Any]) -> Any:
+    """The generator ``spec`` names (`slimrag.cli.options.llm_spec`: ``llm`` and, for a remote one,
+    ``model`` and ``api_key``; see `slimrag.llm.backends`), loaded (idempotent)."""
     from slimrag.llm.backends import make_generator
 
-    gen = make_generator(llm)
+    options = dict(spec)
+    gen = make_generator(options.pop("llm"), **options)
     gen.load()
     return gen
 
 
-def open_for_answers(index: str, llm: str | None) -> tuple[Any, Background[Any]]:
+def open_for_answers(index: str, spec: dict[str, Any]) -> tuple[Any, Background[Any]]:
     """Open ``index`` and load its embedder while the generator loads on another thread."""
-    pending = Background(lambda: load_generator(llm))
+    pending = Background(lambda: load_generator(spec))
     idx = open_index(index)
     try:
         idx.embedder.load()
@@ -112,45 +121,61 @@ def rag_for(idx: Any, llm: Any, max_tokens: int) -> Any:
 @cli.command()
 @click.argument("index", type=click.Path(exists=True))
 @click.argument("question")
-@click.option("-k", default=4, show_default=True)
-@click.option("--llm", help="OpenAI-compatible base URL (http://host:port/v1); default: embedded SmolLM2.")
-@click.option("--max-tokens", default=GENERATION["max_new_tokens"], show_default=True)
+@click.option("-k", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--source", help=SOURCE_HELP)
+@llm_options
 @click.option("--json", "as_json", is_flag=True)
-def ask(index: str, question: str, k: int, llm: str | None, max_tokens: int, as_json: bool) -> None:
+def ask(index: str, question: str, k: int, source: str | None, llm: str | None, llm_model: str | None,
+        api_key: str | None, max_tokens: int, as_json: bool) -> None:
     """Answer a question from the index, streaming, then list the sources."""
-    idx, generator = open_for_answers(index, llm)
-    with idx:
-        rag = rag_for(idx, generator.result(), max_tokens)
-        for piece in rag.stream_answer(question, k):
-            if isinstance(piece, str):
-                if not as_json:
-                    click.echo(piece, nl=False)
-            elif as_json:
-                click.echo(json.dumps(asdict(piece)))
-            else:
-                print_sources(piece)
+    spec = llm_spec(llm, llm_model, api_key)
+    status = StatusLine()
+    status.show("loading")
+    try:
+        idx, generator = open_for_answers(index, spec)
+        with idx:
+            pattern = source_filter(idx, source)
+            rag = rag_for(idx, generator.result(), max_tokens)
+            rag.progress = status.show
+            for piece in until_first_piece(rag.stream_answer(question, k, source=pattern), status):
+                if isinstance(piece, str):
+                    if not as_json:
+                        click.echo(piece, nl=False)
+                elif as_json:
+                    click.echo(json.dumps({**asdict(piece), "notice": piece.notice}))
+                else:
+                    print_answer_end(piece)
+    finally:
+        status.clear()
 
 
 @cli.command()
 @click.argument("index", type=click.Path(exists=True))
-@click.option("-k", default=4, show_default=True)
-@click.option("--llm", help="OpenAI-compatible base URL; default: embedded SmolLM2.")
-@click.option("--max-tokens", default=GENERATION["max_new_tokens"], show_default=True)
-def chat(index: str, k: int, llm: str | None, max_tokens: int) -> None:
+@click.option("-k", type=click.IntRange(min=1), default=4, show_default=True)
+@llm_options
+def chat(index: str, k: int, llm: str | None, llm_model: str | None, api_key: str | None, max_tokens: int) -> None:
     """Multi-turn chat over an index (empty line or Ctrl-D to quit)."""
-    idx, generator = open_for_answers(index, llm)
-    with idx:
-        conv = rag_for(idx, generator.result(), max_tokens).chat()
-        while True:
-            try:
-                q = click.prompt("you", default="", show_default=False)
-            except (EOFError, click.exceptions.Abort):
-                break
-            if not q.strip():
-                break
-            for piece in conv.stream(q, k):
-                if isinstance(piece, str):
-                    click.echo(piece, nl=False)
-                else:
-                    print_sources(piece)
-
+    spec = llm_spec(llm, llm_model, api_key)
+    status = StatusLine()
+    status.show("loading")
+    try:
+        idx, generator = open_for_answers(index, spec)
+        with idx:
+            rag = rag_for(idx, generator.result(), max_tokens)
+            rag.progress = status.show
+            conv = rag.chat()
+            status.clear()
+            while True:
+                try:
+                    q = click.prompt("you", default="", show_default=False)
+                except (EOFError, click.exceptions.Abort):
+                    break
+                if not q.strip():
+                    break
+                for piece in until_first_piece(conv.stream(q, k), status):
+                    if isinstance(piece, str):
+                        click.echo(piece, nl=False)
+                    else:
+                        print_answer_end(piece)
+    finally:
+        status.clear()

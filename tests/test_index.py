@@ -230,7 +230,9 @@ def test_embedders_are_recorded_and_rebuilt_by_kind(tmp_path: Path, embedder: Lo
     from slimrag.embed import registry
     from slimrag.embed.local import MODEL_ID
 
-    assert embedder.record() == {"id": MODEL_ID, "dim": 384, "normalized": True, "kind": "local"}
+    # the runtime (torch or onnx) is recorded so an index is re-embedded the way it was built
+    assert embedder.record() == {"id": MODEL_ID, "dim": 384, "normalized": True, "kind": "local",
+                                 "runtime": embedder.runtime}
     for rec in (embedder.record(), {"id": MODEL_ID, "dim": 384}):  # manifests before "kind": local
         again = registry.from_record(rec)
         assert isinstance(again, LocalEmbedder) and again.model_id == MODEL_ID

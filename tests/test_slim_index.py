@@ -224,3 +224,54 @@ def test_slim_4bit_pq_recall_against_brute_force(embedder, tmp_path: Path) -> No
     np.save(gen / "ids.npy", np.load(gen / "ids.npy").astype(np.int64))  # as written before narrowing
     again = Index.open(tmp_path / "s", embedder=embedder)
     assert [[h.chunk_id for h in hits] for hits in again.search_batch(queries[:4], k=10)] == found[:4]
+
+
+class CountingEmbedder(RemoteEmbedder):
+    """The test server's embedder, counting the texts it embeds (re-embedding is compaction's cost)."""
+
+    count = 0
+
+    def embed_batch(self, texts: list[str]) -> np.ndarray:
+        self.count += len(texts)
+        return super().embed_batch(texts)
+
+
+def test_compact_updates_the_graph_and_reembeds_few_rows(server: OpenAIServer, tmp_path: Path) -> None:
+    wide = SearchConfig(rerank=96, ef=160, early_stop=False)  # small n: rerank covers all
+    emb = CountingEmbedder(server.base_url, "test-model", dim=64, timeout=10)
+    base, extra = texts(400, 7), texts(12, 8)
+    idx = Index.build(base, tmp_path / "s", embedder=emb, storage="slim", slim=SLIM)
+    gen = idx.manifest["generation"]
+    idx.add(extra)  # 3% of the graph's rows: under the automatic policy's share, stays in the delta
+    assert idx.manifest["generation"] == gen and idx.manifest["delta_parts"]
+    gone = [s for s, _ in base[:8]]
+    idx.remove(gone)
+    live = [d for d in base + extra if d[0] not in set(gone)]
+    ref = Index.build(live, tmp_path / "ref", embedder=_emb(server))
+    emb.count = 0
+    idx.compact()  # incremental: a rebuild would re-embed all 392 kept rows
+    assert emb.count <= 16
+    assert idx.manifest["generation"] > gen and not idx.manifest["delta_parts"]
+    assert idx.stats()["counts"]["vectors"] == len(live) and idx.stats()["gen_kind"] == "slim"
+    for q in QUERIES[:20]:
+        assert _by_text(idx, q, 5, wide) == _by_text(ref, q, 5)
+    emb.count = 0
+    idx.compact(rebuild=True)  # fresh graph and codebooks: every live row re-embedded once
+    assert emb.count == len(live)
+    idx.close()
+    again = Index.open(tmp_path / "s")
+    for q in QUERIES[:10]:
+        assert _by_text(again, q, 5, wide) == _by_text(ref, q, 5)
+
+
+def test_add_compacts_a_slim_index_once_its_delta_reaches_the_share(server: OpenAIServer, tmp_path: Path) -> None:
+    from slimrag.index.writer import AUTO_COMPACT_SHARE
+
+    idx = Index.build(texts(200, 9), tmp_path / "s", embedder=_emb(server), storage="slim", slim=SLIM)
+    gen = idx.manifest["generation"]
+    below = int(AUTO_COMPACT_SHARE * 200) - 2
+    idx.add(texts(below, 10))
+    assert idx.manifest["generation"] == gen and len(idx.manifest["delta_parts"]) == 1
+    idx.add(texts(3, 11))  # the delta now holds more than the share: folded into the graph
+    assert idx.manifest["generation"] > gen and not idx.manifest["delta_parts"]
+    assert idx.stats()["counts"]["vectors"] == 200 + below + 3 and idx.stats()["gen_kind"] == "slim"

@@ -57,12 +57,14 @@ def check(index: str, repair: bool, wait: float | None, as_json: bool) -> None:
 @cli.command()
 @click.argument("index", type=click.Path(exists=True, file_okay=False))
 @click.option("--wait", type=click.FloatRange(min=0), default=None, help=_WAIT_HELP)
-def compact(index: str, wait: float | None) -> None:
+@click.option("--rebuild", is_flag=True,
+              help="Slim: build a fresh graph and codebooks, re-embedding every row (default: update incrementally).")
+def compact(index: str, wait: float | None, rebuild: bool) -> None:
     """Write a new generation of the live vectors only (drops removed chunks' vectors, merges the
-    delta parts; a slim index rebuilds its graph)."""
+    delta parts; a slim index updates its graph in place of rebuilding it, unless --rebuild)."""
     from slimrag.index.core import Index
 
     with Index.open(index, wait=wait) as idx:
-        idx.compact()
+        idx.compact(rebuild=rebuild)
         click.echo(f"{index}: generation {idx.manifest['generation']} ({idx.manifest['gen_kind']}), "
                    f"{int(idx.vectors.live.sum())} vectors")

@@ -19,9 +19,13 @@ second writer waits (`Index.lock_wait`, default `lock.DEFAULT_WAIT_S`) and then 
 `IndexBusyError`; `locked()` holds the lock across several writes. Searches take no lock.
 
 Removed chunks are masked at once (tombstones in the catalog) and their vectors stay on disk
-until `compact` writes a generation holding only live vectors.
+until `compact` writes a generation holding only live vectors. A slim generation is updated, not
+rebuilt (`slimrag.index.slim.update`: new rows inserted into the graph, few rows re-embedded);
+``compact(rebuild=True)`` rebuilds it from every live vector, re-embedding them all.
 
-Knob: `COMMIT_CHUNKS` (default 2048) chunks per transaction. It bounds the memory of an add over
+Knobs: `AUTO_COMPACT_SHARE` (default 0.05): a write compacts a slim index once its delta rows
+reach this share of its graph rows (see `_auto_compact`; 0 turns the policy off).
+`COMMIT_CHUNKS` (default 2048) chunks per transaction. It bounds the memory of an add over
 a big folder (texts and vectors of one transaction are held at once, ~3 MB of float32 at d=384)
 and how much an interrupted add loses; smaller values write more, smaller delta parts.
 
@@ -37,7 +41,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -64,6 +68,8 @@ log = logging.getLogger("slimrag.index")
 
 #: chunks embedded and committed per transaction during add/build; bounds memory for big folders
 COMMIT_CHUNKS = 2048
+#: a write compacts a slim index once its delta holds this share of the graph's rows (0: never)
+AUTO_COMPACT_SHARE = 0.05
 
 _Pending = tuple[Document, bool, list[Chunk], np.ndarray | None]  # doc, replaces a stored one, chunks, vectors
 
@@ -193,7 +199,19 @@ class IndexWriter:
         Raises ValueError for vectors of the wrong shape. Holds the writer lock throughout: which
         documents are unchanged, and the chunk ids given, are decided against the current state."""
         with self.locked():
-            return self._write(docs, report)
+            report = self._write(docs, report)
+            self._auto_compact()
+            return report
+
+    def _auto_compact(self) -> None:
+        """The automatic compaction policy of `write` (and `add`): a slim index whose delta rows
+        reach `AUTO_COMPACT_SHARE` of its graph rows is compacted at once. Delta rows are exact
+        float32 vectors, ~20x the bytes of a graph row (1,536 against ~76 at d=384), so at 5% the
+        index is ~1.9x its compact size; the incremental update that folds them in re-embeds at
+        most 2% of the rows (`slimrag.index.slim.update`), so compacting early costs little."""
+        if (AUTO_COMPACT_SHARE and self.manifest.get("gen_kind") == "slim"
+                and cast("SlimVectors", self.vectors).delta_share >= AUTO_COMPACT_SHARE):
+            self._compact()
 
     def _write(self, docs: Iterable[PreparedDoc], report: AddReport | None) -> AddReport:
         t0 = time.perf_counter()
@@ -275,20 +293,42 @@ class IndexWriter:
         self.vectors.set_live(np.asarray(self.catalog.live_ids(), dtype=np.int64))
         return len(removed)
 
-    def compact(self) -> None:
+    def compact(self, rebuild: bool = False) -> None:
         """Write a new generation holding only live chunks (current generation + delta), switch
         the manifest atomically, then delete what the old manifest named. A crash at any point
         leaves the previous generation in use and no chunk lost.
 
         The kind follows ``IndexConfig.storage`` ("auto": slim from ``auto_slim_chunks`` live
-        chunks on). Building a slim generation needs every live vector once: delta rows have them,
-        rows of a previous slim generation are re-embedded (the price of storing no embeddings).
+        chunks on). A slim generation followed by a slim one is *updated*, not rebuilt
+        (`SlimVectors.updated`): delta rows are inserted into the graph, removed rows cut out,
+        the PQ codebooks kept; only a few graph rows are re-embedded (at most 2% of them, plus the
+        whole generation if the new rows' PQ error has drifted). ``rebuild=True`` builds the
+        generation from every live vector instead (fresh graph and codebooks), which re-embeds
+        every row of a slim generation (the price of storing no embeddings).
         A chunk id present twice (a generation and a delta part, left by the race of unlocked
         writers of older versions) is kept once."""
         with self.locked():
-            self._compact()
+            self._compact(rebuild)
 
-    def _compact(self) -> None:
+    def _slim_update(self) -> bool:
+        """`compact`'s incremental path; False when the next generation is not slim-from-slim."""
+        if self.manifest.get("gen_kind") != "slim":
+            return False
+        store = cast("SlimVectors", self.vectors)
+        live = int(store.live.sum())
+        storage = self.config.storage
+        if live == 0 or storage == "flat" or (storage == "auto" and live < self.config.auto_slim_chunks):
+            return False
+        upd = store.updated(SlimConfig.from_dict(self.manifest["slim"]))
+        log.info("%s: slim generation updated: %s", self.root, upd.stats)
+        gen = layout.next_generation(self.root, self.manifest["generation"])
+        layout.write_generation(self.root, gen, {"ids": layout.narrow_ids(upd.ids)}, writer=upd.artifacts.save)
+        self._switch_generation(gen, "slim")
+        return True
+
+    def _compact(self, rebuild: bool = False) -> None:
+        if not rebuild and self._slim_update():
+            return
         ids, vecs = self.vectors.live_vectors()
         ids, first = np.unique(ids, return_index=True)  # sorted by chunk id, one row per id
         if len(first) != len(vecs):
@@ -306,6 +346,10 @@ class IndexWriter:
         else:
             layout.write_generation(self.root, gen, {"ids": layout.narrow_ids(ids),
                                                      "vectors": vecs.astype(self.config.dtype)})
+        self._switch_generation(gen, storage)
+
+    def _switch_generation(self, gen: int, storage: str) -> None:
+        """Point the manifest at generation ``gen`` with no delta, then collect what it dropped."""
         manifest = {**self.manifest, "generation": gen, "gen_kind": storage, "delta_parts": [],
                     "updated": time.time()}
         files.write_json_atomic(self.root / layout.MANIFEST, manifest)

@@ -247,3 +247,26 @@ def test_embedders_are_recorded_and_rebuilt_by_kind(tmp_path: Path, embedder: Lo
     monkeypatch.setitem(registry.FACTORIES, "letters", lambda rec: _Letters())
     with Index.open(path) as idx:
         assert idx.search("zzz", k=1)[0].source == "a.txt"
+
+
+def test_a_build_killed_before_its_manifest_can_be_redone_with_overwrite(tmp_path: Path, embedder) -> None:
+    """What a create killed before its first manifest leaves (catalog, temp generation, temp
+    manifest) is replaced by overwrite=True; a folder holding anything else is still refused."""
+    out = tmp_path / "half.slimrag"
+    out.mkdir()
+    (out / "catalog.sqlite").write_bytes(b"")
+    (out / "catalog.sqlite-wal").write_bytes(b"")
+    (out / ".tmp-gen-000000-abc").mkdir()
+    (out / ".manifest.json.xyz").write_text("{")
+    with pytest.raises(IndexFormatError, match="already exists"):
+        Index.build([("a.txt", "zebra stripes")], out, embedder=embedder)
+    idx = Index.build([("a.txt", "zebra stripes")], out, embedder=embedder, overwrite=True)
+    assert [h.source for h in idx.search("zebra", k=1, mode="keyword")] == ["a.txt"]
+    idx.close()
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "catalog.sqlite").write_bytes(b"")
+    (other / "todo.txt").write_text("mine")
+    with pytest.raises(IndexFormatError, match="not an index"):
+        Index.build([("a.txt", "zebra")], other, embedder=embedder, overwrite=True)
+    assert (other / "todo.txt").read_text() == "mine"

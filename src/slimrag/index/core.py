@@ -78,7 +78,7 @@ class Index(IndexWriter, IndexQuery, IndexChecker):
         if out.exists():
             if not overwrite:
                 raise IndexFormatError(f"{out} already exists; use `add` to update it or overwrite=True")
-            if not (out / layout.MANIFEST).is_file() and any(out.iterdir()):
+            if not (out / layout.MANIFEST).is_file() and not _unfinished_index(out):
                 raise IndexFormatError(f"{out} is a non-empty folder that is not an index; refusing to delete it")
             if (out / layout.MANIFEST).is_file():
                 with WriterLock(out, wait):
@@ -218,3 +218,14 @@ class Index(IndexWriter, IndexQuery, IndexChecker):
             "embedder": self.manifest["embedder"],
             "config": self.manifest["config"],
         }
+
+
+#: What a create killed before its first manifest can leave in the folder: the catalog (and its
+#: WAL files), the empty generation or its temp folder, a temp manifest, the writer lock.
+_UNFINISHED = ("catalog.sqlite*", "gen-*", ".tmp-*", ".manifest.json.*", "delta", "writer.lock")
+
+
+def _unfinished_index(folder: Path) -> bool:
+    """True for an empty folder, or one holding only what an interrupted create leaves (no
+    manifest yet), which ``overwrite`` may delete; anything else is someone's data."""
+    return all(any(p.match(pat) for pat in _UNFINISHED) for p in folder.iterdir())

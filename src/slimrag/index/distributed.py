@@ -151,6 +151,8 @@ def _pipeline(ray: Any, rows: list[dict[str, Any]], idx: Index, model_dir: str |
                     runtime_env=env)
           .map_batches(_EmbedActor, batch_size=cfg.batch_size or idx.config.embed_batch, batch_format="numpy",
                        fn_constructor_kwargs={"model_dir": model_dir,
+                                              # the index's recorded runtime: vectors as the build's
+                                              "runtime": idx.embedder.record().get("runtime", "torch"),
                                               "batch_size": cfg.batch_size or idx.config.embed_batch},
                        compute=ray.data.ActorPoolStrategy(size=n_actors),
                        num_cpus=cfg.embed_cpus, runtime_env=env, **gpu))
@@ -186,11 +188,11 @@ def _prepare_rows(row: dict[str, Any], chunk_tokens: int, chunk_overlap: int) ->
 class _EmbedActor:
     """Worker side: holds one embedder, loaded when the actor starts, for all its batches."""
 
-    def __init__(self, model_dir: str | None, batch_size: int) -> None:
+    def __init__(self, model_dir: str | None, runtime: str, batch_size: int) -> None:
         from slimrag.embed.local import LocalEmbedder, offline_env
 
         offline_env()
-        self.embedder = LocalEmbedder(model_dir)
+        self.embedder = LocalEmbedder(model_dir, runtime=runtime)
         self.embedder.embed_batch(["load the model now, once per actor"])
         self.batch_size = batch_size
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,3 +54,33 @@ def write_json_atomic(path: Path, data: dict[str, Any], indent: int = 2) -> None
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def slimrag_home() -> Path:
+    """Root of slimrag's caches (converted LLM weights, the ONNX embedder): ``$SLIMRAG_HOME`` or
+    ``~/.cache/slimrag``."""
+    env = os.environ.get("SLIMRAG_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "slimrag"
+
+
+def read_json_or_empty(path: Path) -> dict[str, Any]:
+    """A JSON object from ``path``, or ``{}`` when it is missing or unreadable: for caches, which
+    rebuild what they cannot read."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def sweep_stale_tmp(parent: Path, max_age_s: float = 3600.0) -> None:
+    """Delete ``.tmp-*`` folders in ``parent`` older than ``max_age_s``: what a writer killed
+    before its rename left (a live writer's temp folder is younger)."""
+    now = time.time()
+    for tmp in parent.glob(".tmp-*"):
+        try:
+            if now - tmp.stat().st_mtime > max_age_s:
+                shutil.rmtree(tmp)
+        except FileNotFoundError:
+            continue  # another process swept it first
+

@@ -47,7 +47,14 @@ from typing import Any
 import numpy as np
 
 from slimrag.errors import ModelNotFoundError, SlimragError
-from slimrag.files import fsync_dir, fsync_tree, write_json_atomic
+from slimrag.files import (
+    fsync_dir,
+    fsync_tree,
+    read_json_or_empty,
+    slimrag_home,
+    sweep_stale_tmp,
+    write_json_atomic,
+)
 
 log = logging.getLogger("slimrag.embed")
 
@@ -62,13 +69,6 @@ VARIANTS = {"fp32": "model.onnx", "int8": "model-int8.onnx"}
 _HASH_INDEX = "embed-sha256.json"
 _STALE_TMP_S = 3600.0
 _BLOCK = 1 << 20
-
-
-def slimrag_home() -> Path:
-    """Root of slimrag's caches: ``$SLIMRAG_HOME`` or ``~/.cache/slimrag`` (the rule of
-    `slimrag.llm.weights.slimrag_home`, which this layer cannot import)."""
-    env = os.environ.get("SLIMRAG_HOME")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "slimrag"
 
 
 def onnxruntime_available() -> bool:
@@ -124,7 +124,7 @@ def folder_sha256(model_dir: Path, home: Path | None = None) -> str:
     files = sorted(p for p in model_dir.rglob("*") if p.is_file())
     stamp = [[p.relative_to(model_dir).as_posix(), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
     index_path = (home or slimrag_home()) / "models" / _HASH_INDEX
-    index = _read_json(index_path)
+    index = read_json_or_empty(index_path)
     entry = index.get(str(model_dir))
     if isinstance(entry, dict) and entry.get("files") == stamp and isinstance(entry.get("sha256"), str):
         return str(entry["sha256"])
@@ -148,7 +148,7 @@ def export_dir_for(model_dir: Path, home: Path | None = None) -> Path:
 
 def is_exported(folder: Path, variant: str = "fp32") -> bool:
     """True when ``folder`` is a complete export of the current format holding ``variant``."""
-    marker = _read_json(folder / MARKER)
+    marker = read_json_or_empty(folder / MARKER)
     return marker.get("format") == EXPORT_FORMAT and (folder / VARIANTS[variant]).is_file()
 
 
@@ -172,7 +172,7 @@ def export(model_dir: Path, dest: Path) -> None:
 
     pooling = pooling_mode(model_dir)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    _sweep_stale_tmp(dest.parent)
+    sweep_stale_tmp(dest.parent, _STALE_TMP_S)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{dest.name}-", dir=dest.parent))
     t0 = time.perf_counter()
     try:
@@ -291,22 +291,3 @@ def _pooled_module(model: Any, pooling: str) -> Any:
             return (h * w).sum(1) / w.sum(1).clamp(min=1e-9)
 
     return Pooled()
-
-
-def _sweep_stale_tmp(parent: Path) -> None:
-    now = time.time()
-    for tmp in parent.glob(".tmp-*"):
-        try:
-            if now - tmp.stat().st_mtime > _STALE_TMP_S:
-                shutil.rmtree(tmp)
-        except FileNotFoundError:
-            continue  # another process swept it first
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    """A JSON object from ``path``, or ``{}`` when missing or unreadable (caches rebuild)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}

@@ -40,12 +40,19 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from slimrag.errors import ModelNotFoundError, SlimragError
-from slimrag.files import fsync_dir, fsync_tree, write_json_atomic
+from slimrag.files import (
+    fsync_dir,
+    fsync_tree,
+    read_json_or_empty,
+    slimrag_home,
+    sweep_stale_tmp,
+    write_json_atomic,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -78,12 +85,6 @@ class LoadedModel:
     from_cache: bool
     path: Path
     device: str
-
-
-def slimrag_home() -> Path:
-    """Root of slimrag's caches: ``$SLIMRAG_HOME`` or ``~/.cache/slimrag``."""
-    env = os.environ.get("SLIMRAG_HOME")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "slimrag"
 
 
 def default_gguf_path() -> Path:
@@ -125,7 +126,7 @@ def gguf_sha256(path: Path, home: Path | None = None) -> str:
     path = path.resolve()
     st = path.stat()
     index_path = (home or slimrag_home()) / "models" / _HASH_INDEX
-    index = _read_json(index_path)
+    index = read_json_or_empty(index_path)
     entry = index.get(str(path))
     if (
         isinstance(entry, dict)
@@ -150,7 +151,7 @@ def cache_dir_for(gguf_path: Path, home: Path | None = None) -> Path:
 
 def is_converted(folder: Path) -> bool:
     """True when ``folder`` is a complete conversion of the current cache format."""
-    marker = _read_json(folder / MARKER)
+    marker = read_json_or_empty(folder / MARKER)
     return marker.get("format") == CACHE_FORMAT and (folder / "config.json").is_file()
 
 
@@ -188,7 +189,7 @@ def convert_gguf(gguf_path: Path, dest: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dest.parent.mkdir(parents=True, exist_ok=True)
-    _sweep_stale_tmp(dest.parent)
+    sweep_stale_tmp(dest.parent, _STALE_TMP_S)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{dest.name}-", dir=dest.parent))
     try:
         folder, name = str(gguf_path.parent), gguf_path.name
@@ -251,22 +252,3 @@ def _detach_dequantized_quantizer(model: PreTrainedModel, gguf_path: Path) -> No
     model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-
-
-def _sweep_stale_tmp(parent: Path) -> None:
-    now = time.time()
-    for tmp in parent.glob(".tmp-*"):
-        try:
-            if now - tmp.stat().st_mtime > _STALE_TMP_S:
-                shutil.rmtree(tmp)
-        except FileNotFoundError:
-            continue  # another process swept it first
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    """A JSON object from ``path``, or ``{}`` when it is missing or unreadable (caches rebuild)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}

@@ -33,9 +33,8 @@ DOCS = {
 }
 
 
-def make_pdf(text: str) -> bytes:
-    """A minimal valid one-page PDF whose page shows ``text`` (Helvetica), with a correct xref."""
-    content = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+def pdf_with_content(content: bytes) -> bytes:
+    """A one-page PDF whose page content stream is ``content`` verbatim, with a correct xref."""
     objs = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
         b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
@@ -54,6 +53,11 @@ def make_pdf(text: str) -> bytes:
     out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
     out += f"trailer\n<< /Size {len(objs) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
     return bytes(out)
+
+
+def make_pdf(text: str) -> bytes:
+    """A minimal valid one-page PDF whose page shows ``text`` (Helvetica)."""
+    return pdf_with_content(f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode())
 
 
 def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:

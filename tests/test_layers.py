@@ -28,6 +28,7 @@ RANKS: dict[str, int] = {
     "api": 6,
     "serve": 7,
     "route": 7,
+    "mcp": 7,       # the MCP server for agents: a shell over rag/index like serve
     "app": 8,       # cli, demo, the package's __init__ (the public API)
 }
 BASE = {"errors", "types", "config", "files", "prompt", "openai_http"}

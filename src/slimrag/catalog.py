@@ -153,6 +153,15 @@ class Catalog:
                 out[cid] = Chunk(cid, doc, source, ordinal, text, json.loads(meta))
         return out
 
+    def chunks_of(self, source: str, lo: int, hi: int) -> list[Chunk]:
+        """The chunks of ``source`` whose ordinal is in ``[lo, hi]``, in reading order (a range
+        scan of the ``chunks_source`` index: a citation's neighbours cost one query)."""
+        rows = self.db.execute(
+            "SELECT c.chunk_id, d.doc_id, c.source, c.ordinal, c.text, c.metadata FROM chunks c "
+            "JOIN documents d ON d.source=c.source WHERE c.source=? AND c.ordinal BETWEEN ? AND ? "
+            "ORDER BY c.ordinal", (source, int(lo), int(hi)))
+        return [Chunk(cid, doc, src, ordinal, text, json.loads(meta)) for cid, doc, src, ordinal, text, meta in rows]
+
     def texts(self, ids: Sequence[int]) -> list[str]:
         """Texts of chunks in the order of ``ids`` (used to recompute embeddings)."""
         got = self.chunks(ids)

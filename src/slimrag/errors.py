@@ -31,3 +31,12 @@ class ModelNotFoundError(SlimragError):
 
 class BackendError(SlimragError):
     """A remote backend (embeddings or chat completions) failed or answered something unexpected."""
+
+
+class NotFoundError(SlimragError, KeyError):
+    """A thing asked for by its id or name is not there: an unknown or removed chunk id, ... The
+    server answers it with 404. It is also a `KeyError`, what Python code expects from a lookup."""
+
+    def __str__(self) -> str:
+        # KeyError's str() quotes its argument (it expects a key); ours is a sentence.
+        return str(self.args[0]) if self.args else ""

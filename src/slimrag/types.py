@@ -1,4 +1,4 @@
-"""Plain data records passed between layers: documents, chunks, hits, answers.
+"""Plain data records passed between layers: documents, chunks, hits, excerpts, answers.
 
 They are frozen dataclasses so they can be shared between threads and compared in tests.
 """
@@ -43,6 +43,23 @@ class Hit:
     text: str
     source: str
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Excerpt:
+    """A chunk shown in its document: the chunk and up to ``around`` neighbours of the same source
+    on each side, by ordinal (`slimrag.index.browse`). ``before`` and ``after`` are in reading
+    order; fewer than ``around`` at a document's start or end. What a citation opens."""
+
+    chunk: Chunk
+    before: tuple[Chunk, ...] = ()
+    after: tuple[Chunk, ...] = ()
+
+    @property
+    def page(self) -> int | None:
+        """The chunk's page number (from 1) when its reader recorded one (PDFs), else None."""
+        page = self.chunk.metadata.get("page")
+        return int(page) if isinstance(page, int) else None
 
 
 @dataclass(frozen=True, slots=True)

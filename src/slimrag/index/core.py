@@ -29,6 +29,7 @@ from slimrag.embed.base import Embedder
 from slimrag.embed.registry import default_embedder, from_record
 from slimrag.errors import IndexFormatError
 from slimrag.index import layout
+from slimrag.index.browse import IndexBrowse
 from slimrag.index.check import IndexChecker
 from slimrag.index.flat import FlatVectors
 from slimrag.index.lock import WriterLock
@@ -43,7 +44,7 @@ from slimrag.types import Document
 log = logging.getLogger("slimrag.index")
 
 
-class Index(IndexWriter, IndexQuery, IndexChecker):
+class Index(IndexWriter, IndexQuery, IndexChecker, IndexBrowse):
     """One index folder. One writer at a time, across threads and processes: every write takes
     the folder's writer lock (waiting up to ``lock_wait`` seconds, see `slimrag.index.lock`).
     An `Index` object is not thread-safe; open one per thread (reads never lock)."""

@@ -2,8 +2,14 @@
 names the flag and never a traceback.
 
 - :func:`llm_options`: ``--llm URL``, ``--llm-model NAME``, ``--api-key KEY`` (or
-  ``OPENAI_API_KEY``) and ``--max-tokens N`` for the verbs that generate (ask, chat);
-  :func:`llm_spec` turns them into `make_generator`'s arguments.
+  ``OPENAI_API_KEY``), ``--max-tokens N`` and the reuse options for the verbs that generate (ask,
+  chat); :func:`llm_spec` turns them into `make_generator`'s arguments.
+- :func:`reuse_options`: ``--reuse exact|blend`` and ``--recompute POLICY``, how the embedded
+  model reuses passage KV (`slimrag.llm.kv.config.CacheConfig`; ask, chat and serve). They are not
+  passed to the command function (``expose_value=False``): their callbacks leave the values in the
+  click context (``ctx.meta[REUSE_META]``) and :func:`cache_config` reads them back, so a verb
+  gets the flags by its decorator alone and its signature never changes. :func:`llm_spec` adds the
+  resulting config as ``cache``.
 - :func:`url_option_check`: the callback that refuses a value that is neither an http(s) URL nor a
   registered backend (``--llm``, ``--embedder-url``). It raises a `RequestError` whose message
   starts with the flag (``error: --llm: 'notaurl' is not an http(s) URL ...``, exit code 1, the
@@ -57,8 +63,8 @@ def url_option_check(ctx: click.Context, param: click.Parameter, value: str | No
 
 
 def llm_options(func: F) -> F:
-    """Add ``--llm``, ``--llm-model``, ``--api-key`` and ``--max-tokens`` to a command; it receives
-    them as ``llm``, ``llm_model``, ``api_key`` and ``max_tokens``."""
+    """Add ``--llm``, ``--llm-model``, ``--api-key`` and ``--max-tokens`` to a command (it receives
+    them as ``llm``, ``llm_model``, ``api_key`` and ``max_tokens``), and :func:`reuse_options`."""
     options = [
         click.option("--llm", callback=url_option_check, metavar="URL",
                      help=f"OpenAI-compatible server to generate with, e.g. {URL_EXAMPLES}; "
@@ -73,20 +79,84 @@ def llm_options(func: F) -> F:
     ]
     for option in reversed(options):
         func = option(func)
+    return reuse_options(func)
+
+
+#: Where the ``--reuse``/``--recompute`` callbacks leave their values in ``click.Context.meta``.
+REUSE_META = "slimrag.reuse"
+#: The ``--reuse`` choices: `slimrag.llm.kv.config.REUSE_MODES`, spelled out so that parsing a
+#: command line does not import the KV package (~0.2 s); a test keeps the two equal.
+REUSE_CHOICES = ("exact", "blend")
+
+
+def _keep_reuse(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """Click callback of ``--reuse``/``--recompute``: check the value and keep it for
+    :func:`cache_config` (a recompute policy that does not parse is a bad ``--recompute``)."""
+    if value is None:
+        return
+    if param.name == "recompute":
+        from slimrag.llm.kv.recompute import parse_recompute
+
+        try:
+            parse_recompute(value)
+        except ValueError as e:
+            raise click.BadParameter(str(e), ctx=ctx, param=param) from e
+    ctx.meta.setdefault(REUSE_META, {})[param.name] = value
+
+
+def reuse_options(func: F) -> F:
+    """Add ``--reuse`` and ``--recompute`` to a command; read them with :func:`cache_config`."""
+    options = [
+        click.option("--reuse", type=click.Choice(REUSE_CHOICES), expose_value=False, callback=_keep_reuse,
+                     help="How the embedded model reuses passage KV across questions: 'exact' (default; "
+                          "answers identical to no reuse) or 'blend' (passages reused wherever they stand, "
+                          "faster when most passages were seen before, answers may differ)."),
+        click.option("--recompute", metavar="POLICY", expose_value=False, callback=_keep_reuse,
+                     help="With --reuse blend, which reused tokens are computed again: 'all' (default), "
+                          "'none', 'boundary:K' (first K tokens of each passage), 'deviation:R' (the "
+                          "fraction R that deviate most), or a union such as 'boundary:8+deviation:0.15'."),
+    ]
+    for option in reversed(options):
+        func = option(func)
     return func
+
+
+def cache_config(llm: str | None = None) -> Any:
+    """The `CacheConfig` the current command's ``--reuse``/``--recompute`` ask for, None when
+    neither was given (the generator keeps its default). A usage error naming the flag when
+    ``--recompute`` comes without ``--reuse blend``, or either comes with an ``--llm`` server
+    (which manages its own cache)."""
+    ctx = click.get_current_context(silent=True)
+    values: dict[str, str] = dict(ctx.meta.get(REUSE_META, {})) if ctx is not None else {}
+    if not values:
+        return None
+    if llm is not None:
+        flag = "--reuse" if "reuse" in values else "--recompute"
+        raise click.UsageError(f"{flag} configures the embedded model's KV cache; an --llm server manages "
+                               "its own: drop one of the two")
+    if "recompute" in values and values.get("reuse") != "blend":
+        raise click.UsageError("--recompute chooses what blend reuse computes again: give --reuse blend too")
+    from slimrag.llm.kv.config import CacheConfig
+
+    try:
+        return CacheConfig(**values)
+    except ValueError as e:
+        raise config_error(e, {"reuse": "--reuse", "recompute": "--recompute"}) from e
 
 
 def llm_spec(llm: str | None, llm_model: str | None, api_key: str | None) -> dict[str, Any]:
     """The keyword arguments of `make_generator` for the flags; a usage error when a remote-only
     flag comes without ``--llm`` (a key from ``OPENAI_API_KEY`` alone is ignored: it is often set
-    for other tools)."""
+    for other tools), or a reuse flag with it. ``cache``: the :func:`cache_config`, only when
+    ``--reuse`` or ``--recompute`` was given."""
+    cache = cache_config(llm)
     if llm is None:
         if llm_model is not None:
             raise click.UsageError("--llm-model names a model on an OpenAI-compatible server: give the "
                                    f"server with --llm too (e.g. {URL_EXAMPLES})")
         if api_key is not None and not _from_environment("api_key"):
             raise click.UsageError("--api-key is for the --llm server: give the server with --llm too")
-        return {"llm": None}
+        return {"llm": None} if cache is None else {"llm": None, "cache": cache}
     return {"llm": llm, "model": llm_model, "api_key": api_key}
 
 

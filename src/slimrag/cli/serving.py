@@ -7,6 +7,7 @@ import ipaddress
 import click
 
 from slimrag.cli.base import ROUTE, cli, open_index
+from slimrag.cli.options import cache_config, reuse_options
 from slimrag.route.policy import RouterConfig
 
 
@@ -38,12 +39,14 @@ def bind_warning(host: str, api_key: str | None, what: str = "server") -> str | 
               help="Threads answering chats (generation); searches and embeddings have their own.")
 @click.option("--search-workers", default=2, show_default=True, type=click.IntRange(1, 256),
               help="Threads answering searches, so a search never waits behind a generation.")
+@reuse_options
 def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None, workers: int,
           search_workers: int) -> None:
     """Serve an index over HTTP: OpenAI-compatible chat completions (RAG) and embeddings, search, metrics."""
     import uvicorn
 
     from slimrag.api.gate import check_api_key
+    from slimrag.llm.backends import make_generator
     from slimrag.rag.pipeline import RAG
     from slimrag.serve.app import create_app, warm_up
 
@@ -52,10 +55,11 @@ def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None
             check_api_key(api_key)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--api-key") from e
+    cache = cache_config(llm)
     if warning := bind_warning(host, api_key):
         click.echo(warning, err=True)
     with open_index(index) as idx:
-        rag = RAG(idx, llm)
+        rag = RAG(idx, make_generator(llm, cache=cache))
         warm_up(rag)  # here, so a missing model is one error line rather than a failed startup
         app = create_app(rag, api_key=api_key, workers=workers, search_workers=search_workers, warm=False)
         uvicorn.run(app, host=host, port=port, log_level="info")

@@ -8,10 +8,11 @@ A spec is what `RAG(index, llm=...)` and ``--llm`` accept:
   itself (``"local"``);
 - a `Generator`: used as it is.
 
-Options: ``model`` (the served model's name) and ``api_key``, when given, go to the factory as
-keyword arguments (``factory(spec, model=..., api_key=...)``; without them it is called as
-``factory(spec)``); a backend that takes neither (the local one) refuses them with a
-`RequestError` rather than ignoring them.
+Options: ``model`` (the served model's name), ``api_key`` and ``cache`` (a
+`slimrag.llm.kv.config.CacheConfig`: how the embedded engine reuses passage KV), when given, go to
+the factory as keyword arguments (``factory(spec, model=..., api_key=...)``; without them it is
+called as ``factory(spec)``); a backend refuses an option it does not take (the local one: model
+and key; the remote one: cache) with a `RequestError` rather than ignoring it.
 
 A new backend registers a factory with :func:`register_backend` instead of growing an if/elif
 chain. Factories import their module when called, so naming a remote model never imports torch.
@@ -22,26 +23,36 @@ which the CLI reports as one line.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from slimrag.errors import RequestError
 from slimrag.llm.base import Generator
+
+if TYPE_CHECKING:
+    from slimrag.llm.kv.config import CacheConfig
 
 #: Builds a generator from its spec (None for the default local model); ``model=`` and ``api_key=``
 #: keywords when the caller gives them (see the module header).
 BackendFactory = Callable[..., Generator]
 
 
-def _local(spec: str | None, model: str | None = None, api_key: str | None = None) -> Generator:
+def _local(spec: str | None, model: str | None = None, api_key: str | None = None,
+           cache: CacheConfig | None = None) -> Generator:
     if model is not None or api_key is not None:
         raise RequestError("a model name and an API key apply to a remote model only; give its "
                            "OpenAI-compatible URL as the llm (e.g. http://127.0.0.1:11434/v1)")
     from slimrag.llm.local import LocalGenerator
 
-    return LocalGenerator()
+    # no config keeps the engine's default tree (``LocalGenerator(cache=None)`` would mean no reuse)
+    return LocalGenerator() if cache is None else LocalGenerator(cache=cache)
 
 
-def _openai(spec: str | None, model: str | None = None, api_key: str | None = None) -> Generator:
+def _openai(spec: str | None, model: str | None = None, api_key: str | None = None,
+            cache: CacheConfig | None = None) -> Generator:
     from slimrag.llm.remote import RemoteGenerator
+
+    if cache is not None:
+        raise RequestError(f"a KV cache config applies to the embedded model only; {spec} manages its own cache")
 
     assert spec is not None, "the http(s) backends are only looked up for a URL"
     return RemoteGenerator(spec, model=model, api_key=api_key)
@@ -65,15 +76,16 @@ def backend_kind(spec: str) -> str:
 
 
 def make_generator(llm: Generator | str | None, *, model: str | None = None,
-                   api_key: str | None = None) -> Generator:
+                   api_key: str | None = None, cache: CacheConfig | None = None) -> Generator:
     """The generator for a spec, with the served ``model``'s name and an ``api_key`` for a remote
-    one (see the module header)."""
+    one, or the ``cache`` config of the embedded one (see the module header)."""
     if isinstance(llm, Generator):
-        if model is not None or api_key is not None:
-            raise RequestError("model and api_key configure a generator built from a spec; "
+        if model is not None or api_key is not None or cache is not None:
+            raise RequestError("model, api_key and cache configure a generator built from a spec; "
                                "pass them to the Generator itself")
         return llm
-    options = {k: v for k, v in (("model", model), ("api_key", api_key)) if v is not None}
+    given = (("model", model), ("api_key", api_key), ("cache", cache))
+    options: dict[str, object] = {k: v for k, v in given if v is not None}
     if llm is None:
         return BACKENDS["local"](None, **options)
     factory = BACKENDS.get(backend_kind(llm)) if isinstance(llm, str) else None

@@ -131,6 +131,11 @@ class LocalGenerator(Generator):
             return self._loaded
 
     @property
+    def cache_spec(self) -> CacheSpec:
+        """What the generator was given as ``cache`` (a config, a tree, a strategy or None)."""
+        return self._cache_spec
+
+    @property
     def reuse(self) -> KVReuse:
         """The KV reuse strategy (built on first use, on the model's device)."""
         with self._lock:

@@ -51,6 +51,7 @@ from slimrag.index import layout
 from slimrag.index.lock import WriterLock
 from slimrag.index.report import AddReport
 from slimrag.index.slim import SlimConfig, build_slim
+from slimrag.index.sources import Removal, match_sources
 from slimrag.ingest.chunker import Chunker, ChunkText, default_chunker
 from slimrag.ingest.crawl import Skipped
 from slimrag.ingest.outcome import ADDED, UNCHANGED, UPDATED
@@ -282,15 +283,37 @@ class IndexWriter:
         report.chunks += len(chunks)
         self._load_vectors()
 
-    def remove(self, sources: str | Sequence[str]) -> int:
-        """Remove documents by source (as stored, see `documents()`); returns chunks removed.
-        Their vectors are masked at once and dropped at the next `compact`."""
-        sources = [sources] if isinstance(sources, str) else list(sources)
+    def remove(self, paths: str | Sequence[str], *, cwd: Path | None = None) -> int:
+        """Remove documents; returns the number of chunks removed. ``paths`` are read as a user
+        types them (`slimrag.index.sources`): a stored name (see `documents()`), a path relative
+        to ``cwd`` (default: the current folder) or to the indexed folder, an absolute path, a
+        folder (every document under it) or a glob (``'notes/*.md'``). A path matching nothing
+        is logged as a warning; `remove_matching` says which. Vectors are masked at once and
+        dropped at the next `compact`."""
+        return self.remove_matching(paths, cwd=cwd).chunks
+
+    def remove_matching(self, paths: str | Sequence[str], *, cwd: Path | None = None) -> Removal:
+        """`remove`, returning what each path matched. Names are matched under the writer lock,
+        against the documents stored then."""
+        paths = [paths] if isinstance(paths, str) else list(paths)
+        with self.locked():
+            names = [d.source for d in self.catalog.documents()]
+            match = match_sources(paths, names, self.manifest.get("source_root"), cwd)
+            for arg in match.nothing:
+                log.warning("%s: nothing stored matches %r; nothing removed for it", self.root, arg)
+            chunks = self.remove_sources(match.sources)
+        return Removal(match.sources, match.nothing, chunks)
+
+    def remove_sources(self, sources: Sequence[str]) -> int:
+        """Remove documents by their exact stored names (no path reading: for callers that took
+        the names from `documents()`, such as `sync`), in one transaction; returns chunks removed."""
         removed: list[int] = []
-        with self.locked(), self.catalog.transaction():
-            for s in sources:
-                removed += self.catalog.delete_document(s)
-        self.vectors.set_live(np.asarray(self.catalog.live_ids(), dtype=np.int64))
+        with self.locked():
+            if sources:
+                with self.catalog.transaction():
+                    for s in sources:
+                        removed += self.catalog.delete_document(s)
+            self.vectors.set_live(np.asarray(self.catalog.live_ids(), dtype=np.int64))
         return len(removed)
 
     def compact(self, rebuild: bool = False) -> None:

@@ -1,5 +1,8 @@
 """Verbs that write or inspect an index: build, add, remove, info.
 
+Progress: build and add show one display for the whole run on stderr (`slimrag.cli.progress`:
+a bar on a terminal, periodic log lines otherwise), then print the report.
+
 User errors end as one line that names the flag (see `slimrag.cli.options`): a config value out
 of range ("--chunk-overlap must be ..."), an ``--out`` that already exists ("pass --force"), a
 ``--embedder-url`` that is not a URL. ``remove`` takes paths as the user types them (see
@@ -19,6 +22,7 @@ import click
 
 from slimrag.cli.base import IDX, RAY, cli, open_index, print_report
 from slimrag.cli.options import config_error, url_option_check
+from slimrag.cli.progress import show_progress
 from slimrag.cli.sources import example_names, match_sources
 from slimrag.config import DTYPES, STORAGES, IndexConfig
 
@@ -77,7 +81,8 @@ def build(source: str, out: str, storage: str, chunk_tokens: int, chunk_overlap:
         from slimrag.embed.remote import RemoteEmbedder
 
         embedder = RemoteEmbedder(embedder_url, embedder_model or "default")
-    idx = Index.build(source, out, config=cfg, embedder=embedder, overwrite=force)
+    with show_progress():
+        idx = Index.build(source, out, config=cfg, embedder=embedder, overwrite=force)
     print_report(idx.last_report, as_json)
 
 
@@ -94,7 +99,7 @@ def build(source: str, out: str, storage: str, chunk_tokens: int, chunk_overlap:
 def add(index: str, paths: tuple[str, ...], use_ray: bool, ray_address: str | None, embed_actors: int | None,
         as_json: bool) -> None:
     """Add or update files or folders in an index."""
-    with open_index(index) as idx:
+    with open_index(index) as idx, show_progress():
         if use_ray or ray_address:
             from slimrag.index.distributed import ray_ingest
 

@@ -49,13 +49,14 @@ from slimrag import files
 from slimrag.errors import IndexFormatError
 from slimrag.index import layout
 from slimrag.index.lock import WriterLock
+from slimrag.index.progress import current_tracker
 from slimrag.index.report import AddReport
 from slimrag.index.slim import SlimConfig, build_slim
 from slimrag.index.sources import Removal, match_sources
 from slimrag.ingest.chunker import Chunker, ChunkText, default_chunker
 from slimrag.ingest.crawl import Skipped
 from slimrag.ingest.outcome import ADDED, UNCHANGED, UPDATED
-from slimrag.ingest.source import Inputs, PreparedDoc, iter_inputs, prepare
+from slimrag.ingest.source import InputItem, Inputs, PreparedDoc, iter_inputs, prepare
 from slimrag.types import Chunk, Document
 
 if TYPE_CHECKING:
@@ -176,13 +177,22 @@ class IndexWriter:
         return self.write(self._prepare(inputs, report), report)
 
     def _prepare(self, inputs: Inputs, report: AddReport) -> Iterator[PreparedDoc]:
-        """Read, hash and chunk inputs lazily; an unchanged document is passed on unparsed."""
+        """Read, hash and chunk inputs lazily; an unchanged document is passed on unparsed. Under
+        a progress display (`slimrag.index.progress`) the crawl is listed first, for its total."""
         root = Path(self.manifest["source_root"]) if self.manifest.get("source_root") else None
-        for item in iter_inputs(inputs, root, self.config.ignore, self.config.max_file_bytes, report.skipped):
+        tracker = current_tracker()
+        items: Iterable[InputItem] = iter_inputs(inputs, root, self.config.ignore,
+                                                 self.config.max_file_bytes, report.skipped)
+        if tracker.counts_files:
+            items = list(items)
+            tracker.start(len(items) + len(report.skipped), done=len(report.skipped))
+        for item in items:
             doc = prepare(item, self.stored_doc_id(item.source), self.chunker)
             if isinstance(doc, Skipped):
                 report.skip(doc.source, doc.reason, doc.kind)
+                tracker.file()
             else:
+                tracker.file(len(doc.pieces))
                 yield doc
 
     def stored_doc_id(self, source: str) -> str | None:
@@ -255,7 +265,9 @@ class IndexWriter:
         may leave is named by no manifest and collected later."""
         chunks = [c for _, _, cs, _ in docs for c in cs]
         todo = [embed_input(c) for _, _, cs, v in docs if v is None for c in cs]
-        fresh = self.embedder.embed(todo, batch_size=self.config.embed_batch) if todo else None
+        tracker = current_tracker()
+        fresh = tracker.embed(self.embedder, todo, self.config.embed_batch) if todo else None
+        tracker.chunks(len(chunks) - len(todo))  # given vectors (Ray ingest): done without embedding
         parts, used = [], 0
         for _, _, cs, v in docs:  # given vectors where a document has them, fresh ones in order otherwise
             if v is None:

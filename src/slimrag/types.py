@@ -44,6 +44,24 @@ class Hit:
     source: str
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def label(self) -> str:
+        """``source#ordinal``: how a prompt names the passage, and what an answer cites."""
+        return f"{self.source}#{self.metadata.get('ordinal', 0)}"
+
+    @property
+    def page(self) -> int | None:
+        """The page (from 1) of a PDF passage, None for formats without pages. The chunker
+        records it, and never merges text of two pages into one chunk."""
+        page = self.metadata.get("page")
+        return page if isinstance(page, int) and not isinstance(page, bool) and page > 0 else None
+
+    @property
+    def where(self) -> str:
+        """Where a passage is, as a citation shows it: ``guide.pdf#3 (p. 2)``, or the label alone."""
+        page = self.page
+        return self.label if page is None else f"{self.label} (p. {page})"
+
 
 @dataclass(frozen=True, slots=True)
 class Excerpt:

@@ -54,11 +54,11 @@ def search(index: str, query: str, k: int, mode: str, source: str | None, as_jso
     with open_index(index) as idx:
         hits = idx.search(query, k=k, mode=mode, source=source_filter(idx, source))
     if as_json:
-        click.echo(json.dumps([asdict(h) for h in hits]))
+        click.echo(json.dumps([{**asdict(h), "page": h.page} for h in hits]))
         return
     for i, h in enumerate(hits, 1):
         head = h.metadata.get("heading") or ""
-        click.echo(click.style(f"{i}. {h.source}#{h.metadata.get('ordinal', 0)}  {h.score:.3f}  {head}", bold=True))
+        click.echo(click.style(f"{i}. {h.where}  {h.score:.3f}  {head}", bold=True))
         click.echo("   " + " ".join(h.text.split())[:300])
 
 

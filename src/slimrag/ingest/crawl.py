@@ -13,7 +13,7 @@ Rules, in order, for each entry of a folder (sorted by name):
 - only regular files are read: a FIFO, socket or device is ``unreadable`` and never opened (an
   open FIFO would block the build forever);
 - a file larger than ``max_bytes`` is ``too large`` (judged by ``stat``, never read);
-- a name whose suffix is a known binary format (``.png``, ``.docx``...) is an ``unsupported type``;
+- a name whose suffix is a known binary format (``.png``, ``.xlsx``...) is an ``unsupported type``;
   a name no reader claims is sniffed (first 8 KB: no NUL, UTF-8 or a declared charset) and read
   as plain text when it is text, else it is an ``unsupported type`` too;
 - a folder that cannot be listed (permission denied, a path too long) is ``unreadable``, with a

@@ -4,14 +4,17 @@ CPython's `HTMLParser` rescans to the end of the input for every ``<``, ``<!--``
 never closed (200 KB of ``<a`` took a minute), so those openers are escaped first (`defuse`) and
 read as text. A page whose markup is closed is not touched, so its text is what it always was;
 only malformed markup can read slightly differently. ``_markupbase`` raises AssertionError on a
-marked section it does not know (``<![foo[``); `html_sections` lets it through for the reader to
-turn into a parse-error skip.
+marked section it does not know (``<![foo[``); `html_sections` lets it through, `page_sections`
+(what the HTML, EPUB and mail readers use) turns it into a parse-error skip.
 """
 
 from __future__ import annotations
 
 import re
 from html.parser import HTMLParser
+
+from slimrag.ingest.outcome import PARSE_ERROR, SkipFile
+from slimrag.ingest.text import Section
 
 
 class _HTMLText(HTMLParser):
@@ -87,3 +90,12 @@ def html_sections(text: str) -> list[tuple[str, str]]:
     parser.close()
     parser.flush()
     return parser.sections
+
+
+def page_sections(text: str) -> list[Section]:
+    """The sections of a decoded page (`html_sections`); raises `SkipFile` (parse error) for
+    markup the parser refuses."""
+    try:
+        return [Section(h, t) for h, t in html_sections(text)]
+    except AssertionError as e:  # _markupbase asserts on an unknown marked section ("<![foo[")
+        raise SkipFile(PARSE_ERROR, f"malformed HTML ({e})") from e

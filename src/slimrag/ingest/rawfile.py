@@ -7,6 +7,10 @@
 - ``.gz`` files are decompressed in bounded steps, so a gzip bomb stops at ``max_bytes`` of
   output. The inner name (``README.gz`` → ``README``, ``page.html.gz`` → ``page.html``) picks the
   reader.
+- Zip-based documents (docx, pptx, epub) are opened through `open_zip`, which refuses a zip
+  whose members would unzip past `MAX_UNZIPPED_BYTES` (a zip bomb) or that holds more than
+  `MAX_ZIP_ENTRIES` members, judged from the central directory before anything is inflated;
+  Python's zipfile never returns more than a member's declared size, so the check holds.
 - Text is recognised without a suffix: no NUL byte in the first `SNIFF_BYTES` and valid UTF-8
   there, or a declared charset (XML declaration, HTML ``<meta charset>``, an Emacs/Vim/PEP 263
   ``coding:`` line) that Python knows.
@@ -23,13 +27,26 @@ import re
 import stat
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from slimrag.ingest.outcome import TOO_LARGE, UNREADABLE, SkipFile
+from slimrag.ingest.outcome import PARSE_ERROR, TOO_LARGE, UNREADABLE, SkipFile
+
+if TYPE_CHECKING:
+    import zipfile
 
 #: bytes looked at to decide whether an unknown file is text, and to find a declared charset
 SNIFF_BYTES = 8192
 #: decompression step: output produced per call, so a bomb is stopped after one step past the limit
 _GZ_STEP = 1 << 20
+
+#: the most a zip-based document may unzip to, all members together. A 20 MiB docx of text and
+#: pictures unzips to a little more than its size (pictures are stored compressed already); a
+#: bomb declares gigabytes. Bigger means more memory per document while it is read.
+MAX_UNZIPPED_BYTES = 256 * 2**20
+#: the most members a zip-based document may hold (a long EPUB has a few thousand)
+MAX_ZIP_ENTRIES = 20_000
+#: the first bytes of an OLE compound file: a password-protected Office file, or a .doc/.ppt
+_OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 
 _FILE_TYPES = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
                stat.S_IFBLK: "a block device", stat.S_IFDIR: "a folder"}
@@ -120,6 +137,30 @@ def gunzip_bounded(raw: bytes, max_bytes: int) -> bytes:
     except zlib.error as e:
         raise SkipFile(UNREADABLE, f"corrupt gzip data ({e})") from e
     return b"".join(out)
+
+
+def open_zip(data: bytes, what: str) -> zipfile.ZipFile:
+    """The zip archive of a document (``what`` names its format in messages), its members checked
+    against `MAX_UNZIPPED_BYTES` and `MAX_ZIP_ENTRIES`; raises `SkipFile`: unreadable for an
+    encrypted Office file, parse error for data that is not a zip, too large for a bomb."""
+    import io
+    import zipfile
+
+    if data.startswith(_OLE_MAGIC):
+        raise SkipFile(UNREADABLE, f"{what} is password-protected or in the old binary format; "
+                                   "remove the password or save it in the current format to include it")
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError) as e:
+        raise SkipFile(PARSE_ERROR, f"corrupt {what}: not a readable zip archive ({e})") from e
+    members = archive.infolist()
+    if len(members) > MAX_ZIP_ENTRIES:
+        raise SkipFile(TOO_LARGE, f"{what} holds {len(members)} zip members, over the {MAX_ZIP_ENTRIES} limit")
+    unzipped = sum(m.file_size for m in members)
+    if unzipped > MAX_UNZIPPED_BYTES:
+        raise SkipFile(TOO_LARGE, f"{what} would unzip to {mib(unzipped)}, over the "
+                                  f"{mib(MAX_UNZIPPED_BYTES)} limit of zip-based documents")
+    return archive
 
 
 _XML_DECL = re.compile(rb"^\s*<\?xml[^>]{0,200}?encoding\s*=\s*[\"']([A-Za-z0-9._:-]{1,40})[\"']")

@@ -1,8 +1,14 @@
 """Readers turn one file into text sections, one reader per file kind, chosen by suffix.
 
 A reader returns a list of `Section` (heading, text, page): headings come from Markdown ``#`` lines,
-reStructuredText underlines, HTML ``<h1>..<h6>``, and PDF pages; the chunker keeps them as
-metadata so an answer can cite "file.md › Install" rather than a byte offset.
+reStructuredText underlines, HTML ``<h1>..<h6>``, PDF pages, Word headings, slides, e-mail
+subjects and table row ranges; the chunker keeps them as metadata so an answer can cite
+"file.md › Install" rather than a byte offset, and a PDF's page number travels with its chunks.
+
+The text formats are read here; each container format has its own module, registered below:
+`slimrag.ingest.office` (docx, pptx), `slimrag.ingest.epub`, `slimrag.ingest.notebook` (ipynb),
+`slimrag.ingest.mail` (eml, mbox), `slimrag.ingest.tables` (csv, tsv). Their parsing libraries
+(pypdf, python-docx, python-pptx) are imported inside the reader, on first use.
 
 Every failure a user's folder can contain (binary data, invalid UTF-8, a corrupt PDF, JSON nested
 100,000 deep, an empty file) raises `SkipFile` (an `IngestError`) with its reason from
@@ -16,9 +22,10 @@ Choosing a reader (`reader_for_data`): by the file name (``.gz`` stripped), thro
 first bytes look like text (`slimrag.ingest.rawfile.looks_like_text`), else it is an unsupported
 type. `BINARY_SUFFIXES` are refused by name alone, without opening the file.
 
-Decoding: strict UTF-8 first (a BOM is honoured), so every UTF-8 file reads exactly as before;
-when that fails, the charset the file declares (XML declaration, HTML ``<meta charset>``,
-``coding:`` line) is used, so a Latin-1 page that says so is read, not refused.
+Decoding (`slimrag.ingest.text.decode`): strict UTF-8 first (a BOM is honoured); when that fails,
+the charset the file declares (XML declaration, HTML ``<meta charset>``, ``coding:`` line), so a
+Latin-1 page that says so is read, not refused. Zip-based formats are not decoded: their NUL bytes
+are no sign of binary data, and the name alone picks their reader.
 
 Linear time: every reader is linear in the input. Markdown headings and reStructuredText
 underlines are recognised with string methods, not regexes (a backtracking heading pattern took
@@ -30,23 +37,27 @@ iterative.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from slimrag.ingest.html import html_sections
-from slimrag.ingest.outcome import BINARY, EMPTY, ENCODING, PARSE_ERROR, UNREADABLE, UNSUPPORTED, SkipFile
+from slimrag.ingest.epub import read_epub
+from slimrag.ingest.html import page_sections
+from slimrag.ingest.mail import read_eml, read_mbox
+from slimrag.ingest.notebook import read_notebook
+from slimrag.ingest.office import read_docx, read_pptx
+from slimrag.ingest.outcome import EMPTY, PARSE_ERROR, UNREADABLE, UNSUPPORTED, SkipFile
 from slimrag.ingest.rawfile import (
     SNIFF_BYTES,
-    declared_charset,
     gunzip_bounded,
     inner_name,
     is_gzip,
     looks_like_text,
     read_bounded,
 )
+from slimrag.ingest.tables import read_table
+from slimrag.ingest.text import Section, decode, load_json, markdown_sections
+from slimrag.ingest.text import md_heading as md_heading  # re-exported: the hostile-input tests use it
 
 logging.getLogger("pypdf").setLevel(logging.ERROR)
 
@@ -54,65 +65,14 @@ logging.getLogger("pypdf").setLevel(logging.ERROR)
 DEFAULT_MAX_BYTES = 20 * 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class Section:
-    """A run of text under one heading (or on one PDF page)."""
-
-    heading: str
-    text: str
-    page: int | None = None
-
-
-def _decode(data: bytes, path: Path) -> str:
-    """Strict UTF-8 (with BOM), else the charset the file declares; binary data is refused rather
-    than guessed at."""
-    if b"\x00" in data[:SNIFF_BYTES]:
-        raise SkipFile(BINARY, f"NUL bytes in the first {SNIFF_BYTES // 1024} KB")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        charset = declared_charset(data)
-        if charset is None:
-            raise SkipFile(ENCODING, f"not valid UTF-8 (byte {e.start}) and no charset declared; "
-                                     "convert it to UTF-8 to include it") from e
-        try:
-            return data.decode(charset)
-        except UnicodeDecodeError as e2:
-            raise SkipFile(ENCODING, f"not valid UTF-8, nor {charset} as declared (byte {e2.start})") from e2
-
-
 def read_plain(data: bytes, path: Path) -> list[Section]:
     """Plain text and source code: one section, headed by the file name."""
-    return [Section("", _decode(data, path))]
-
-
-def md_heading(line: str) -> str | None:
-    """The text of an ATX heading line (``## Title ##`` → ``Title``), or None when the line is not
-    one: 1 to 6 ``#`` at column 0, whitespace, then the title; closing ``#`` and whitespace are
-    dropped. Same result as the pattern ``^(#{1,6})\\s+(.*?)\\s*#*\\s*$``, in linear time."""
-    level = len(line) - len(line.lstrip("#"))
-    if not 1 <= level <= 6 or len(line) == level or not line[level].isspace():
-        return None
-    return line[level:].strip().rstrip("#").rstrip()
+    return [Section("", decode(data))]
 
 
 def read_markdown(data: bytes, path: Path) -> list[Section]:
     """Markdown: split at ``#`` headings (outside fenced code blocks)."""
-    sections: list[Section] = []
-    heading, buf, fenced = "", [], False
-    for line in _decode(data, path).splitlines():
-        if line.lstrip().startswith(("```", "~~~")):
-            fenced = not fenced
-        title = None if fenced else md_heading(line)
-        if title is not None:
-            if "".join(buf).strip():
-                sections.append(Section(heading, "\n".join(buf)))
-            heading, buf = title, [line]
-        else:
-            buf.append(line)
-    if "".join(buf).strip():
-        sections.append(Section(heading, "\n".join(buf)))
-    return sections
+    return markdown_sections(decode(data))
 
 
 _RST_PUNCT = frozenset("=-~^\"'`#*+")
@@ -127,7 +87,7 @@ def rst_underline(line: str) -> bool:
 
 def read_rst(data: bytes, path: Path) -> list[Section]:
     """reStructuredText: a line followed by an underline of punctuation starts a section."""
-    lines = _decode(data, path).splitlines()
+    lines = decode(data).splitlines()
     sections: list[Section] = []
     heading, buf = "", []
     i = 0
@@ -150,10 +110,7 @@ def read_rst(data: bytes, path: Path) -> list[Section]:
 
 def read_html(data: bytes, path: Path) -> list[Section]:
     """HTML: visible text split at heading tags (`slimrag.ingest.html`)."""
-    try:
-        return [Section(h, t) for h, t in html_sections(_decode(data, path))]
-    except AssertionError as e:  # _markupbase asserts on an unknown marked section ("<![foo[")
-        raise SkipFile(PARSE_ERROR, f"malformed HTML ({e})") from e
+    return page_sections(decode(data))
 
 
 def read_pdf(data: bytes, path: Path) -> list[Section]:
@@ -182,39 +139,18 @@ def read_pdf(data: bytes, path: Path) -> list[Section]:
     return sections
 
 
-#: integers longer than this stay digit strings (Python refuses to convert over 4,300 digits, and
-#: the conversion is quadratic below that limit)
-_MAX_INT_DIGITS = 640
-
-
-def _parse_int(digits: str) -> int | str:
-    return int(digits) if len(digits) <= _MAX_INT_DIGITS else digits
-
-
-def _json_loads(text: str, line: int | None = None) -> object:
-    """`json.loads` with a refusal, not a crash, for nesting past the recursion limit; a
-    100,001-digit number is kept as its digits (it prints the same)."""
-    try:
-        return json.loads(text, parse_int=_parse_int)
-    except json.JSONDecodeError as e:
-        where = f"at line {e.lineno}" if line is None else f"on line {line}"
-        raise SkipFile(PARSE_ERROR, f"invalid JSON {where}: {e.msg}") from e
-    except RecursionError as e:
-        raise SkipFile(PARSE_ERROR, "JSON nested too deeply to read") from e
-
-
 def read_json(data: bytes, path: Path) -> list[Section]:
     """JSON: strings are collected with their key path as heading, so records stay searchable."""
-    return _json_sections(_json_loads(_decode(data, path)))
+    return _json_sections(load_json(decode(data)))
 
 
 def read_jsonl(data: bytes, path: Path) -> list[Section]:
     """JSON Lines: one section per record; bad lines raise (a half-read file would mislead)."""
     sections: list[Section] = []
-    for n, line in enumerate(_decode(data, path).splitlines(), 1):
+    for n, line in enumerate(decode(data).splitlines(), 1):
         if not line.strip():
             continue
-        obj = _json_loads(line, n)
+        obj = load_json(line, n)
         text = "\n".join(s.text for s in _json_sections(obj))
         if text.strip():
             sections.append(Section(f"line {n}", text))
@@ -244,7 +180,7 @@ Reader = Callable[[bytes, Path], list[Section]]
 CODE_SUFFIXES = (
     ".py .pyi .js .jsx .ts .tsx .c .h .cc .cpp .hpp .cs .go .rs .java .kt .scala .rb .php .swift .m "
     ".sh .bash .zsh .sql .r .jl .lua .pl .hs .ml .ex .exs .erl .clj .toml .yaml .yml .ini .cfg .conf "
-    ".css .scss .vue .svelte .tex .bib .csv .tsv .xml .proto .cmake .mk .dockerfile .gradle"
+    ".css .scss .vue .svelte .tex .bib .xml .proto .cmake .mk .dockerfile .gradle"
 ).split()
 
 #: suffix → reader. Other suffixes are read as plain text when their content looks like text.
@@ -260,18 +196,25 @@ READERS: dict[str, Reader] = {
     ".xhtml": read_html,
     ".pdf": read_pdf,
     ".json": read_json,
-    ".ipynb": read_json,
+    ".ipynb": read_notebook,
     ".jsonl": read_jsonl,
     ".ndjson": read_jsonl,
+    ".docx": read_docx,
+    ".pptx": read_pptx,
+    ".epub": read_epub,
+    ".eml": read_eml,
+    ".mbox": read_mbox,
+    ".csv": read_table,
+    ".tsv": read_table,
     **{s: read_plain for s in CODE_SUFFIXES},
 }
 
-#: suffixes of formats slimrag cannot read (images, archives, office zips, media, compiled code):
+#: suffixes of formats slimrag cannot read (images, archives, other office files, media, compiled code):
 #: refused by name, without opening the file
 BINARY_SUFFIXES = frozenset((
     ".png .jpg .jpeg .gif .bmp .tif .tiff .ico .webp .svgz .psd .heic .mp3 .mp4 .m4a .ogg .oga .wav "
     ".flac .avi .mov .mkv .webm .zip .tar .tgz .bz2 .xz .zst .7z .rar .jar .war .whl .egg .deb .rpm "
-    ".docx .xlsx .pptx .odt .ods .odp .epub .doc .xls .ppt .so .dylib .dll .exe .o .a .pyc .pyo .class "
+    ".xlsx .odt .ods .odp .doc .xls .ppt .so .dylib .dll .exe .o .a .pyc .pyo .class "
     ".bin .dat .db .sqlite .sqlite3 .npy .npz .pkl .pt .safetensors .gguf .onnx .parquet .arrow .woff "
     ".woff2 .ttf .otf .eot .mo .gmo .iso .img .dmg"
 ).split())

@@ -1,0 +1,99 @@
+"""Readers of e-mail: one message (``.eml``) and mailboxes (``.mbox``), with the standard library's
+`email` package (``policy.default``: RFC 2047 headers decoded, charsets honoured).
+
+One section per message, headed ``subject · from · date`` so a passage says which mail it came
+from; its text starts with the From, To, Date and Subject lines (a question about who wrote what
+finds them), then the body. The plain-text body is preferred; a message with only an HTML body
+is read through the HTML reader (`slimrag.ingest.html.page_sections`), so no markup reaches the
+index. Attachments are skipped: `EmailMessage.get_body` never picks a part marked as one, and
+their bytes are neither decoded nor read. A body in a charset Python does not know is decoded as
+UTF-8 with replacement characters, so one odd message does not lose the mailbox.
+
+An mbox is split here, not with `mailbox.mbox` (which needs a file on disk, and the reader has
+the bytes, perhaps decompressed from ``.mbox.gz``), by the same rule `mailbox.mbox` reads with:
+a message starts at each line beginning ``From `` (body lines that began so were written as
+``>From `` by the mail program, and are kept as they are, as `mailbox` does). A file whose first
+line is not such a line is not an mbox: a parse error. Data with NUL bytes is binary, refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from email import message_from_bytes, policy
+from email.message import EmailMessage
+from pathlib import Path
+
+from slimrag.ingest.html import page_sections
+from slimrag.ingest.outcome import BINARY, PARSE_ERROR, SkipFile
+from slimrag.ingest.rawfile import SNIFF_BYTES
+from slimrag.ingest.text import Section
+
+#: header lines written at the top of a message's text, in this order
+HEADERS = ("From", "To", "Cc", "Date", "Subject")
+
+
+def _refuse_binary(data: bytes) -> None:
+    if b"\x00" in data[:SNIFF_BYTES]:
+        raise SkipFile(BINARY, f"NUL bytes in the first {SNIFF_BYTES // 1024} KB")
+
+
+def _content(part: EmailMessage) -> str:
+    """A text part decoded with its declared charset (UTF-8 with replacement for an unknown one)."""
+    try:
+        return str(part.get_content())
+    except (LookupError, UnicodeError):  # an unknown or lying charset
+        payload = part.get_payload(decode=True)
+        return payload.decode("utf-8", "replace") if isinstance(payload, bytes) else ""
+
+
+def body_text(msg: EmailMessage) -> str:
+    """The message's body: its plain-text part, else its HTML part as text, else empty."""
+    part = msg.get_body(preferencelist=("plain", "html"))
+    if part is None:
+        return ""
+    content = _content(part)  # type: ignore[arg-type]  # get_body returns the message's own class
+    if part.get_content_subtype() == "html":
+        return "\n\n".join(s.text for s in page_sections(content))
+    return content.strip()
+
+
+def message_section(raw: bytes) -> Section | None:
+    """The section of one message's bytes (see the module header); None when it has no text."""
+    msg = message_from_bytes(raw, policy=policy.default)
+    assert isinstance(msg, EmailMessage)  # policy.default builds EmailMessage
+    heads = {name: " ".join(str(msg.get(name, "")).split()) for name in HEADERS}
+    lines = [f"{name}: {value}" for name, value in heads.items() if value]
+    body = body_text(msg)
+    if not body and not lines:
+        return None
+    heading = " · ".join(v for v in (heads["Subject"] or "(no subject)", heads["From"], heads["Date"]) if v)
+    return Section(heading, "\n".join(lines) + ("\n\n" + body if body else ""))
+
+
+def read_eml(data: bytes, path: Path) -> list[Section]:
+    """One e-mail message (RFC 5322, as saved by mail programs)."""
+    _refuse_binary(data)
+    section = message_section(data)
+    return [section] if section is not None else []
+
+
+def mbox_messages(data: bytes) -> Iterator[bytes]:
+    """The raw messages of an mbox, each without its ``From `` separator line; raises `SkipFile`
+    when the data does not start with one. Linear: one scan for ``\\nFrom ``."""
+    start = len(data) - len(data.lstrip(b"\r\n"))
+    if not data.startswith(b"From ", start):
+        raise SkipFile(PARSE_ERROR, "not an mbox: it does not start with a 'From ' line")
+    while start < len(data):
+        body = data.find(b"\n", start)
+        if body < 0:
+            return
+        nxt = data.find(b"\nFrom ", body)
+        end = len(data) if nxt < 0 else nxt + 1
+        yield data[body + 1:end]
+        start = end
+
+
+def read_mbox(data: bytes, path: Path) -> list[Section]:
+    """A mailbox: one section per message, in file order."""
+    _refuse_binary(data)
+    return [s for raw in mbox_messages(data) if (s := message_section(raw)) is not None]

@@ -18,21 +18,24 @@ are not read.
 XML is parsed with the standard library's expat, which does not fetch external entities and,
 from expat 2.4.1 on, stops entity-expansion bombs; the zip itself is checked by
 `slimrag.ingest.rawfile.open_zip` (no bomb). Every failure raises `SkipFile`: one warning.
+zipfile and ElementTree are imported on first use, not when the registry is loaded.
 """
 
 from __future__ import annotations
 
 import posixpath
-import zipfile
-import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
-from xml.etree import ElementTree
 
 from slimrag.ingest.html import page_sections
 from slimrag.ingest.outcome import PARSE_ERROR, UNREADABLE, SkipFile
 from slimrag.ingest.rawfile import open_zip
 from slimrag.ingest.text import Section, decode
+
+if TYPE_CHECKING:
+    import zipfile
+    from xml.etree import ElementTree
 
 CONTAINER = "META-INF/container.xml"
 ENCRYPTION = "META-INF/encryption.xml"
@@ -42,6 +45,8 @@ CHAPTER_TYPES = frozenset({"application/xhtml+xml", "text/html", "application/x-
 
 def _xml(archive: zipfile.ZipFile, name: str) -> ElementTree.Element:
     """A member of the book parsed as XML; raises `SkipFile` when it is missing or malformed."""
+    from xml.etree import ElementTree
+
     try:
         return ElementTree.fromstring(archive.read(name))
     except KeyError as e:
@@ -82,6 +87,9 @@ def _encrypted(archive: zipfile.ZipFile) -> set[str]:
 
 def read_epub(data: bytes, path: Path) -> list[Section]:
     """EPUB: the chapters of the spine, in reading order, each split at its HTML headings."""
+    import zipfile
+    import zlib
+
     archive = open_zip(data, "EPUB")
     with archive:
         chapters = spine(archive)

@@ -14,19 +14,23 @@ the bytes, perhaps decompressed from ``.mbox.gz``), by the same rule `mailbox.mb
 a message starts at each line beginning ``From `` (body lines that began so were written as
 ``>From `` by the mail program, and are kept as they are, as `mailbox` does). A file whose first
 line is not such a line is not an mbox: a parse error. Data with NUL bytes is binary, refused.
+
+`email` is imported on first use: ``email.policy`` alone takes tens of milliseconds to import.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from email import message_from_bytes, policy
-from email.message import EmailMessage
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slimrag.ingest.html import page_sections
 from slimrag.ingest.outcome import BINARY, PARSE_ERROR, SkipFile
 from slimrag.ingest.rawfile import SNIFF_BYTES
 from slimrag.ingest.text import Section
+
+if TYPE_CHECKING:
+    from email.message import EmailMessage
 
 #: header lines written at the top of a message's text, in this order
 HEADERS = ("From", "To", "Cc", "Date", "Subject")
@@ -59,8 +63,9 @@ def body_text(msg: EmailMessage) -> str:
 
 def message_section(raw: bytes) -> Section | None:
     """The section of one message's bytes (see the module header); None when it has no text."""
-    msg = message_from_bytes(raw, policy=policy.default)
-    assert isinstance(msg, EmailMessage)  # policy.default builds EmailMessage
+    from email import message_from_bytes, policy  # email.policy costs ~50 ms to import: not at startup
+
+    msg: EmailMessage = message_from_bytes(raw, policy=policy.default)  # type: ignore[assignment]
     heads = {name: " ".join(str(msg.get(name, "")).split()) for name in HEADERS}
     lines = [f"{name}: {value}" for name, value in heads.items() if value]
     body = body_text(msg)

@@ -35,7 +35,11 @@ Source filters
 
 Responses
     `usage_json` is OpenAI's ``usage`` object with ``prompt_tokens_details.cached_tokens``
-    (tokens served from a KV or prefix cache); `hit_json` is one retrieved passage, with the
+    (tokens served from a KV or prefix cache and not computed) and two fields of ours beside it:
+    ``recomputed_tokens`` (tokens served from the cache and computed again anyway: blend reuse's
+    recompute set) and ``reuse`` (``"exact"``: cached tokens are bitwise what a fresh prefill
+    gives; ``"blend"``: passages were reused out of their first context, see
+    `slimrag.llm.kv.blend`). OpenAI clients read ``cached_tokens`` and ignore the rest; `hit_json` is one retrieved passage, with the
     ``label`` the prompt gives it (what answers cite). `ErrorBody` is the error shape.
 """
 
@@ -233,10 +237,11 @@ class ErrorBody(BaseModel):
 
 
 def usage_json(u: Usage) -> dict[str, Any]:
-    """OpenAI's ``usage`` object."""
+    """OpenAI's ``usage`` object, with how the prompt's KV was reused (see the module header)."""
     return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
             "total_tokens": u.prompt_tokens + u.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": u.cached_tokens}}
+            "prompt_tokens_details": {"cached_tokens": u.cached_tokens, "recomputed_tokens": u.recomputed_tokens,
+                                      "reuse": u.reuse}}
 
 
 def hit_json(h: Hit, snippet: int | None = None) -> dict[str, Any]:

@@ -20,16 +20,29 @@ Streaming
     A failure after the 200 is sent as a ``data: {"error": ...}`` event and the stream ends
     without ``[DONE]`` (see `slimrag.api.errors`).
 
+Finish reasons
+    OpenAI's wire knows ``stop``, ``length``, ``content_filter`` and ``tool_calls``; slimrag's own
+    reasons become one of them (`WIRE_FINISH`: ``loop``, the guard that stopped a repeating
+    answer, is a ``stop``), so a strict client never meets an unknown value, and the ``slimrag``
+    field keeps slimrag's reason. `answer_pieces` yields a `WireAnswer` for that: an `Answer`
+    whose ``finish_reason`` is already the wire's, carrying slimrag's beside it, so every place
+    that writes a completion or a chunk gets the mapping without knowing of it.
+
 The ``slimrag`` extension field
     The completion, or the last chunk before ``[DONE]``, carries ``slimrag: {"sources": [...],
-    "ttft_s", "total_s"}``: the passages used, in prompt order, with at most `SNIPPET_CHARS` of
-    their text, and the end-to-end timings.
+    "ttft_s", "total_s", "finish_reason"}``: the passages used, in prompt order, with at most
+    `SNIPPET_CHARS` of their text, the end-to-end timings and slimrag's own finish reason.
+
+Usage
+    ``usage.prompt_tokens_details`` holds ``cached_tokens`` (OpenAI's), ``recomputed_tokens`` and
+    ``reuse`` (`slimrag.api.schemas.usage_json`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, fields
 from typing import Any
 
 from slimrag.api.errors import APIError, api_error
@@ -43,6 +56,23 @@ from slimrag.types import Answer
 HISTORY_MESSAGES = 8
 #: Characters of passage text in a completion's sources (search hits carry the whole text).
 SNIPPET_CHARS = 300
+#: slimrag finish reasons OpenAI's wire does not have -> the one a client is told instead.
+WIRE_FINISH = {"loop": "stop"}
+
+
+@dataclass(frozen=True, slots=True)
+class WireAnswer(Answer):
+    """An answer as the OpenAI wire shows it: ``finish_reason`` mapped by `WIRE_FINISH`,
+    ``slimrag_finish_reason`` what slimrag reported (the ``slimrag`` field's)."""
+
+    slimrag_finish_reason: str = "stop"
+
+    @classmethod
+    def of(cls, answer: Answer) -> WireAnswer:
+        """``answer`` with its finish reason mapped to the wire's."""
+        values = {f.name: getattr(answer, f.name) for f in fields(Answer)}
+        values["finish_reason"] = WIRE_FINISH.get(answer.finish_reason, answer.finish_reason)
+        return cls(**values, slimrag_finish_reason=answer.finish_reason)
 
 
 def conversation(messages: list[ChatMessage]) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -70,16 +100,25 @@ def generation_config(req: ChatRequest, served: GenerationConfig) -> GenerationC
 
 
 def extension(answer: Answer) -> dict[str, Any]:
-    """The ``slimrag`` field: sources in prompt order and end-to-end timings."""
+    """The ``slimrag`` field: sources in prompt order, end-to-end timings, slimrag's finish reason."""
     u = answer.usage
+    reason = answer.slimrag_finish_reason if isinstance(answer, WireAnswer) else answer.finish_reason
     return {"sources": [hit_json(h, SNIPPET_CHARS) for h in answer.sources],
-            "ttft_s": round(u.ttft_s, 4), "total_s": round(u.total_s, 4)}
+            "ttft_s": round(u.ttft_s, 4), "total_s": round(u.total_s, 4), "finish_reason": reason}
 
 
 def answer_pieces(worker: Worker, question: str, history: tuple[tuple[str, str], ...], k: int,
                   source: str | None, config: GenerationConfig) -> Iterator[str | Answer]:
-    """Run RAG on ``worker``: the answer's text pieces, then the `Answer` (with its finish reason)."""
-    return worker.rag.stream_answer(question, k, source=source, config=config, history=history)
+    """Run RAG on ``worker``: the answer's text pieces, then the answer as a `WireAnswer` (its
+    finish reason the wire's)."""
+    pieces = worker.rag.stream_answer(question, k, source=source, config=config, history=history)
+    try:
+        for piece in pieces:
+            yield piece if isinstance(piece, str) else WireAnswer.of(piece)
+    finally:  # closing this stream (the client left) stops the generation at once, not at GC
+        close = getattr(pieces, "close", None)
+        if close is not None:
+            close()
 
 
 def _sse(obj: dict[str, Any] | str) -> str:

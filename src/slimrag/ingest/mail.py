@@ -101,4 +101,4 @@ def mbox_messages(data: bytes) -> Iterator[bytes]:
 def read_mbox(data: bytes, path: Path) -> list[Section]:
     """A mailbox: one section per message, in file order."""
     _refuse_binary(data)
-    return [s for raw in mbox_messages(data) if (s := message_section(raw)) is not None]
+    return [s for raw in mbox_messages(data) if raw.strip() and (s := message_section(raw)) is not None]

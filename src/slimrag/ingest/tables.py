@@ -56,9 +56,11 @@ def _dialect(text: str, suffix: str) -> dict[str, str]:
 
 
 def _row_text(header: list[str], row: list[str]) -> str:
-    names = header + [f"column {i}" for i in range(len(header) + 1, len(row) + 1)]
-    return "\n".join(f"{name}: {value}" for name, value in zip(names, (c.strip() for c in row), strict=False)
-                     if value)
+    """A row as ``name: value`` lines (empty cells left out; cells past the header named
+    ``column N``)."""
+    if len(row) > len(header):
+        header = header + [f"column {i}" for i in range(len(header) + 1, len(row) + 1)]
+    return "\n".join([f"{name}: {value}" for name, cell in zip(header, row, strict=False) if (value := cell.strip())])
 
 
 def _groups(rows: Iterator[tuple[int, str]]) -> Iterator[Section]:

@@ -36,6 +36,13 @@ def test_readers_extract_text_and_headings(docs_dir: Path) -> None:
     ("blob.txt", b"\x00\x01\x02binary\x00" * 100, "binary"),
     ("latin1.md", "caf\xe9 cr\xe8me".encode("latin-1"), "UTF-8"),
     ("broken.json", b'{"a": [1, 2', "JSON"),
+    ("list.ipynb", b"[1, 2]", "not a Jupyter notebook"),
+    ("cells.ipynb", b'{"nbformat": 4}', "no 'cells'"),
+    ("note.mbox", b"Dear diary,\nFrom today on I write every day.\n", "not an mbox"),
+    ("nul.eml", b"Subject: x\n\n\x00\x01\x02", "binary"),
+    ("wide.csv", b"a,b\n1," + b"x" * 200_000, "field larger than field limit"),
+    ("empty.docx", b"", "corrupt Word document: not a readable zip"),
+    ("old.pptx", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(504), "password-protected or in the old binary format"),
 ])
 def test_bad_files_raise_ingest_error(tmp_path: Path, name: str, data: bytes, reason: str) -> None:
     p = tmp_path / name

@@ -302,3 +302,39 @@ def test_pdf_citation_shows_the_page(tmp_path: Path, embedder: LocalEmbedder) ->
     assert r.output.startswith("1. guide.pdf#") and "(p. 2)" in r.output.splitlines()[0]
     r = CliRunner().invoke(cli, ["search", str(out), "albatross", "--mode", "keyword", "--json"])
     assert json.loads(r.output)[0]["page"] == 2
+
+
+LAUGHS = ('<?xml version="1.0"?><!DOCTYPE c [<!ENTITY a "aaaaaaaaaa">'
+          + "".join(f'<!ENTITY {chr(98 + i)} "{("&" + chr(97 + i) + ";") * 10}">' for i in range(9))
+          + ']><container><rootfiles><rootfile full-path="&j;"/></rootfiles></container>')
+XXE = ('<!DOCTYPE c [<!ENTITY e SYSTEM "file:///etc/passwd">]>'
+       '<container><rootfiles><rootfile full-path="&e;"/></rootfiles></container>')
+ENCRYPTED = ('<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container" '
+             'xmlns:enc="http://www.w3.org/2001/04/xmlenc#"><enc:EncryptedData><enc:CipherData>'
+             '<enc:CipherReference URI="OEBPS/text/one.xhtml"/></enc:CipherData></enc:EncryptedData></encryption>')
+
+
+@pytest.mark.parametrize("members,kind,words", [
+    ({"META-INF/container.xml": LAUGHS}, PARSE_ERROR, "amplification"),  # a billion laughs: expat stops it
+    ({"META-INF/container.xml": XXE}, PARSE_ERROR, "external entity"),  # never fetched
+    ({"META-INF/container.xml": CONTAINER, "OEBPS/content.opf": OPF, "META-INF/encryption.xml": ENCRYPTED,
+      "OEBPS/text/one.xhtml": "\x93\x01ciphertext"}, UNREADABLE, "DRM"),
+    ({"META-INF/container.xml": CONTAINER, "OEBPS/content.opf": OPF}, PARSE_ERROR, "no chapter"),
+])
+def test_hostile_and_locked_epubs_are_refused(tmp_path: Path, members: dict[str, str], kind: str, words: str) -> None:
+    p = tmp_path / "b.epub"
+    p.write_bytes(_zip(members))
+    with pytest.raises(SkipFile) as e:
+        read_file(p)
+    assert e.value.kind == kind and words in str(e.value)
+
+
+def test_notebook_format_3_is_read(tmp_path: Path) -> None:
+    nb = {"nbformat": 3, "metadata": {}, "worksheets": [{"cells": [
+        {"cell_type": "heading", "level": 1, "source": ["Tide tables"]},
+        {"cell_type": "code", "language": "python", "input": ["print('spring tide')"], "outputs": [
+            {"output_type": "stream", "text": ["spring tide output"]}]}]}]}
+    (tmp_path / "old.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    sections = read_file(tmp_path / "old.ipynb")
+    assert [s.heading for s in sections] == ["Tide tables", "Tide tables"]
+    assert sections[1].text == "```python\nprint('spring tide')\n```"

@@ -15,8 +15,12 @@ Endpoints
     `MAX_EMBED_INPUTS` (256) strings (truncated to the embedder's window, as sentence-transformers does);
     ``encoding_format`` ``float`` or ``base64`` (little-endian float32, as OpenAI sends it).
     ``POST /v1/search``: ``{query, k=5, source?, mode?}`` → hits with chunk id, source, score, text.
+    ``GET /v1/status`` (documents, chunks, bytes on disk, last update) and
+    ``GET /v1/passages/{chunk_id}?around=1`` (a chunk in its document, with its neighbours).
     ``GET /v1/models``, ``GET /healthz``, ``GET /metrics`` (Prometheus text format, see
     `slimrag.api.metrics`).
+    ``GET /``: the web page (ask, streamed answer, citations that open their passage, search,
+    status), served with its two static files without the API key; see `slimrag.serve.web`.
 
 Errors and limits
     Every error, FastAPI's own included (422 validation errors become 400, unknown routes 404), is
@@ -66,6 +70,7 @@ from slimrag.api.schemas import (
 )
 from slimrag.rag.pipeline import RAG
 from slimrag.serve.chat import answer_pieces, conversation, extension, generation_config, sse_chunks
+from slimrag.serve.web import PageFront, add_browse_routes
 from slimrag.serve.workers import Worker, Workers
 from slimrag.types import Answer
 
@@ -98,7 +103,7 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
                warm: bool = True) -> FastAPI:
     """The server for ``rag``'s index folder, generator and settings (see the module header).
 
-    api_key: required as a bearer token on every route but ``/healthz`` when set (ValueError for a
+    api_key: required as a bearer token on every route but ``/healthz`` and the page when set (ValueError for a
     key no client can send, see `check_api_key`). model_name: the id listed at ``/v1/models`` and
     named in completions. workers, search_workers, embed_workers: threads for chats, searches and
     embeddings, each with its own index. max_body_bytes: larger request bodies get 413. warm: load
@@ -121,6 +126,7 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
 
     app = FastAPI(title="slimrag", summary="RAG over one index, OpenAI-compatible", lifespan=lifespan)
     app.add_middleware(Gate, api_key=api_key or None, max_body_bytes=max_body_bytes, metrics=metrics)
+    app.add_middleware(PageFront, metrics=metrics)  # added last, so outside Gate: the page needs no key
     install_handlers(app)
     embedder = rag.index.embedder
 
@@ -179,6 +185,8 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
         hits = await searches.run(lambda w: w.index.search(req.query, k=req.k, mode=req.mode or rag.mode,
                                                            source=req.source))
         return {"object": "list", "data": [hit_json(h) for h in hits]}
+
+    add_browse_routes(app, searches, rag.mode)
 
     @app.get("/v1/models", responses=error_responses(500))
     async def models() -> dict[str, Any]:

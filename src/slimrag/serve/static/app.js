@@ -1,0 +1,330 @@
+// The web page of `slimrag serve`: plain JavaScript, no framework, no build step, no third-party
+// code. It talks only to this server: POST /v1/chat/completions (streamed server-sent events; the
+// last event's `slimrag` field lists the sources), POST /v1/search, GET /v1/status and
+// GET /v1/passages/{chunk_id}. Text from the server is always set with textContent, never parsed
+// as HTML. With an API key on the server, the first 401 opens a dialog; the key is kept in this
+// tab's sessionStorage and sent as a bearer token.
+"use strict";
+
+const KEY_STORE = "slimrag-api-key";
+const $ = (id) => document.getElementById(id);
+
+/** The conversation so far, as OpenAI messages: sent whole with each question (multi-turn). */
+const conversation = [];
+
+class ApiError extends Error {}
+
+// -- the API key ------------------------------------------------------------------------------
+let keyPrompt = null;
+
+/** Ask for the key in the dialog (one dialog for every request that got 401 meanwhile). */
+function askKey(refused) {
+  if (keyPrompt) return keyPrompt;
+  keyPrompt = new Promise((resolve) => {
+    const dialog = $("key-dialog");
+    $("key-why").textContent = refused
+      ? "The server refused that key. Enter the key it was started with."
+      : "This server needs its API key. The page keeps it in this tab only (sessionStorage).";
+    $("api-key").value = "";
+    dialog.returnValue = "";
+    dialog.addEventListener("close", () => {
+      keyPrompt = null;
+      const key = $("api-key").value.trim();
+      resolve(dialog.returnValue === "ok" && key ? key : null);
+    }, { once: true });
+    dialog.showModal();
+  });
+  return keyPrompt;
+}
+
+/** fetch() on this server with the key; on 401, ask for the key and try again. */
+async function api(path, init = {}) {
+  for (;;) {
+    const used = sessionStorage.getItem(KEY_STORE);
+    const headers = new Headers(init.headers || {});
+    if (used) headers.set("Authorization", `Bearer ${used}`);
+    const res = await fetch(path, { ...init, headers });
+    if (res.status !== 401) {
+      if (!res.ok) throw new ApiError(await errorMessage(res));
+      return res;
+    }
+    if (sessionStorage.getItem(KEY_STORE) !== used) continue; // a key was entered meanwhile
+    const key = await askKey(used !== null);
+    if (!key) throw new ApiError("This server needs its API key; reload the page to enter it.");
+    sessionStorage.setItem(KEY_STORE, key);
+  }
+}
+
+async function errorMessage(res) {
+  try {
+    const body = await res.json();
+    if (body && body.error && body.error.message) return body.error.message;
+  } catch (_) {
+    // not JSON: fall back to the status line below
+  }
+  return `${res.status} ${res.statusText}`;
+}
+
+function postJSON(path, body) {
+  return api(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+}
+
+/** The decoded `data:` events of a server-sent event stream ("[DONE]" as a string). */
+async function* sseEvents(res) {
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    buffer += decoder.decode(value || new Uint8Array(), { stream: !done });
+    const blocks = buffer.split(/\r?\n\r?\n/);
+    buffer = done ? "" : blocks.pop();
+    for (const block of blocks) {
+      const data = block.split(/\r?\n/).filter((l) => l.startsWith("data:"))
+        .map((l) => l.slice(5).replace(/^ /, "")).join("\n");
+      if (data) yield data === "[DONE]" ? data : JSON.parse(data);
+    }
+    if (done) return;
+  }
+}
+
+// -- small DOM helpers ------------------------------------------------------------------------
+function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(props)) {
+    if (k === "class") node.className = v;
+    else if (k === "dataset") Object.assign(node.dataset, v);
+    else if (k.startsWith("aria-") || k === "role") node.setAttribute(k, v);
+    else node[k] = v;
+  }
+  for (const child of children) if (child !== null && child !== undefined) node.append(child);
+  return node;
+}
+
+function showError(id, message) {
+  const node = $(id);
+  node.textContent = message || "";
+  node.hidden = !message;
+}
+
+function formatBytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i += 1; }
+  return `${i ? n.toFixed(1) : n} ${units[i]}`;
+}
+
+const seconds = (s) => `${Number(s).toFixed(2)} s`;
+
+function pageOf(metadata) {
+  return metadata && Number.isInteger(metadata.page) ? metadata.page : null;
+}
+
+/** A button that opens a chunk's passage, labelled as answers cite it (source#ordinal). */
+function citeButton(hit, text = hit.label) {
+  return el("button", { type: "button", class: "cite", dataset: { chunkId: String(hit.chunk_id) },
+    title: `Show ${hit.label} in its document`, onclick: () => showPassage(hit.chunk_id) }, text);
+}
+
+function sourceItem(hit) {
+  const page = pageOf(hit.metadata);
+  return el("li", {}, citeButton(hit), " ",
+    el("span", { class: "path" }, hit.source), page ? el("span", { class: "page" }, ` · page ${page}`) : null);
+}
+
+// -- status -----------------------------------------------------------------------------------
+let modeChosen = false;
+
+async function loadStatus() {
+  try {
+    const s = await (await api("/v1/status")).json();
+    $("status-documents").textContent = s.documents.toLocaleString();
+    $("status-chunks").textContent = s.chunks.toLocaleString();
+    $("status-bytes").textContent = formatBytes(s.bytes);
+    const when = new Date(s.updated * 1000);
+    $("status-updated").dateTime = when.toISOString();
+    $("status-updated").textContent = when.toLocaleString();
+    $("status").title = `${s.path} · ${s.storage} storage · ${s.embedder}`;
+    if (!modeChosen) $("search-mode").value = s.search_mode;
+  } catch (e) {
+    $("status-documents").textContent = "?";
+    $("status").title = e.message;
+  }
+}
+
+// -- asking -----------------------------------------------------------------------------------
+function newTurn(question) {
+  const answer = el("div", { class: "answer", "aria-live": "polite", "aria-busy": "true" });
+  const turn = {
+    answer,
+    usage: el("p", { class: "usage" }),
+    sources: el("ol", { class: "sources" }),
+    error: el("p", { class: "error", role: "alert", hidden: true }),
+  };
+  const item = el("li", { class: "turn" },
+    el("p", { class: "question" }, el("span", { class: "who" }, "You"), question),
+    el("div", { class: "reply" }, el("span", { class: "who" }, "Answer"), answer),
+    turn.error, turn.usage,
+    el("details", { class: "sources-box", open: true }, el("summary", {}, "Sources"), turn.sources));
+  $("conversation").append(item);
+  item.scrollIntoView({ block: "nearest" });
+  return turn;
+}
+
+/** Replace "[label]" citations in the answer by buttons that open the passage. */
+function linkCitations(node, text, sources) {
+  const byLabel = new Map(sources.map((s) => [s.label, s]));
+  node.textContent = "";
+  let last = 0;
+  for (const m of text.matchAll(/\[([^\[\]\n]+)\]/g)) {
+    const hit = byLabel.get(m[1]);
+    if (!hit) continue;
+    node.append(text.slice(last, m.index), citeButton(hit, m[0]));
+    last = m.index + m[0].length;
+  }
+  node.append(text.slice(last));
+}
+
+function usageLine(usage, ext, pageTtft) {
+  const parts = [];
+  if (usage) {
+    const cached = (usage.prompt_tokens_details || {}).cached_tokens || 0;
+    parts.push(`${usage.prompt_tokens} prompt tokens (${cached} cached)`, `${usage.completion_tokens} generated`);
+  }
+  if (ext) parts.push(`first token ${seconds(ext.ttft_s)}`, `total ${seconds(ext.total_s)}`);
+  if (pageTtft !== null) parts.push(`first text on this page after ${seconds(pageTtft)}`);
+  return parts.join(" · ");
+}
+
+async function ask(question) {
+  const turn = newTurn(question);
+  const messages = [...conversation, { role: "user", content: question }];
+  const started = performance.now();
+  let text = "", firstAt = null, usage = null, ext = null, finish = null;
+  try {
+    const res = await postJSON("/v1/chat/completions", {
+      model: "slimrag", messages, stream: true, stream_options: { include_usage: true } });
+    for await (const event of sseEvents(res)) {
+      if (event === "[DONE]") break;
+      if (event.error) throw new ApiError(event.error.message);
+      const choice = (event.choices || [])[0];
+      const piece = choice && choice.delta && choice.delta.content;
+      if (piece) {
+        if (firstAt === null) firstAt = performance.now();
+        text += piece;
+        turn.answer.textContent = text;
+      }
+      if (choice && choice.finish_reason) finish = choice.finish_reason;
+      if (event.usage) usage = event.usage;
+      if (event.slimrag) ext = event.slimrag;
+    }
+  } catch (e) {
+    turn.error.textContent = `The answer failed: ${e.message}`;
+    turn.error.hidden = false;
+    turn.answer.setAttribute("aria-busy", "false");
+    return;
+  }
+  const sources = ext ? ext.sources : [];
+  linkCitations(turn.answer, text, sources);
+  if (finish === "length") turn.answer.append(el("span", { class: "notice" }, " [cut off at the token limit]"));
+  turn.answer.setAttribute("aria-busy", "false");
+  turn.usage.textContent = usageLine(usage, ext, firstAt === null ? null : (firstAt - started) / 1000);
+  if (sources.length) sources.forEach((s) => turn.sources.append(sourceItem(s)));
+  else turn.sources.append(el("li", {}, "No passage was relevant enough to cite."));
+  conversation.push({ role: "user", content: question }, { role: "assistant", content: text });
+}
+
+// -- passages ---------------------------------------------------------------------------------
+function chunkBlock(chunk, where) {
+  const current = where === "cited";
+  const body = el(current ? "mark" : "div", { class: "chunk-text" }, chunk.text);
+  if (current) body.id = "passage-text";
+  const page = chunk.page ? ` · page ${chunk.page}` : "";
+  return el("div", { class: `chunk ${where}`, dataset: { chunkId: String(chunk.chunk_id) },
+    "aria-current": current ? "true" : "false" },
+  el("p", { class: "chunk-caption" }, `${where === "cited" ? "cited passage" : where} · chunk ${chunk.ordinal}${page}`),
+  body);
+}
+
+async function showPassage(chunkId) {
+  const section = $("passage");
+  let p;
+  try {
+    p = await (await api(`/v1/passages/${encodeURIComponent(chunkId)}?around=1`)).json();
+  } catch (e) {
+    $("passage-source").textContent = "";
+    $("passage-page").textContent = "";
+    $("passage-label").textContent = "";
+    $("passage-body").replaceChildren(el("p", { class: "error", role: "alert" }, e.message));
+    section.hidden = false;
+    return;
+  }
+  $("passage-source").textContent = p.source;
+  $("passage-page").textContent = p.page ? `page ${p.page}` : "";
+  $("passage-label").textContent = p.label;
+  $("passage-body").replaceChildren(
+    ...p.before.map((c) => chunkBlock(c, "before")),
+    chunkBlock(p, "cited"),
+    ...p.after.map((c) => chunkBlock(c, "after")));
+  section.hidden = false;
+  section.focus({ preventScroll: true });
+  section.scrollIntoView({ block: "nearest" });
+}
+
+// -- search -----------------------------------------------------------------------------------
+async function search(query, mode) {
+  showError("search-error", "");
+  $("search-summary").textContent = "Searching…";
+  try {
+    const hits = (await (await postJSON("/v1/search", { query, mode, k: 8 })).json()).data;
+    $("search-results").replaceChildren(...hits.map((h) => {
+      const item = sourceItem(h);
+      item.append(el("span", { class: "score" }, ` · score ${h.score.toFixed(3)}`),
+        el("p", { class: "snippet" }, h.text.length > 240 ? `${h.text.slice(0, 240)}…` : h.text));
+      return item;
+    }));
+    $("search-summary").textContent = `${hits.length} result${hits.length === 1 ? "" : "s"} (${mode})`;
+  } catch (e) {
+    $("search-summary").textContent = "";
+    showError("search-error", e.message);
+  }
+}
+
+// -- wiring -----------------------------------------------------------------------------------
+function init() {
+  $("ask-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const question = $("question").value.trim();
+    if (!question) return;
+    showError("ask-error", "");
+    $("question").value = "";
+    $("ask-button").disabled = true;
+    try {
+      await ask(question);
+    } finally {
+      $("ask-button").disabled = false;
+      $("question").focus();
+    }
+  });
+  $("question").addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) {
+      ev.preventDefault();
+      $("ask-form").requestSubmit();
+    }
+  });
+  $("new-conversation").addEventListener("click", () => {
+    conversation.length = 0;
+    $("conversation").replaceChildren();
+    $("question").focus();
+  });
+  $("search-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    search($("search-query").value.trim(), $("search-mode").value);
+  });
+  $("search-mode").addEventListener("change", () => { modeChosen = true; });
+  $("passage-close").addEventListener("click", () => { $("passage").hidden = true; });
+  $("status-refresh").addEventListener("click", loadStatus);
+  loadStatus();
+}
+
+init();

@@ -1,0 +1,270 @@
+"""The web page of ``slimrag serve`` in a real browser: Debian's ``chromium`` driven by Playwright
+(``executable_path``, no browser download) against a real uvicorn on 127.0.0.1 over a real index.
+
+The language model is the deterministic test server (tests/openai_server.py) with a delay between
+streamed words, so the answer's text is known in advance and the page can be seen mid-stream.
+Ground truth comes from the index itself (`Index.passage`, `Index.search`, `Index.status`) and
+from the server's ``/metrics`` (the tokens the page shows). The server has an API key, so the
+page must ask for it.
+
+Without chromium or Playwright, the browser tests skip and say what to install; the HTTP checks
+of the page's routes still run. ``SLIMRAG_SCREENSHOTS=1`` also runs the slow screenshot test: the
+real local SmolLM2 answers, and the page is saved to docs/screenshots/ for the README.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from asgi_server import assert_error, running
+from conftest import DOCS, make_pdf, write_tree
+from openai_server import OpenAIServer
+
+from slimrag.config import GenerationConfig
+from slimrag.embed.local import LocalEmbedder
+from slimrag.index.core import Index
+from slimrag.rag.pipeline import RAG
+from slimrag.serve.app import create_app
+from slimrag.serve.web import PUBLISHED
+
+KEY = "web-key"
+CAT_Q = "What is the office cat called?"
+TIMEOUT_MS = 20_000
+SHOTS = Path(__file__).resolve().parents[1] / "docs" / "screenshots"
+CHROMIUM = shutil.which("chromium")
+
+try:
+    from playwright.sync_api import Browser, Page, expect, sync_playwright
+except ImportError:  # the dev extra is not installed
+    sync_playwright = None
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder) -> Iterator[Index]:
+    docs = write_tree(tmp_path_factory.mktemp("docs"), {
+        **DOCS, "papers/telescope.pdf": make_pdf("The telescope was pointed at the Andromeda galaxy.")})
+    with Index.build(docs, tmp_path_factory.mktemp("idx") / "web.slimrag", embedder=embedder) as idx:
+        yield idx
+
+
+@pytest.fixture(scope="module")
+def echo() -> Iterator[OpenAIServer]:
+    with OpenAIServer(chunk_delay_s=0.08) as srv:  # slow enough to see the answer grow
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def base(index: Index, echo: OpenAIServer) -> Iterator[str]:
+    with running(create_app(RAG(index, echo.base_url), api_key=KEY)) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if sync_playwright is None:
+        pytest.skip("the Python package playwright is not installed: pip install -e '.[dev]'")
+    if CHROMIUM is None:
+        pytest.skip("no chromium on PATH: install Debian's chromium (apt-get install chromium; .ci/run does)")
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM)  # Debian's build: no browser download
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    p = context.new_page()
+    p.set_default_timeout(TIMEOUT_MS)
+    errors: list[str] = []
+    p.on("pageerror", lambda e: errors.append(str(e)))
+    yield p
+    context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def enter_key(page: Page, key: str) -> None:
+    dialog = page.locator("#key-dialog")
+    expect(dialog).to_be_visible()
+    page.get_by_role("textbox", name="API key").fill(key)
+    page.get_by_role("button", name="Use this key").click()
+
+
+def ask(page: Page, question: str) -> None:
+    page.get_by_label("Question").fill(question)
+    page.get_by_label("Question").press("Enter")
+
+
+def metric(base: str, name: str) -> int:
+    text = httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {KEY}"}, timeout=10).text
+    return int(re.search(rf"^{name} (\d+)$", text, re.M).group(1))
+
+
+def shoot(page: Page, name: str) -> None:
+    if os.environ.get("SLIMRAG_SCREENSHOTS") == "1":
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / name), full_page=True)
+
+
+# -- the browser ---------------------------------------------------------------------------------
+def test_ask_stream_cite_search_and_status(page: Page, base: str, index: Index, echo: OpenAIServer) -> None:
+    page.goto(base)
+    enter_key(page, "not-the-key")  # refused: the page asks again, saying so
+    expect(page.locator("#key-why")).to_contain_text("refused")
+    enter_key(page, KEY)
+    expect(page.locator("#key-dialog")).to_be_hidden()
+
+    status = index.status()
+    expect(page.locator("#status-documents")).to_have_text(str(status["documents"]))
+    expect(page.locator("#status-chunks")).to_have_text(str(status["chunks"]))
+    expect(page.locator("#status-bytes")).to_contain_text("KiB")
+    assert page.locator("#status-updated").get_attribute("datetime").startswith("20")
+
+    # the answer streams: text shows while the answer is still busy, then the whole reply
+    ask(page, CAT_Q)
+    answer = page.locator(".turn").nth(0).locator(".answer")
+    page.wait_for_function("""() => { const a = document.querySelector('.turn .answer');
+                                      return a.getAttribute('aria-busy') === 'true' && a.textContent.length > 0; }""")
+    expect(answer).to_have_attribute("aria-busy", "false")
+    sent = echo.requests_to("/v1/chat/completions")[-1]["body"]
+    reply, _ = OpenAIServer.reply(sent["messages"], sent.get("max_tokens"))
+    expect(answer).to_have_text(reply)
+    usage = page.locator(".turn").nth(0).locator(".usage")
+    prompt, cached = metric(base, "slimrag_prompt_tokens_total"), metric(base, "slimrag_cached_tokens_total")
+    expect(usage).to_contain_text(f"{prompt} prompt tokens ({cached} cached)")
+    expect(usage).to_contain_text(re.compile(r"first token \d+\.\d\d s"))
+
+    # a citation opens its passage: the chunk's text, its document and its neighbours
+    cite = page.locator(".turn .sources button.cite").first
+    chunk_id = int(cite.get_attribute("data-chunk-id"))
+    cite.click()
+    excerpt = index.passage(chunk_id)
+    expect(page.locator("#passage")).to_be_visible()
+    expect(page.locator("#passage-text")).to_have_text(excerpt.chunk.text, use_inner_text=False)
+    expect(page.locator("#passage-source")).to_have_text(excerpt.chunk.source)
+    expect(page.locator("#passage-body .chunk")).to_have_count(1 + len(excerpt.before) + len(excerpt.after))
+
+    # a follow-up sends the conversation: question, answer, new question
+    with page.expect_request("**/v1/chat/completions") as req:
+        ask(page, "Where does he sleep?")
+    messages = req.value.post_data_json["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    assert messages[0]["content"] == CAT_Q and messages[1]["content"] == reply
+    expect(page.locator(".turn").nth(1).locator(".answer")).to_have_attribute("aria-busy", "false")
+
+    # search, keyword mode: the same hits, in the same order, as the index gives
+    page.get_by_label("Search the index").fill("lighthouse keeper lamp")
+    page.get_by_label("Mode").select_option("keyword")
+    page.get_by_role("button", name="Search", exact=True).click()
+    expect(page.locator("#search-summary")).to_contain_text("(keyword)")
+    want = [h.chunk_id for h in index.search("lighthouse keeper lamp", k=8, mode="keyword")]
+    got = page.locator("#search-results button.cite").evaluate_all("bs => bs.map(b => Number(b.dataset.chunkId))")
+    assert got == want and want
+
+    # a PDF hit shows its page, in the list and in the passage
+    page.get_by_label("Search the index").fill("Andromeda telescope")
+    page.get_by_role("button", name="Search", exact=True).click()
+    pdf = page.locator("#search-results li", has_text="papers/telescope.pdf").first
+    expect(pdf).to_contain_text("page 1")
+    pdf.locator("button.cite").click()
+    expect(page.locator("#passage-source")).to_have_text("papers/telescope.pdf")
+    expect(page.locator("#passage-page")).to_have_text("page 1")
+
+
+def test_the_key_is_asked_once_per_tab(page: Page, base: str) -> None:
+    page.goto(base)
+    enter_key(page, KEY)
+    expect(page.locator("#status-documents")).not_to_have_text("…")
+    page.reload()  # sessionStorage survives a reload of the tab: no dialog this time
+    expect(page.locator("#status-documents")).not_to_have_text("…")
+    expect(page.locator("#key-dialog")).to_be_hidden()
+
+
+def test_readable_on_a_phone(browser: Browser, base: str) -> None:
+    context = browser.new_context(viewport={"width": 375, "height": 740}, is_mobile=True, has_touch=True)
+    try:
+        page = context.new_page()
+        page.goto(base)
+        enter_key(page, KEY)
+        expect(page.locator("#status-documents")).not_to_have_text("…")
+        # one column, nothing wider than the screen
+        assert page.evaluate("document.documentElement.scrollWidth") <= 375
+        box_chat, box_search = page.locator("#chat").bounding_box(), page.locator("#search").bounding_box()
+        assert box_search["y"] >= box_chat["y"] + box_chat["height"]
+    finally:
+        context.close()
+
+
+# -- the page's routes over HTTP (no browser needed) --------------------------------------------
+def test_page_files_need_no_key_and_the_api_still_does(base: str) -> None:
+    for path, kind in (("/", "text/html"), ("/static/app.js", "text/javascript"), ("/static/style.css", "text/css")):
+        r = httpx.get(base + path, timeout=10)
+        assert r.status_code == 200 and r.headers["content-type"].startswith(kind)
+        assert "script-src 'self'" in r.headers["content-security-policy"]
+        assert r.headers["x-content-type-options"] == "nosniff"
+    head = httpx.head(base + "/", timeout=10)
+    assert head.status_code == 200 and head.content == b""
+    for path in ("/v1/status", "/v1/passages/0", "/static/index.html", "/static/%2e%2e/static/app.js", "/static/"):
+        assert_error(httpx.get(base + path, timeout=10), 401)
+    assert_error(httpx.post(base + "/", json={}, timeout=10), 401)  # only GET and HEAD are open
+
+
+@pytest.fixture
+def client(base: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {KEY}"}, timeout=10) as c:
+        yield c
+
+
+def test_status_and_passage_routes(client: httpx.Client, index: Index) -> None:
+    status: dict[str, Any] = client.get("/v1/status").json()
+    assert {k: status[k] for k in ("documents", "chunks", "bytes")} == \
+        {k: index.status()[k] for k in ("documents", "chunks", "bytes")}
+    assert status["search_mode"] in ("vector", "keyword", "hybrid")
+    (hit,) = index.search("office cat Whiskers", k=1, mode="keyword")
+    p = client.get(f"/v1/passages/{hit.chunk_id}", params={"around": 2}).json()
+    ex = index.passage(hit.chunk_id, around=2)
+    assert (p["chunk_id"], p["source"], p["text"], p["page"]) == (hit.chunk_id, ex.chunk.source, ex.chunk.text, None)
+    assert p["label"] == f"{ex.chunk.source}#{ex.chunk.ordinal}"
+    assert [c["chunk_id"] for c in p["before"] + p["after"]] == [c.chunk_id for c in ex.before + ex.after]
+    assert_error(client.get("/v1/passages/987654321"), 404, "chunk_id")
+    assert_error(client.get(f"/v1/passages/{hit.chunk_id}", params={"around": 99}), 400, "around")
+    assert_error(client.get("/v1/passages/-1"), 400, "chunk_id")
+    assert_error(client.get(f"/v1/passages/{2**63}"), 400, "chunk_id")
+    published = client.get("/openapi.json").json()["paths"]
+    assert ("/v1/status" in published) == ("/v1/passages/{chunk_id}" in published) == PUBLISHED
+    if PUBLISHED:
+        assert "404" in published["/v1/passages/{chunk_id}"]["get"]["responses"]
+
+
+# -- screenshots with the real local model (SLIMRAG_SCREENSHOTS=1) -------------------------------
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("SLIMRAG_SCREENSHOTS") != "1",
+                    reason="set SLIMRAG_SCREENSHOTS=1 to save the README's screenshots (runs SmolLM2)")
+def test_screenshots_with_the_local_model(browser: Browser, index: Index) -> None:
+    rag = RAG(index, "local", generation=GenerationConfig(max_new_tokens=48))
+    with running(create_app(rag)) as url:
+        context = browser.new_context(viewport={"width": 1280, "height": 860})
+        try:
+            page = context.new_page()
+            page.set_default_timeout(120_000)
+            page.goto(url)
+            ask(page, "Where does Whiskers sleep in winter?")
+            answer = page.locator(".turn .answer")
+            expect(answer).to_have_attribute("aria-busy", "false")
+            assert answer.inner_text().strip()
+            shoot(page, "web-answer.png")
+            cite = page.locator(".turn .sources button.cite").first
+            chunk_id = int(cite.get_attribute("data-chunk-id"))
+            cite.click()
+            expect(page.locator("#passage-text")).to_have_text(index.passage(chunk_id).chunk.text,
+                                                                use_inner_text=False)
+            shoot(page, "web-passage.png")
+        finally:
+            context.close()

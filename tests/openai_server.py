@@ -44,6 +44,16 @@ Failure injection (attributes; change them at any time, they are read per reques
     other knobs say, as a server whose model fails still serves its health route).
     Unknown models get 404 as vLLM answers; unparsable request bodies get 400.
 
+Server shapes (``shape``): what real servers put around the same protocol
+    ``"openai"`` (the default) is OpenAI's and vLLM's sequence above. ``"ollama"`` and
+    ``"llamacpp"`` reproduce Ollama's and llama.cpp's ``llama-server``'s OpenAI-compatible
+    endpoints, field for field as their sources write them (cited in `OllamaShape` and
+    `LlamaCppShape`): chunk deltas, where usage goes and what it holds (Ollama: counts only, no
+    cached tokens; llama-server: ``prompt_tokens_details.cached_tokens`` and a ``timings`` object),
+    thinking text in a separate delta field (``reasoning`` / ``reasoning_content``, sent before
+    the answer when ``reasoning`` is set), error bodies, unknown models, and llama-server's
+    mid-stream ``error:`` event. ``timings``: False leaves llama-server's ``timings`` out.
+
 Every request is recorded (also rejected ones) as ``{"method", "path", "headers", "body"}`` with
 lower-cased header names and the decoded JSON body (None for GET or bad JSON).
 """
@@ -57,6 +67,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
@@ -67,6 +78,8 @@ REPLY_WORDS = 16
 CACHE_ENTRIES = 1024
 #: Values of ``stream_fault`` (see the module header).
 STREAM_FAULTS = (None, "error", "cut", "json")
+#: Words of thinking text a ``reasoning`` server sends before its answer.
+REASONING = "Let me look at the passages first."
 
 
 class OpenAIServer:
@@ -76,9 +89,15 @@ class OpenAIServer:
                  api_key: str | None = None, fail_status: int | None = None,
                  fail_message: str = "injected failure", malformed: bool = False,
                  stream_usage: bool = True, reverse_embeddings: bool = True,
-                 chunk_delay_s: float = 0.0, stream_fault: str | None = None) -> None:
+                 chunk_delay_s: float = 0.0, stream_fault: str | None = None, shape: str = "openai",
+                 reasoning: bool = False, timings: bool = True) -> None:
         if stream_fault not in STREAM_FAULTS:
             raise ValueError(f"stream_fault must be one of {STREAM_FAULTS}, got {stream_fault!r}")
+        if shape not in SHAPES:
+            raise ValueError(f"shape must be one of {tuple(SHAPES)}, got {shape!r}")
+        self.shape = shape
+        self.reasoning = reasoning
+        self.timings = timings
         self.models = list(models)
         self.dim = dim
         self.api_key = api_key
@@ -192,20 +211,14 @@ class OpenAIServer:
             text, reason = text[: min(cuts)], "stop"
         return text, reason
 
-    def _usage(self, messages: list[dict[str, Any]], completion: str) -> dict[str, Any]:
-        """Usage with the prefix cache emulation; records this prompt for later requests."""
+    def _usage(self, messages: list[dict[str, Any]], completion: str) -> Counts:
+        """Token counts with the prefix cache emulation; records this prompt for later requests."""
         tokens = self.prompt_text(messages).split()
         with self._lock:
             cached = max((_common_prefix(tokens, p) for p in self._prompts), default=0)
             self._prompts.append(tokens)
             del self._prompts[:-CACHE_ENTRIES]
-        n_completion = len(completion.split())
-        return {
-            "prompt_tokens": len(tokens),
-            "completion_tokens": n_completion,
-            "total_tokens": len(tokens) + n_completion,
-            "prompt_tokens_details": {"cached_tokens": cached},
-        }
+        return Counts(len(tokens), len(completion.split()), cached)
 
     def _record(self, entry: dict[str, Any]) -> None:
         with self._lock:
@@ -275,6 +288,7 @@ class _Handler(BaseHTTPRequestHandler):
         if srv.fail_status is not None:
             self._error(srv.fail_status, srv.fail_message, "server_error")
             return
+        shape = SHAPES[srv.shape]
         routes = {
             ("GET", "/v1/models"): self._models,
             ("POST", "/v1/embeddings"): self._embeddings,
@@ -288,16 +302,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(400, "request body must be a JSON object", "invalid_request_error")
             return
         if body is not None and body.get("model") not in srv.models:
-            self._error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
-            return
+            refusal = shape.unknown_model(str(body.get("model")))
+            if refusal is not None:
+                self._error(404, refusal, "NotFoundError")
+                return
         handler(body or {})
 
     # -- endpoints -------------------------------------------------------------------------------
 
     def _models(self, body: dict[str, Any]) -> None:
         now = int(time.time())
-        data = [{"id": m, "object": "model", "created": now, "owned_by": "slimrag-tests"}
-                for m in self.server.owner.models]
+        data = [SHAPES[self.server.owner.shape].model_entry(m, now) for m in self.server.owner.models]
         self._json(200, {"object": "list", "data": data})
 
     def _embeddings(self, body: dict[str, Any]) -> None:
@@ -321,39 +336,29 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _chat(self, body: dict[str, Any]) -> None:
         srv = self.server.owner
+        shape = SHAPES[srv.shape]
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
             self._error(400, "messages must be a non-empty list of objects", "invalid_request_error")
             return
         stop = body.get("stop") or []
         text, reason = srv.reply(messages, body.get("max_tokens"), [stop] if isinstance(stop, str) else stop)
-        usage = srv._usage(messages, text)
-        head = {"id": f"chatcmpl-{len(srv.requests)}", "created": int(time.time()), "model": body["model"]}
+        turn = Turn(head={"id": f"chatcmpl-{len(srv.requests)}", "created": int(time.time()), "model": body["model"]},
+                    text=text, reason=reason, counts=srv._usage(messages, text),
+                    thinking=REASONING if srv.reasoning else "", timings=srv.timings)
         if not body.get("stream") or srv.stream_fault == "json":
             if srv.malformed:
                 self._raw(200, b'{"choices": [', "application/json")
                 return
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason}
-            self._json(200, {**head, "object": "chat.completion", "choices": [choice], "usage": usage})
+            self._json(200, shape.completion(turn))
             return
         include_usage = bool((body.get("stream_options") or {}).get("include_usage")) and srv.stream_usage
-        extra = {"usage": None} if include_usage else {}
-
-        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-            return {**head, "object": "chat.completion.chunk",
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
-
-        events = [chunk({"role": "assistant", "content": ""})]
-        events += [chunk({"content": piece}) for piece in re.findall(r"\S+\s*", text)]
-        events.append(chunk({}, reason))
-        if include_usage:
-            events.append({**head, "object": "chat.completion.chunk", "choices": [], "usage": usage})
-        lines = [f"data: {json.dumps(e)}\n\n".encode() for e in events] + [b"data: [DONE]\n\n"]
+        lines = [f"data: {json.dumps(e)}\n\n".encode() for e in shape.chunks(turn, include_usage)]
+        lines.append(b"data: [DONE]\n\n")
         if srv.malformed:
             lines = lines[:2] + [b"data: {not json\n\n"]
         elif srv.stream_fault == "error":
-            error = {"error": {"message": srv.fail_message, "type": "server_error", "code": 500}}
-            lines = lines[:2] + [f"data: {json.dumps(error)}\n\n".encode()]
+            lines = lines[:2] + shape.stream_error(srv.fail_message)
         elif srv.stream_fault == "cut":
             lines = lines[:2]
         self._stream(lines)
@@ -364,8 +369,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._raw(status, json.dumps(obj).encode(), "application/json")
 
     def _error(self, status: int, message: str, kind: str, code: str | None = None) -> None:
-        self._json(status, {"error": {"message": message, "type": kind, "param": None,
-                                      "code": code if code is not None else status}})
+        self._json(status, SHAPES[self.server.owner.shape].error_body(status, message, kind, code))
 
     def _raw(self, status: int, payload: bytes, content_type: str) -> None:
         self.send_response(status)
@@ -412,3 +416,212 @@ def _common_prefix(a: list[str], b: list[str]) -> int:
             break
         n += 1
     return n
+
+
+# -- server shapes ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Whitespace-token counts of one chat request: prompt, completion, and prompt tokens the
+    prefix cache emulation found cached."""
+
+    prompt: int
+    completion: int
+    cached: int
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One chat answer before a shape dresses it: the shared chunk head (id, created, model), the
+    text, finish reason, counts, and the thinking text sent first (empty for none)."""
+
+    head: dict[str, Any]
+    text: str
+    reason: str
+    counts: Counts
+    thinking: str = ""
+    timings: bool = True
+
+    @property
+    def pieces(self) -> list[str]:
+        """The answer as streamed: one piece per word, trailing space kept."""
+        return re.findall(r"\S+\s*", self.text)
+
+    @property
+    def thoughts(self) -> list[str]:
+        return re.findall(r"\S+\s*", self.thinking)
+
+
+class Shape:
+    """How one server family writes the OpenAI protocol. The base is OpenAI's own (and vLLM's):
+    a role-only first chunk with empty content, one chunk per piece, a finish chunk with an empty
+    delta, ``"usage": null`` on every chunk when usage was asked for, then a usage chunk with
+    ``choices: []``; errors as ``{"error": {"message", "type", "param", "code"}}``."""
+
+    fingerprint: str | None = None
+
+    def head(self, turn: Turn, kind: str) -> dict[str, Any]:
+        head = {**turn.head, "object": kind}
+        if self.fingerprint is not None:
+            head["system_fingerprint"] = self.fingerprint
+        return head
+
+    def model_entry(self, model: str, created: int) -> dict[str, Any]:
+        return {"id": model, "object": "model", "created": created, "owned_by": "slimrag-tests"}
+
+    def unknown_model(self, model: str) -> str | None:
+        """The 404 message for a model the server does not serve, or None when it answers anyway."""
+        return f"The model `{model}` does not exist."
+
+    def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
+        return {"error": {"message": message, "type": kind, "param": None,
+                          "code": code if code is not None else status}}
+
+    def usage(self, turn: Turn) -> dict[str, Any]:
+        c = turn.counts
+        return {"prompt_tokens": c.prompt, "completion_tokens": c.completion, "total_tokens": c.prompt + c.completion,
+                "prompt_tokens_details": {"cached_tokens": c.cached}}
+
+    def chunk(self, turn: Turn, delta: dict[str, Any], finish: str | None, extra: dict[str, Any]) -> dict[str, Any]:
+        return {**self.head(turn, "chat.completion.chunk"),
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+
+    def chunks(self, turn: Turn, include_usage: bool) -> list[dict[str, Any]]:
+        extra = {"usage": None} if include_usage else {}
+        events = [self.chunk(turn, {"role": "assistant", "content": ""}, None, extra)]
+        events += [self.chunk(turn, {"reasoning_content": t}, None, extra) for t in turn.thoughts]
+        events += [self.chunk(turn, {"content": p}, None, extra) for p in turn.pieces]
+        events.append(self.chunk(turn, {}, turn.reason, extra))
+        if include_usage:
+            events.append({**self.head(turn, "chat.completion.chunk"), "choices": [], "usage": self.usage(turn)})
+        return events
+
+    def completion(self, turn: Turn) -> dict[str, Any]:
+        message = {"role": "assistant", "content": turn.text}
+        return {**self.head(turn, "chat.completion"), "usage": self.usage(turn),
+                "choices": [{"index": 0, "message": message, "finish_reason": turn.reason}]}
+
+    def stream_error(self, message: str) -> list[bytes]:
+        """The SSE lines that report a failure after the stream began (then the stream ends)."""
+        error = {"error": {"message": message, "type": "server_error", "code": 500}}
+        return [f"data: {json.dumps(error)}\n\n".encode()]
+
+
+class OllamaShape(Shape):
+    """Ollama's ``/v1/chat/completions``, as ollama/ollama writes it in ``openai/openai.go``
+    (``ToChunk``, ``ToUsage``, ``NewError``, ``ChatCompletionChunk`` whose ``usage`` is an
+    ``omitempty`` pointer) and ``middleware/openai.go`` (``ChatWriter.writeResponse``,
+    ``writeError``):
+
+    - every chunk's delta is ``{"role": "assistant", "content": piece}``; no role-only first
+      chunk; the last chunk carries ``finish_reason`` (``done_reason``: stop or length) with
+      empty content; no ``usage`` key on any of them;
+    - thinking models send their thoughts as ``delta.reasoning`` with empty content;
+    - with ``stream_options.include_usage``, one more chunk after the last: ``choices: []`` and
+      ``usage`` = ``{prompt_tokens, completion_tokens, total_tokens}`` (``prompt_eval_count``
+      and ``eval_count``): no ``prompt_tokens_details``, so no cached-token count at all;
+      without it, no usage is sent;
+    - errors: ``{"error": {"message", "type": "api_error", "param": null, "code": null}}``; an
+      unknown model is 404 ``model "NAME" not found, try pulling it first`` (``server/routes.go``).
+    """
+
+    fingerprint = "fp_ollama"
+
+    def model_entry(self, model: str, created: int) -> dict[str, Any]:
+        return {"id": model, "object": "model", "created": created, "owned_by": "library"}
+
+    def unknown_model(self, model: str) -> str | None:
+        return f'model "{model}" not found, try pulling it first'
+
+    def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
+        kind = {400: "invalid_request_error", 404: "not_found_error"}.get(status, "api_error")
+        return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+    def usage(self, turn: Turn) -> dict[str, Any]:
+        c = turn.counts
+        return {"prompt_tokens": c.prompt, "completion_tokens": c.completion, "total_tokens": c.prompt + c.completion}
+
+    def chunks(self, turn: Turn, include_usage: bool) -> list[dict[str, Any]]:
+        events = [self.chunk(turn, {"role": "assistant", "content": "", "reasoning": t}, None, {})
+                  for t in turn.thoughts]
+        events += [self.chunk(turn, {"role": "assistant", "content": p}, None, {}) for p in turn.pieces]
+        events.append(self.chunk(turn, {"role": "assistant", "content": ""}, turn.reason, {}))
+        if include_usage:
+            events.append({**self.head(turn, "chat.completion.chunk"), "choices": [], "usage": self.usage(turn)})
+        return events
+
+    def stream_error(self, message: str) -> list[bytes]:
+        error = {"error": {"message": message, "type": "api_error", "param": None, "code": None}}
+        return [f"data: {json.dumps(error)}\n\n".encode()]
+
+
+class LlamaCppShape(Shape):
+    """llama.cpp's ``llama-server``, as ggml-org/llama.cpp writes it in ``tools/server/
+    server-task.cpp`` (``to_json_oaicompat_chat_stream``, ``usage_json_oaicompat``,
+    ``result_timings::to_json``) and ``server.cpp`` (the stream's error callback):
+
+    - a first chunk ``{"role": "assistant", "content": null}``, then ``{"content": piece}``
+      deltas (thinking as ``reasoning_content``), then ``finish_reason`` with ``delta: {}``;
+    - with ``include_usage``, a last chunk ``choices: []`` whose ``usage`` has
+      ``prompt_tokens`` (all of them), ``completion_tokens`` and
+      ``prompt_tokens_details.cached_tokens`` (the slot's reused prefix, ``n_prompt_tokens_cache``);
+    - the last chunk sent (the usage chunk, else the finish chunk) also carries ``timings``:
+      ``cache_n`` (cached prompt tokens), ``prompt_n`` (prompt tokens evaluated),
+      ``predicted_n``, and their ``*_ms``, ``*_per_token_ms``, ``*_per_second``; builds that
+      predate ``include_usage`` send only these;
+    - it serves the one model it loaded, whatever name a request gives;
+    - errors: ``{"error": {"code", "message", "type"}}``; a failure after the stream began is
+      an SSE ``error:`` field (``server_sent_event(sink, "error", ...)``) followed by
+      ``data: [DONE]`` (newer builds send ``data: {"error": ...}`` instead).
+    """
+
+    fingerprint = "b6000-slimrag-tests"
+
+    def model_entry(self, model: str, created: int) -> dict[str, Any]:
+        return {"id": model, "object": "model", "created": created, "owned_by": "llamacpp",
+                "meta": {"n_ctx_train": 8192, "n_params": 135_000_000}}
+
+    def unknown_model(self, model: str) -> str | None:
+        return None
+
+    def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
+        kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error"}.get(
+            status, "server_error")
+        return {"error": {"code": status, "message": message, "type": kind}}
+
+    def timings(self, turn: Turn) -> dict[str, Any]:
+        c = turn.counts
+        evaluated = c.prompt - c.cached
+        prompt_ms, predicted_ms = 0.5 * evaluated + 1.0, 20.0 * c.completion + 1.0
+        return {"cache_n": c.cached, "prompt_n": evaluated, "prompt_ms": prompt_ms,
+                "prompt_per_token_ms": prompt_ms / max(evaluated, 1),
+                "prompt_per_second": 1e3 * evaluated / prompt_ms,
+                "predicted_n": c.completion, "predicted_ms": predicted_ms,
+                "predicted_per_token_ms": predicted_ms / max(c.completion, 1),
+                "predicted_per_second": 1e3 * c.completion / predicted_ms}
+
+    def chunks(self, turn: Turn, include_usage: bool) -> list[dict[str, Any]]:
+        events = [self.chunk(turn, {"role": "assistant", "content": None}, None, {})]
+        events += [self.chunk(turn, {"reasoning_content": t}, None, {}) for t in turn.thoughts]
+        events += [self.chunk(turn, {"content": p}, None, {}) for p in turn.pieces]
+        events.append(self.chunk(turn, {}, turn.reason, {}))
+        if include_usage:
+            events.append({**self.head(turn, "chat.completion.chunk"), "choices": [], "usage": self.usage(turn)})
+        if turn.timings:
+            events[-1]["timings"] = self.timings(turn)
+        return events
+
+    def completion(self, turn: Turn) -> dict[str, Any]:
+        out = super().completion(turn)
+        if turn.timings:
+            out["timings"] = self.timings(turn)
+        return out
+
+    def stream_error(self, message: str) -> list[bytes]:
+        error = {"code": 500, "message": message, "type": "server_error"}
+        return [f"error: {json.dumps(error)}\n\n".encode(), b"data: [DONE]\n\n"]  # DONE is written after any end
+
+
+#: shape name -> how that server family writes the protocol (see the module header).
+SHAPES: dict[str, Shape] = {"openai": Shape(), "ollama": OllamaShape(), "llamacpp": LlamaCppShape()}

@@ -14,15 +14,32 @@ Request (streaming, always)
 Response: server-sent events
     Lines ``data: {json}``, ended by ``data: [DONE]``. Blank lines, ``:`` comments and ``event:``/
     ``id:`` fields are skipped. Each chunk's ``choices[0].delta.content`` (absent, null or empty
-    in role-only chunks) becomes one `Delta`; ``choices[0].finish_reason`` is remembered. The
-    usage chunk has ``choices: []`` and ``usage`` set; vLLM and SGLang report
-    ``usage.prompt_tokens_details.cached_tokens`` (their prefix-cache hits), llama.cpp and Ollama
-    do not, and then ``cached_tokens`` is 0. A server that ignores ``stream_options`` sends no
-    usage at all: the final `Usage` then has zero token counts and only the timings.
-    A chunk ``{"error": ...}`` (llama.cpp reports failures mid-stream that way) raises
-    `BackendError`. A server that answers ``stream: true`` with one plain JSON completion
-    (``Content-Type: application/json``) is accepted too: its text becomes a single delta.
-    A stream that ends with neither ``[DONE]`` nor a finish reason was cut off and raises.
+    in role-only chunks) becomes one `Delta`; ``choices[0].finish_reason`` is remembered.
+    Thinking text (``delta.reasoning_content`` from llama.cpp and vLLM, ``delta.reasoning`` from
+    Ollama) is not part of the answer and is dropped; the first token is the first answer text.
+    The usage chunk has ``choices: []`` and ``usage`` set. A server that ignores
+    ``stream_options`` sends no usage at all: the final `Usage` then has zero token counts and
+    only the timings. A failure after the stream began raises `BackendError` with the server's
+    message, in either form llama.cpp uses: a chunk ``data: {"error": ...}``, or an SSE
+    ``error: {...}`` field followed by ``data: [DONE]`` (older ``llama-server`` builds: reading
+    only ``data:`` lines took that for a short, successful answer). A server that answers
+    ``stream: true`` with one plain JSON completion (``Content-Type: application/json``) is
+    accepted too: its text becomes a single delta. A stream that ends with neither ``[DONE]``
+    nor a finish reason was cut off and raises.
+
+Usage and cached tokens, by server (``tests/test_backend_shapes.py`` checks each against a local
+server speaking that shape; the field names are cited from each project's source in
+``tests/openai_server.py``)
+    vLLM and SGLang: ``usage.prompt_tokens_details.cached_tokens`` (prefix-cache hits).
+    llama.cpp ``llama-server``: the same field (the slot's reused prefix), and a ``timings``
+    object on the last chunk: ``cache_n`` (cached prompt tokens), ``prompt_n`` (prompt tokens
+    evaluated), ``predicted_n`` (generated). Builds without ``include_usage`` support, or without
+    ``prompt_tokens_details``, send only ``timings``: the counts are then read from it
+    (``prompt_tokens = prompt_n + cache_n``, ``cached_tokens = cache_n``,
+    ``completion_tokens = predicted_n``); ``usage`` wins where both say something.
+    Ollama: ``usage`` with ``prompt_tokens`` and ``completion_tokens`` only, and only when
+    ``stream_options.include_usage`` is set (it is, always); it reports no cached tokens, so
+    ``cached_tokens`` is 0 although its runner may reuse a prefix.
 
 Timings
     ``ttft_s`` runs from just before the request is sent to the first non-empty content piece
@@ -123,6 +140,7 @@ class RemoteGenerator(Generator):
         ttft: float | None = None
         reason: str | None = None
         usage: dict[str, Any] | None = None
+        timings: dict[str, Any] | None = None
         with self._client.post_stream("chat/completions", body) as response:
             if response.headers.get("content-type", "").startswith("application/json"):
                 events: Iterator[dict[str, Any]] = iter([_as_chunk(_parse_json(response.read(), url))])
@@ -135,6 +153,8 @@ class RemoteGenerator(Generator):
                     break
                 if isinstance(event.get("usage"), dict):
                     usage = event["usage"]  # the last one wins: some servers send running totals
+                if isinstance(event.get("timings"), dict):
+                    timings = event["timings"]  # llama-server's, on its last chunk
                 text, finish = _chunk_content(event, url)
                 reason = finish or reason
                 if text:
@@ -145,7 +165,7 @@ class RemoteGenerator(Generator):
                 raise BackendError(f"the stream from {url} ended before its last chunk; the server "
                                    "may have crashed or dropped the connection: check its log and retry")
         total = time.perf_counter() - start
-        yield Delta("", usage=_usage(usage, ttft if ttft is not None else total, total, url),
+        yield Delta("", usage=_usage(usage, timings, ttft if ttft is not None else total, total, url),
                     finish_reason=reason or "stop")
 
     def close(self) -> None:
@@ -174,8 +194,17 @@ def _parse_json(raw: str | bytes, url: str) -> Any:
 
 
 def _sse_events(lines: Iterator[str], url: str) -> Iterator[dict[str, Any]]:
-    """Decode server-sent events into chunk dicts, `_DONE` for the terminator."""
+    """Decode server-sent events into chunk dicts, `_DONE` for the terminator. An ``error:``
+    field (llama-server's mid-stream failure) becomes an ``{"error": ...}`` chunk."""
     for line in lines:
+        if line.startswith("error:"):
+            raw = line[6:].strip()
+            try:
+                detail: Any = json.loads(raw)
+            except ValueError:
+                detail = raw or "(no message)"
+            yield {"error": detail}
+            continue
         if not line.startswith("data:"):
             continue  # blank separators, ':' keep-alive comments, event:/id:/retry: fields
         data = line[5:].strip()
@@ -211,18 +240,33 @@ def _chunk_content(chunk: dict[str, Any], url: str) -> tuple[str, str | None]:
     return text or "", finish if isinstance(finish, str) else None
 
 
-def _usage(raw: dict[str, Any] | None, ttft: float, total: float, url: str) -> Usage:
-    """Build `Usage` from the server's ``usage`` object (None when it sent none)."""
-    if raw is None:
-        return Usage(ttft_s=ttft, total_s=total)
-    details = raw.get("prompt_tokens_details") or {}
+def _from_timings(timings: dict[str, Any]) -> dict[str, Any]:
+    """llama-server's ``timings`` as the ``usage`` fields it implies (see the module header)."""
+    out: dict[str, Any] = {}
+    cache_n, prompt_n, predicted_n = (timings.get(k) for k in ("cache_n", "prompt_n", "predicted_n"))
+    if prompt_n is not None:
+        out["prompt_tokens"] = int(prompt_n) + int(cache_n or 0)
+    if predicted_n is not None:
+        out["completion_tokens"] = int(predicted_n)
+    if cache_n is not None:
+        out["cached_tokens"] = int(cache_n)
+    return out
+
+
+def _usage(raw: dict[str, Any] | None, timings: dict[str, Any] | None, ttft: float, total: float,
+           url: str) -> Usage:
+    """Build `Usage` from the server's ``usage`` object and llama-server's ``timings`` (each None
+    when not sent); a count ``usage`` gives wins over the one ``timings`` implies."""
     try:
-        return Usage(
-            prompt_tokens=int(raw.get("prompt_tokens") or 0),
-            completion_tokens=int(raw.get("completion_tokens") or 0),
-            cached_tokens=int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
-            ttft_s=ttft,
-            total_s=total,
-        )
+        counts = _from_timings(timings) if timings is not None else {}
+        if raw is not None:
+            details = raw.get("prompt_tokens_details")
+            for key in ("prompt_tokens", "completion_tokens"):
+                if raw.get(key) is not None:
+                    counts[key] = int(raw[key])
+            if isinstance(details, dict) and details.get("cached_tokens") is not None:
+                counts["cached_tokens"] = int(details["cached_tokens"])
     except (TypeError, ValueError) as exc:
-        raise BackendError(f"{url} sent a usage object with non-integer counts: {raw!r}") from exc
+        raise BackendError(f"{url} sent usage or timings with non-integer counts: {raw!r} {timings!r}") from exc
+    return Usage(prompt_tokens=counts.get("prompt_tokens", 0), completion_tokens=counts.get("completion_tokens", 0),
+                 cached_tokens=counts.get("cached_tokens", 0), ttft_s=ttft, total_s=total)

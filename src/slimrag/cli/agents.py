@@ -1,0 +1,44 @@
+"""Verbs for agents: ``slimrag mcp INDEX``, the index as Model Context Protocol tools.
+
+By default it speaks MCP over stdio, which is how Claude Code (``claude mcp add slimrag --
+slimrag mcp /path/to/index``) and Claude Desktop start a server; ``--http`` serves streamable
+HTTP at ``http://HOST:PORT/mcp`` instead (127.0.0.1 by default). The ``ask`` tool generates with
+the same flags as ``slimrag ask`` (``--llm``, ``--llm-model``, ``--api-key``, ``--max-tokens``);
+the model is loaded on the first ``ask`` only. See `slimrag.mcp.server` for the tools.
+
+The SDK is imported inside the verb, so other verbs never pay for it. On stdio, stdout belongs to
+the protocol: nothing here prints to it (logs go to stderr, as everywhere in the CLI).
+"""
+
+from __future__ import annotations
+
+import click
+
+from slimrag.cli.base import cli
+from slimrag.cli.options import llm_options, llm_spec
+
+
+@cli.command()
+@click.argument("index", type=click.Path(exists=True, file_okay=False))
+@click.option("--http", "http", is_flag=True,
+              help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind with --http.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
+              help="Port to bind with --http.")
+@llm_options
+def mcp(index: str, http: bool, host: str, port: int, llm: str | None, llm_model: str | None,
+        api_key: str | None, max_tokens: int) -> None:
+    """Serve an index to agents over MCP (stdio by default).
+
+    Tools: search, ask, list_documents, get_passage, add_paths. Add it to Claude Code with
+    `claude mcp add slimrag -- slimrag mcp /path/to/index`.
+    """
+    ctx = click.get_current_context()
+    given = [f"--{p}" for p in ("host", "port") if ctx.get_parameter_source(p) == click.core.ParameterSource.COMMANDLINE]
+    if given and not http:
+        raise click.UsageError(f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} only with "
+                               "--http (stdio needs no address)")
+    from slimrag.mcp.server import serve
+
+    serve(index, llm=llm_spec(llm, llm_model, api_key), max_tokens=max_tokens,
+          transport="streamable-http" if http else "stdio", host=host, port=port)

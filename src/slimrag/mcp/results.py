@@ -1,0 +1,181 @@
+"""What the MCP tools return: frozen dataclasses the SDK turns into structured results.
+
+The SDK publishes each tool's return type as its ``outputSchema`` and sends the value both as
+``structuredContent`` (JSON) and as a text block, so a model that reads only text sees the same
+data. Every passage carries what a citation needs: its ``label`` (``source#ordinal``, the form
+slimrag's answers cite), the ``source`` path, the ``page`` for PDFs (None elsewhere) and the
+``chunk_id`` that `get_passage` opens. Built from the library's records (`Hit`, `Chunk`,
+`Excerpt`, `Answer`, `AddReport`) by the ``from_*`` constructors here, so the tools stay thin.
+
+No ``slots``: the SDK reads a plain class's fields with ``getattr`` to build the output schema, and
+a slotted class's member descriptors look like (unserializable) defaults to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from slimrag.types import Answer, Chunk, Document, Excerpt, Hit
+
+
+def _page(metadata: dict[str, Any]) -> int | None:
+    page = metadata.get("page")
+    return page if isinstance(page, int) and not isinstance(page, bool) else None
+
+
+def _label(source: str, metadata: dict[str, Any]) -> str:
+    return f"{source}#{metadata.get('ordinal', 0)}"
+
+
+@dataclass(frozen=True)
+class PassageHit:
+    """One retrieved passage: where it is, how well it matched, and its text."""
+
+    chunk_id: int
+    label: str
+    source: str
+    page: int | None
+    heading: str | None
+    score: float
+    text: str
+
+    @classmethod
+    def from_hit(cls, hit: Hit) -> PassageHit:
+        heading = hit.metadata.get("heading")
+        return cls(hit.chunk_id, _label(hit.source, hit.metadata), hit.source, _page(hit.metadata),
+                   heading if isinstance(heading, str) and heading else None, round(float(hit.score), 6),
+                   hit.text)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The passages a search found, best first."""
+
+    query: str
+    mode: str
+    hits: list[PassageHit]
+
+
+@dataclass(frozen=True)
+class DocumentInfo:
+    """One stored document."""
+
+    source: str
+    size: int
+    modified: str
+    doc_id: str
+
+    @classmethod
+    def from_document(cls, doc: Document) -> DocumentInfo:
+        when = datetime.fromtimestamp(doc.mtime, tz=UTC).isoformat(timespec="seconds")
+        return cls(doc.source, doc.size, when, doc.doc_id)
+
+
+@dataclass(frozen=True)
+class DocumentList:
+    """Stored documents sorted by source; ``total`` counts all that matched, ``documents`` holds at
+    most ``limit`` of them."""
+
+    total: int
+    documents: list[DocumentInfo]
+    index_chunks: int
+
+
+@dataclass(frozen=True)
+class PassageChunk:
+    """One chunk of a document, in reading order."""
+
+    chunk_id: int
+    label: str
+    ordinal: int
+    page: int | None
+    text: str
+
+    @classmethod
+    def from_chunk(cls, chunk: Chunk) -> PassageChunk:
+        return cls(chunk.chunk_id, f"{chunk.source}#{chunk.ordinal}", chunk.ordinal, _page(chunk.metadata),
+                   chunk.text)
+
+
+@dataclass(frozen=True)
+class Passage:
+    """A chunk shown in its document: the chunk and its neighbours before and after it."""
+
+    chunk_id: int
+    label: str
+    source: str
+    page: int | None
+    text: str
+    before: list[PassageChunk]
+    after: list[PassageChunk]
+
+    @classmethod
+    def from_excerpt(cls, ex: Excerpt) -> Passage:
+        c = ex.chunk
+        return cls(c.chunk_id, f"{c.source}#{c.ordinal}", c.source, ex.page, c.text,
+                   [PassageChunk.from_chunk(b) for b in ex.before], [PassageChunk.from_chunk(a) for a in ex.after])
+
+
+@dataclass(frozen=True)
+class AnswerUsage:
+    """Token and time accounting of one answer."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    ttft_s: float
+    total_s: float
+
+
+@dataclass(frozen=True)
+class AnswerResult:
+    """A generated answer with the passages it was given (its citations' targets)."""
+
+    answer: str
+    finish_reason: str
+    notice: str | None
+    abstained: bool
+    unknown_citations: list[str]
+    sources: list[PassageHit]
+    usage: AnswerUsage
+
+    @classmethod
+    def from_answer(cls, a: Answer) -> AnswerResult:
+        u = a.usage
+        usage = AnswerUsage(u.prompt_tokens, u.completion_tokens, u.cached_tokens, round(u.ttft_s, 4),
+                            round(u.total_s, 4))
+        return cls(a.text, a.finish_reason, a.notice, a.abstained, list(a.unknown_citations),
+                   [PassageHit.from_hit(h) for h in a.sources], usage)
+
+
+@dataclass(frozen=True)
+class SkippedInput:
+    """An input the add passed over, with why."""
+
+    source: str
+    kind: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class AddResult:
+    """What an add did: documents added, updated (content changed) and unchanged, chunks written,
+    the inputs skipped with their reasons, and the sources behind each count."""
+
+    added: int
+    updated: int
+    unchanged: int
+    chunks: int
+    skipped: list[SkippedInput]
+    files: dict[str, list[str]]
+    seconds: float
+
+    @classmethod
+    def from_report(cls, report: Any) -> AddResult:
+        """From an `AddReport` (its ``to_dict``, the form the CLI's ``--json`` prints)."""
+        d = report.to_dict()
+        return cls(d["added"], d["updated"], d["unchanged"], d["chunks"],
+                   [SkippedInput(s["source"], s["kind"], s["reason"]) for s in d["skipped"]],
+                   d["files"], round(float(d["seconds"]), 3))

@@ -48,12 +48,12 @@ STORY = "\n\n".join(f"Chapter {i}. The lighthouse log for night {i} records {w} 
 Session = Callable[[ClientSession], Awaitable[Any]]
 
 
-def run_stdio(index: Path, scenario: Session, *flags: str) -> Any:
+def run_stdio(index: Path, scenario: Session, *flags: str, limit_s: float = SESSION_LIMIT_S) -> Any:
     """Start ``slimrag mcp INDEX FLAGS`` and run ``scenario`` on an initialized client session."""
     params = StdioServerParameters(command=CLI[0], args=[*CLI[1:], str(index), *flags], env=ENV)
 
     async def main() -> Any:
-        with anyio.fail_after(SESSION_LIMIT_S):
+        with anyio.fail_after(limit_s):
             async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
                 await session.initialize()
                 return await scenario(session)
@@ -216,6 +216,20 @@ def test_add_paths_indexes_files_and_another_process_add_is_seen(session: dict[s
     after, truth = structured(session["docs_after"]), session["truth"]["docs_after"]
     assert [d["source"] for d in after["documents"]] == [d.source for d in truth]
     assert after["total"] == len(DOCS) + 4
+
+
+@pytest.mark.slow
+def test_ask_with_the_embedded_model(corpus: tuple[Path, Path]) -> None:
+    """The default generator (the embedded SmolLM2), loaded on the first ask inside the server:
+    its load and generation must leave the protocol on stdout intact."""
+    _, index = corpus
+
+    async def scenario(s: ClientSession) -> dict[str, Any]:
+        return structured(await s.call_tool("ask", {"question": QUESTION, "k": 2}, read_timeout_seconds=600))
+
+    got = run_stdio(index, scenario, "--max-tokens", "32", limit_s=600)
+    assert got["answer"].strip() and got["sources"][0]["source"] == "guide/cats.md"
+    assert 0 < got["usage"]["completion_tokens"] <= 32 and got["usage"]["prompt_tokens"] > 0
 
 
 def _free_port() -> int:

@@ -25,7 +25,9 @@ answers a generic tool error.
 
 Transports: stdio (the default; what Claude Code and Claude Desktop start) or streamable HTTP
 (``--http``, at ``http://HOST:PORT/mcp``; bound to 127.0.0.1 by default, where the SDK also turns
-on its DNS-rebinding protection). On stdio, stdout carries the protocol alone: logs go to stderr.
+on its DNS-rebinding protection). On stdio, stdout carries the protocol alone: logs go to stderr,
+and while it serves, the SDK points file descriptor 1 at stderr, so a stray ``print`` in a library
+(a model loader's progress) cannot corrupt the protocol.
 """
 
 from __future__ import annotations

@@ -338,3 +338,11 @@ def test_notebook_format_3_is_read(tmp_path: Path) -> None:
     sections = read_file(tmp_path / "old.ipynb")
     assert [s.heading for s in sections] == ["Tide tables", "Tide tables"]
     assert sections[1].text == "```python\nprint('spring tide')\n```"
+
+
+def test_a_header_the_email_parser_trips_on_does_not_lose_the_message(tmp_path: Path) -> None:
+    # policy.default raises AttributeError on this group syntax (a CPython parser bug): shown as written
+    raw = b"From: a:b;@c\nSubject: Kiln firing\n\nThe kiln reaches cone six by midnight.\n"
+    (tmp_path / "odd.eml").write_bytes(raw)
+    (section,) = read_file(tmp_path / "odd.eml")
+    assert section.heading == "Kiln firing · a:b;@c" and "cone six by midnight" in section.text

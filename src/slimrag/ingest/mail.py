@@ -7,7 +7,11 @@ finds them), then the body. The plain-text body is preferred; a message with onl
 is read through the HTML reader (`slimrag.ingest.html.page_sections`), so no markup reaches the
 index. Attachments are skipped: `EmailMessage.get_body` never picks a part marked as one, and
 their bytes are neither decoded nor read. A body in a charset Python does not know is decoded as
-UTF-8 with replacement characters, so one odd message does not lose the mailbox.
+UTF-8 with replacement characters, so one odd message does not lose the mailbox. For the same
+reason, when the standard library's modern header parser fails on a malformed header (it raises
+AttributeError or IndexError on about 1 in 100 fuzzed messages, CPython bugs rather than
+refusals), that header is shown as written and the body is found by the legacy ``compat32``
+parser, which keeps headers as strings: the message is still indexed.
 
 An mbox is split here, not with `mailbox.mbox` (which needs a file on disk, and the reader has
 the bytes, perhaps decompressed from ``.mbox.gz``), by the same rule `mailbox.mbox` reads with:
@@ -41,6 +45,10 @@ def _refuse_binary(data: bytes) -> None:
         raise SkipFile(BINARY, f"NUL bytes in the first {SNIFF_BYTES // 1024} KB")
 
 
+#: what `email`'s policy.default parser raises on some malformed headers (see the module header)
+_PARSER_BUGS = (AttributeError, IndexError, KeyError, TypeError, ValueError)
+
+
 def _content(part: EmailMessage) -> str:
     """A text part decoded with its declared charset (UTF-8 with replacement for an unknown one)."""
     try:
@@ -61,14 +69,45 @@ def body_text(msg: EmailMessage) -> str:
     return content.strip()
 
 
+def legacy_body_text(raw: bytes) -> str:
+    """The text/plain parts that are not attachments, found by the ``compat32`` parser (headers kept
+    as strings): the fallback of `body_text` when the modern parser fails."""
+    from email import message_from_bytes
+
+    texts = []
+    for part in message_from_bytes(raw).walk():
+        if part.get_content_type() != "text/plain" or part.get_filename() is not None:
+            continue
+        payload = part.get_payload(decode=True)
+        if isinstance(payload, bytes):
+            charset = part.get_content_charset() or "utf-8"
+            try:
+                texts.append(payload.decode(charset, "replace"))
+            except LookupError:
+                texts.append(payload.decode("utf-8", "replace"))
+    return "\n\n".join(t.strip() for t in texts if t.strip())
+
+
+def _header(msg: EmailMessage, name: str) -> str:
+    """A header's value on one line: decoded, or as written when the parser fails on it."""
+    try:
+        value = str(msg.get(name, ""))
+    except _PARSER_BUGS:
+        value = next((str(v) for k, v in msg.raw_items() if k.lower() == name.lower()), "")
+    return " ".join(value.split())
+
+
 def message_section(raw: bytes) -> Section | None:
     """The section of one message's bytes (see the module header); None when it has no text."""
     from email import message_from_bytes, policy  # email.policy costs ~50 ms to import: not at startup
 
     msg: EmailMessage = message_from_bytes(raw, policy=policy.default)  # type: ignore[assignment]
-    heads = {name: " ".join(str(msg.get(name, "")).split()) for name in HEADERS}
+    heads = {name: _header(msg, name) for name in HEADERS}
     lines = [f"{name}: {value}" for name, value in heads.items() if value]
-    body = body_text(msg)
+    try:
+        body = body_text(msg)
+    except _PARSER_BUGS:  # a Content-Type or Content-Disposition the modern parser trips on
+        body = legacy_body_text(raw)
     if not body and not lines:
         return None
     heading = " · ".join(v for v in (heads["Subject"] or "(no subject)", heads["From"], heads["Date"]) if v)

@@ -72,6 +72,7 @@ def browser() -> Iterator[Browser]:
         pytest.skip("the Python package playwright is not installed: pip install -e '.[dev]'")
     if CHROMIUM is None:
         pytest.skip("no chromium on PATH: install Debian's chromium (apt-get install chromium; .ci/run does)")
+    expect.set_options(timeout=TIMEOUT_MS)  # assertions wait as long as actions (5 s is short on 2 busy cores)
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=CHROMIUM)  # Debian's build: no browser download
         yield b
@@ -257,7 +258,7 @@ def test_screenshots_with_the_local_model(browser: Browser, index: Index) -> Non
             page.goto(url)
             ask(page, "Where does Whiskers sleep in winter?")
             answer = page.locator(".turn .answer")
-            expect(answer).to_have_attribute("aria-busy", "false")
+            expect(answer).to_have_attribute("aria-busy", "false", timeout=120_000)
             assert answer.inner_text().strip()
             shoot(page, "web-answer.png")
             cite = page.locator(".turn .sources button.cite").first

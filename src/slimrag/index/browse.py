@@ -11,6 +11,7 @@ Why a mixin: see `slimrag.index.writer`; the attributes of `Index` it reads are 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +61,7 @@ class IndexBrowse:
             "path": str(self.root),
             "documents": counts["documents"],
             "chunks": counts["chunks"],
-            "bytes": layout.folder_bytes(self.root),
+            "bytes": _bytes_on_disk(self.root),
             "updated": max(stamps, default=float(self.manifest.get("updated", 0.0))),
             "storage": self.manifest["storage"],
             "gen_kind": self.manifest.get("gen_kind", "flat"),
@@ -74,3 +75,17 @@ def _mtime(path: Path) -> float | None:
         return path.stat().st_mtime
     except FileNotFoundError:
         return None
+
+
+def _bytes_on_disk(root: Path) -> int:
+    """Total size of the files under ``root``. A file or folder that a concurrent compaction's
+    garbage collection deletes while it is counted is skipped (`os.walk` ignores a folder that
+    vanished), so a status never fails for that; the total is then off by what was being freed."""
+    total = 0
+    for folder, _, names in os.walk(root):
+        for name in names:
+            try:
+                total += os.stat(os.path.join(folder, name), follow_symlinks=False).st_size
+            except FileNotFoundError:
+                continue
+    return total

@@ -276,3 +276,11 @@ def test_host_and_port_need_http(corpus: tuple[Path, Path]) -> None:
     _, index = corpus
     res = CliRunner().invoke(cli, ["mcp", str(index), "--port", "9000"])
     assert res.exit_code == 2 and "--port applies only with --http" in res.output
+
+
+@pytest.mark.parametrize(("host", "local"), [("127.0.0.1", True), ("localhost", True), ("::1", True),
+                                             ("0.0.0.0", False), ("192.168.1.5", False), ("box.lan", False)])
+def test_http_beyond_loopback_is_warned_about(host: str, local: bool) -> None:
+    from slimrag.cli.agents import _loopback
+
+    assert _loopback(host) is local

@@ -12,6 +12,8 @@ the protocol: nothing here prints to it (logs go to stderr, as everywhere in the
 
 from __future__ import annotations
 
+import ipaddress
+
 import click
 
 from slimrag.cli.base import cli
@@ -38,7 +40,22 @@ def mcp(index: str, http: bool, host: str, port: int, llm: str | None, llm_model
     if given and not http:
         raise click.UsageError(f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} only with "
                                "--http (stdio needs no address)")
+    if http and not _loopback(host):
+        click.echo(f"warning: the MCP server listens on {host}, beyond this machine, with no authentication: "
+                   "anyone who can reach the port can read the index and add files to it. Bind 127.0.0.1.",
+                   err=True)
     from slimrag.mcp.server import serve
 
     serve(index, llm=llm_spec(llm, llm_model, api_key), max_tokens=max_tokens,
           transport="streamable-http" if http else "stdio", host=host, port=port)
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only (a host name other than localhost may
+    resolve beyond it, so it is not)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

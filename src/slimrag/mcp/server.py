@@ -105,9 +105,9 @@ def source_pattern(value: str | None, names: Sequence[str]) -> str | None:
                     f"or a glob such as 'docs/*.md' (stored names look like {examples})")
 
 
-def _failure(exc: Exception) -> ToolError:
-    """A library error as a tool error: its message already says what to do next."""
-    return ToolError(str(exc))
+def _source_filter(idx: Any, source: str | None) -> str | None:
+    """`source_pattern` against ``idx``'s stored names (listed only when a filter is given)."""
+    return None if source is None else source_pattern(source, [d.source for d in idx.documents()])
 
 
 class SlimragTools:
@@ -135,7 +135,7 @@ class SlimragTools:
         differ between modes) and `text`, plus `chunk_id` for get_passage. Use this first to find
         facts in the user's files; use get_passage to read around a hit, ask for a written answer."""
         def run(idx: Any) -> SearchResult:
-            pattern = source_pattern(source, [d.source for d in idx.documents()])
+            pattern = _source_filter(idx, source)
             hits = idx.search(query, k=k, mode=mode, source=pattern)
             return SearchResult(query, mode, [PassageHit.from_hit(h) for h in hits])
         return self._call(run)
@@ -157,7 +157,7 @@ class SlimragTools:
         says so and no model ran), `unknown_citations` (labels the model invented) and `usage`.
         Slower than search (a model generates); prefer search when you can read passages yourself."""
         def run(idx: Any) -> AnswerResult:
-            pattern = source_pattern(source, [d.source for d in idx.documents()])
+            pattern = _source_filter(idx, source)
             answer = self.worker.rag().ask(question, k, source=pattern)
             return AnswerResult.from_answer(answer)
         return self._call(run)
@@ -218,7 +218,7 @@ class SlimragTools:
         try:
             return self.worker.call(fn)
         except SlimragError as exc:  # NotFoundError (unknown chunk) and RequestError (bad input) included
-            raise _failure(exc) from exc
+            raise ToolError(str(exc)) from exc  # its message already says what to do next
 
 
 def create_server(worker: IndexWorker) -> MCPServer[Any]:

@@ -39,7 +39,7 @@ from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
+from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from slimrag.config import SEARCH_MODES, GenerationConfig, SearchConfig

@@ -49,7 +49,7 @@ READABLE = {
 }
 #: source → skip reason
 SKIPPED = {
-    ".gitignore": IGNORED, "scratch.tmp": IGNORED, "photo.png": UNSUPPORTED, "report.docx": UNSUPPORTED,
+    ".gitignore": IGNORED, "scratch.tmp": IGNORED, "photo.png": UNSUPPORTED, "report.xlsx": UNSUPPORTED,
     "blob.xyz": UNSUPPORTED, "bad.txt": ENCODING,
 }
 
@@ -70,7 +70,7 @@ def write_mixed_folder(root: Path) -> Path:
         ".gitignore": "*.tmp\n",
         "scratch.tmp": "temporary",
         "photo.png": b"\x89PNG\r\n\x1a\n" + bytes(64),
-        "report.docx": b"PK\x03\x04\x14\x00\x06\x00" + bytes(64),
+        "report.xlsx": b"PK\x03\x04\x14\x00\x06\x00" + bytes(64),
         "blob.xyz": bytes(range(256)),
         "bad.txt": "na\xefve caf\xe9, no charset declared".encode("latin-1"),
     })
@@ -114,7 +114,7 @@ def test_cli_lists_the_files_behind_each_count(tmp_path: Path) -> None:
     r = runner.invoke(cli, ["-v", "add", out, str(root)])
     assert r.exit_code == 0, r.output
     listing = r.output[r.output.index("0 added, 0 updated, 8 unchanged"):]
-    for reason, names in {"unsupported type": ["photo.png", "report.docx", "blob.xyz"], "encoding": ["bad.txt"],
+    for reason, names in {"unsupported type": ["photo.png", "report.xlsx", "blob.xyz"], "encoding": ["bad.txt"],
                           "ignored": [".gitignore", "scratch.tmp"]}.items():
         block = listing[listing.index(f"  {reason} ({len(names)}):"):]
         assert all(f"    {n}\n" in block for n in names), (reason, listing)
@@ -122,7 +122,7 @@ def test_cli_lists_the_files_behind_each_count(tmp_path: Path) -> None:
     r = runner.invoke(cli, ["add", out, str(root), "--json"])
     rep = json.loads(r.output.strip().splitlines()[-1])
     assert rep["unchanged"] == 8 and rep["skipped_by_reason"] == {UNSUPPORTED: 3, ENCODING: 1, IGNORED: 2}
-    assert sorted(rep["files"][UNSUPPORTED]) == ["blob.xyz", "photo.png", "report.docx"]
+    assert sorted(rep["files"][UNSUPPORTED]) == ["blob.xyz", "photo.png", "report.xlsx"]
     assert {s["source"]: s["kind"] for s in rep["skipped"]} == SKIPPED
 
 

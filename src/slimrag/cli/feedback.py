@@ -78,7 +78,8 @@ def print_answer_end(answer: Any) -> None:
         return
     click.echo("\nSources:")
     for h in answer.sources:
-        click.echo(f"  [{h.source}#{h.metadata.get('ordinal', 0)}] score {h.score:.3f}")
+        page = f" p. {h.page}" if h.page is not None else ""
+        click.echo(f"  [{h.label}]{page} score {h.score:.3f}")
     u = answer.usage
     click.echo(click.style(f"  ({u.prompt_tokens} prompt tokens, {u.cached_tokens} cached, "
                            f"{u.completion_tokens} generated; first token {u.ttft_s:.2f}s, "

@@ -115,6 +115,8 @@ def session(corpus: tuple[Path, Path], embedder: Any, tmp_path_factory: pytest.T
         out["docs"] = await call("list_documents", {})
         out["docs_glob"] = await call("list_documents", {"source": "guide/*", "limit": 1})
         out["passage"] = await call("get_passage", {"chunk_id": out["truth"]["excerpt"].chunk.chunk_id, "around": 1})
+        pdf = out["truth"]["keyword"][0].chunk_id
+        out["pdf_passage"] = await call("get_passage", {"chunk_id": pdf, "around": 0})
         out["bad_mode"] = await call("search", {"query": "cat", "mode": "fuzzy"})
         out["bad_k"] = await call("search", {"query": "cat", "k": 0})
         out["bad_source"] = await call("search", {"query": "cat", "source": "nowhere/"})
@@ -164,7 +166,7 @@ def test_search_returns_the_library_hits_with_sources(session: dict[str, Any]) -
     assert [h["score"] for h in hits] == pytest.approx([h.score for h in truth], abs=1e-6)
     top, keyword = structured(session["keyword"])["hits"][0], session["truth"]["keyword"][0]
     assert top["source"] == "papers/telescope.pdf" == keyword.source
-    assert top["page"] == keyword.metadata.get("page")  # the PDF reader's page, when it records one
+    assert top["page"] == keyword.metadata["page"] == 1  # the PDF reader's page travels with the hit
     assert {h["source"] for h in structured(session["folder"])["hits"]} == {"long/story.txt"}
 
 
@@ -181,6 +183,9 @@ def test_list_documents_and_get_passage_match_the_library(session: dict[str, Any
     assert [c["chunk_id"] for c in passage["after"]] == [c.chunk_id for c in excerpt.after]
     ordinal = excerpt.chunk.ordinal
     assert [c["ordinal"] for c in passage["before"] + passage["after"]] == [ordinal - 1, ordinal + 1]
+    pdf = structured(session["pdf_passage"])
+    assert (pdf["source"], pdf["page"], pdf["before"], pdf["after"]) == ("papers/telescope.pdf", 1, [], [])
+    assert "Andromeda" in pdf["text"]
 
 
 def test_bad_arguments_are_tool_errors_and_the_session_goes_on(session: dict[str, Any]) -> None:

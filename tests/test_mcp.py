@@ -289,3 +289,29 @@ def test_http_beyond_loopback_is_warned_about(host: str, local: bool) -> None:
     from slimrag.cli.agents import _loopback
 
     assert _loopback(host) is local
+
+
+def test_source_filter_forms_against_sqlite_glob() -> None:
+    """A stored name, a folder and a glob each become a GLOB that selects exactly what they mean,
+    checked against SQLite's own GLOB (what the catalog filters with)."""
+    import sqlite3
+
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from slimrag.mcp.server import source_matches, source_pattern
+
+    names = ["guide/cats.md", "guide/dogs.md", "guidebook.md", "notes/a[1].txt", "notes/b.txt"]
+    db = sqlite3.connect(":memory:")
+
+    def selected(value: str) -> list[str]:
+        pattern = source_pattern(value, names)
+        return [n for n in names if db.execute("SELECT ? GLOB ?", (n, pattern)).fetchone()[0]]
+
+    assert selected("guide") == selected("guide/") == ["guide/cats.md", "guide/dogs.md"]
+    assert selected("notes/a[1].txt") == ["notes/a[1].txt"]  # a name with glob characters, taken literally
+    assert selected("*.md") == ["guide/cats.md", "guide/dogs.md", "guidebook.md"]
+    for value in ("guide", "notes/a[1].txt", "*.md"):
+        assert selected(value) == [n for n in names if source_matches(n, value) or n == value]
+    assert source_pattern(None, names) is None
+    with pytest.raises(ToolError, match="no stored source matches 'gui'"):
+        source_pattern("gui", names)

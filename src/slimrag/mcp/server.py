@@ -84,6 +84,14 @@ def _escape_glob(text: str) -> str:
     return "".join(f"[{c}]" if c in GLOB_CHARS else c for c in text)
 
 
+def source_matches(name: str, value: str) -> bool:
+    """Whether stored source ``name`` is meant by ``value``: the name itself, a folder above it,
+    or a glob that matches it (``*`` crossing ``/``)."""
+    if any(c in GLOB_CHARS for c in value):
+        return fnmatch.fnmatchcase(name, value)
+    return name == value or name.startswith(value.rstrip("/") + "/")
+
+
 def source_pattern(value: str | None, names: Sequence[str]) -> str | None:
     """The GLOB `Index.search` filters by for a ``source`` argument: a stored name (exact), a glob
     (``*`` also crosses ``/``, as in SQLite), or a folder (every name under it). None for no
@@ -93,13 +101,9 @@ def source_pattern(value: str | None, names: Sequence[str]) -> str | None:
     value = value.strip()
     if value in names:
         return _escape_glob(value)
-    if any(c in GLOB_CHARS for c in value):
-        if any(fnmatch.fnmatchcase(n, value) for n in names):
-            return value
-    else:
-        folder = value.rstrip("/") + "/"
-        if any(n.startswith(folder) for n in names):
-            return _escape_glob(folder) + "*"
+    if any(source_matches(n, value) for n in names):
+        glob = any(c in GLOB_CHARS for c in value)
+        return value if glob else _escape_glob(value.rstrip("/") + "/") + "*"
     examples = ", ".join(repr(n) for n in names[:3]) or "none: the index is empty"
     raise ToolError(f"no stored source matches {value!r}; give a stored name from list_documents, a folder "
                     f"or a glob such as 'docs/*.md' (stored names look like {examples})")
@@ -164,8 +168,9 @@ class SlimragTools:
 
     def list_documents(
         self,
-        source: Annotated[str | None, Field(description="Only documents whose source matches this glob "
-                                                        "(e.g. 'docs/*'); omit for all.")] = None,
+        source: Annotated[str | None, Field(description="Only documents under this folder (e.g. 'docs') or "
+                                                        "matching this glob (e.g. 'notes/*.md'); omit for "
+                                                        "all.")] = None,
         limit: Annotated[int, Field(description="The most documents to return.", ge=1, le=MAX_LIST)] = 200,
     ) -> DocumentList:
         """List the documents in the index, sorted by source path.
@@ -176,7 +181,7 @@ class SlimragTools:
         def run(idx: Any) -> DocumentList:
             docs = idx.documents()
             if source:
-                docs = [d for d in docs if fnmatch.fnmatchcase(d.source, source)]
+                docs = [d for d in docs if source_matches(d.source, source.strip())]
             return DocumentList(len(docs), [DocumentInfo.from_document(d) for d in docs[:limit]],
                                 int(idx.status()["chunks"]))
         return self._call(run)

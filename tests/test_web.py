@@ -108,10 +108,10 @@ def metric(base: str, name: str) -> int:
     return int(re.search(rf"^{name} (\d+)$", text, re.M).group(1))
 
 
-def shoot(page: Page, name: str) -> None:
+def shoot(page: Page, name: str, full_page: bool = True) -> None:
     if os.environ.get("SLIMRAG_SCREENSHOTS") == "1":
         SHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SHOTS / name), full_page=True)
+        page.screenshot(path=str(SHOTS / name), full_page=full_page)
 
 
 # -- the browser ---------------------------------------------------------------------------------
@@ -249,19 +249,26 @@ def test_status_and_passage_routes(client: httpx.Client, index: Index) -> None:
 @pytest.mark.skipif(os.environ.get("SLIMRAG_SCREENSHOTS") != "1",
                     reason="set SLIMRAG_SCREENSHOTS=1 to save the README's screenshots (runs SmolLM2)")
 def test_screenshots_with_the_local_model(browser: Browser, index: Index) -> None:
-    rag = RAG(index, "local", generation=GenerationConfig(max_new_tokens=48))
+    """Two turns (the second shows the KV cache at work: cached tokens, a warm first token), a
+    citation opened, and the page on a phone; each step checked as in the fast test."""
+    rag = RAG(index, "local", generation=GenerationConfig(max_new_tokens=40))
     with running(create_app(rag)) as url:
+        # one answer first, so the page shows a server that has run (the first prefill is slow)
+        warm = httpx.post(f"{url}/v1/chat/completions", timeout=300,
+                          json={"messages": [{"role": "user", "content": "What is the forecast for Friday?"}]})
+        assert warm.status_code == 200, warm.text
         context = browser.new_context(viewport={"width": 1280, "height": 860})
         try:
             page = context.new_page()
-            page.set_default_timeout(120_000)
             page.goto(url)
-            ask(page, "Where does Whiskers sleep in winter?")
-            answer = page.locator(".turn .answer")
-            expect(answer).to_have_attribute("aria-busy", "false", timeout=120_000)
-            assert answer.inner_text().strip()
+            for n, question in enumerate(("What is the office cat called?", "Where does the cat sleep?")):
+                ask(page, question)
+                answer = page.locator(".turn").nth(n).locator(".answer")
+                expect(answer).to_have_attribute("aria-busy", "false", timeout=180_000)
+                assert answer.inner_text().strip()
+            expect(page.locator(".turn").nth(1).locator(".usage")).to_contain_text(re.compile(r"\([1-9]\d* cached\)"))
             shoot(page, "web-answer.png")
-            cite = page.locator(".turn .sources button.cite").first
+            cite = page.locator(".turn").nth(1).locator(".sources button.cite").first
             chunk_id = int(cite.get_attribute("data-chunk-id"))
             cite.click()
             expect(page.locator("#passage-text")).to_have_text(index.passage(chunk_id).chunk.text,
@@ -269,3 +276,16 @@ def test_screenshots_with_the_local_model(browser: Browser, index: Index) -> Non
             shoot(page, "web-passage.png")
         finally:
             context.close()
+        phone = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True,
+                                    device_scale_factor=2)
+        try:
+            page = phone.new_page()
+            page.goto(url)
+            page.get_by_label("Search the index").fill("telescope galaxy")
+            page.get_by_role("button", name="Search", exact=True).click()
+            expect(page.locator("#search-results li").first).to_be_visible()
+            page.locator("#search-results button.cite").first.click()
+            expect(page.locator("#passage-text")).to_be_visible()
+            shoot(page, "web-phone.png", full_page=False)
+        finally:
+            phone.close()

@@ -33,6 +33,12 @@ class Chunk:
     text: str
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def page(self) -> int | None:
+        """The page (from 1) of a PDF chunk, None for formats without pages (same rule as `Hit.page`)."""
+        page = self.metadata.get("page")
+        return page if isinstance(page, int) and not isinstance(page, bool) and page > 0 else None
+
 
 @dataclass(frozen=True, slots=True)
 class Hit:
@@ -75,9 +81,8 @@ class Excerpt:
 
     @property
     def page(self) -> int | None:
-        """The chunk's page number (from 1) when its reader recorded one (PDFs), else None."""
-        page = self.chunk.metadata.get("page")
-        return int(page) if isinstance(page, int) else None
+        """The cited chunk's page (from 1) for formats with pages (PDFs), else None."""
+        return self.chunk.page
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,7 @@ from slimrag.api.schemas import ErrorBody
 from slimrag.errors import NotFoundError
 from slimrag.index.browse import MAX_AROUND
 from slimrag.serve.workers import Worker, Workers
-from slimrag.types import Chunk, Excerpt
+from slimrag.types import Excerpt
 
 STATIC = Path(__file__).with_name("static")
 
@@ -134,15 +134,10 @@ class PassageOut(BaseModel):
     after: list[ChunkOut]
 
 
-def _page_of(chunk: Chunk) -> int | None:
-    page = chunk.metadata.get("page")
-    return page if isinstance(page, int) else None
-
-
 def passage_json(ex: Excerpt) -> dict[str, Any]:
     """`Excerpt` as `PassageOut`; ``label`` is how answers cite the chunk (``source#ordinal``)."""
     c = ex.chunk
-    around = {side: [{"chunk_id": n.chunk_id, "ordinal": n.ordinal, "page": _page_of(n), "text": n.text}
+    around = {side: [{"chunk_id": n.chunk_id, "ordinal": n.ordinal, "page": n.page, "text": n.text}
                      for n in chunks] for side, chunks in (("before", ex.before), ("after", ex.after))}
     return {"chunk_id": c.chunk_id, "source": c.source, "doc_id": c.doc_id, "ordinal": c.ordinal,
             "label": f"{c.source}#{c.ordinal}", "page": ex.page, "text": c.text, "metadata": c.metadata, **around}

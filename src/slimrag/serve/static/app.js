@@ -116,8 +116,11 @@ function formatBytes(n) {
 
 const seconds = (s) => `${Number(s).toFixed(2)} s`;
 
-function pageOf(metadata) {
-  return metadata && Number.isInteger(metadata.page) ? metadata.page : null;
+/** A hit's page (PDFs): the server's `page`, else the chunk metadata's. */
+function pageOf(hit) {
+  if (Number.isInteger(hit.page) && hit.page > 0) return hit.page;
+  const meta = hit.metadata || {};
+  return Number.isInteger(meta.page) && meta.page > 0 ? meta.page : null;
 }
 
 /** A button that opens a chunk's passage, labelled as answers cite it (source#ordinal). */
@@ -127,7 +130,7 @@ function citeButton(hit, text = hit.label) {
 }
 
 function sourceItem(hit) {
-  const page = pageOf(hit.metadata);
+  const page = pageOf(hit);
   return el("li", {}, citeButton(hit), " ",
     el("span", { class: "path" }, hit.source), page ? el("span", { class: "page" }, ` · page ${page}`) : null);
 }

@@ -216,12 +216,12 @@ class SlimragTools:
         missing = [str(p) for p in resolved if not p.exists()]
         if missing:
             raise ToolError(f"no such file or folder: {', '.join(missing)}; give existing absolute paths")
-        return self._call(lambda idx: AddResult.from_report(idx.add([str(p) for p in resolved])))
+        return self._call(lambda idx: AddResult.from_report(idx.add([str(p) for p in resolved])), writes=True)
 
-    def _call(self, fn: Any) -> Any:
+    def _call(self, fn: Any, writes: bool = False) -> Any:
         """``fn(index)`` on the worker; library errors become tool errors with their message."""
         try:
-            return self.worker.call(fn)
+            return self.worker.call(fn, writes=writes)
         except SlimragError as exc:  # NotFoundError (unknown chunk) and RequestError (bad input) included
             raise ToolError(str(exc)) from exc  # its message already says what to do next
 

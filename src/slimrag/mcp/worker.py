@@ -89,17 +89,21 @@ class IndexWorker:
         assert self._index is not None
         return self._index
 
-    def _run(self, fn: Callable[[Index], T]) -> T:
+    def _run(self, fn: Callable[[Index], T], writes: bool) -> T:
         idx = self._current()
         try:
             return fn(idx)
         finally:
-            if self._index is not None:
-                self._seen = self._index.version()  # our own writes are not a reason to reopen
+            # Our own write moved the token without making this handle stale (a writer re-reads
+            # the manifest under the lock, so it also took in any earlier outside write). After a
+            # read the token is left as it was: an outside write during it is seen next call.
+            if writes and self._index is not None:
+                self._seen = self._index.version()
 
-    def call(self, fn: Callable[[Index], T]) -> T:
-        """``fn(index)`` run on the worker thread; its result, or its exception re-raised here."""
-        return self._pool.submit(self._run, fn).result()
+    def call(self, fn: Callable[[Index], T], *, writes: bool = False) -> T:
+        """``fn(index)`` run on the worker thread; its result, or its exception re-raised here.
+        ``writes``: ``fn`` changes the index (see `_run`)."""
+        return self._pool.submit(self._run, fn, writes).result()
 
     def rag(self) -> RAG:
         """The RAG over the current index, building the generator on first use. Only for

@@ -52,7 +52,9 @@ Server shapes (``shape``): what real servers put around the same protocol
     cached tokens; llama-server: ``prompt_tokens_details.cached_tokens`` and a ``timings`` object),
     thinking text in a separate delta field (``reasoning`` / ``reasoning_content``, sent before
     the answer when ``reasoning`` is set), error bodies, unknown models, and llama-server's
-    mid-stream ``error:`` event. ``timings``: False leaves llama-server's ``timings`` out.
+    mid-stream ``error:`` event. ``timings``: False leaves llama-server's ``timings`` out;
+    ``usage_details``: False leaves ``prompt_tokens_details`` out of ``usage`` (llama-server
+    builds before it had one, and servers that report no cache).
 
 Every request is recorded (also rejected ones) as ``{"method", "path", "headers", "body"}`` with
 lower-cased header names and the decoded JSON body (None for GET or bad JSON).
@@ -90,7 +92,7 @@ class OpenAIServer:
                  fail_message: str = "injected failure", malformed: bool = False,
                  stream_usage: bool = True, reverse_embeddings: bool = True,
                  chunk_delay_s: float = 0.0, stream_fault: str | None = None, shape: str = "openai",
-                 reasoning: bool = False, timings: bool = True) -> None:
+                 reasoning: bool = False, timings: bool = True, usage_details: bool = True) -> None:
         if stream_fault not in STREAM_FAULTS:
             raise ValueError(f"stream_fault must be one of {STREAM_FAULTS}, got {stream_fault!r}")
         if shape not in SHAPES:
@@ -98,6 +100,7 @@ class OpenAIServer:
         self.shape = shape
         self.reasoning = reasoning
         self.timings = timings
+        self.usage_details = usage_details
         self.models = list(models)
         self.dim = dim
         self.api_key = api_key
@@ -345,7 +348,8 @@ class _Handler(BaseHTTPRequestHandler):
         text, reason = srv.reply(messages, body.get("max_tokens"), [stop] if isinstance(stop, str) else stop)
         turn = Turn(head={"id": f"chatcmpl-{len(srv.requests)}", "created": int(time.time()), "model": body["model"]},
                     text=text, reason=reason, counts=srv._usage(messages, text),
-                    thinking=REASONING if srv.reasoning else "", timings=srv.timings)
+                    thinking=REASONING if srv.reasoning else "", timings=srv.timings,
+                    details=srv.usage_details)
         if not body.get("stream") or srv.stream_fault == "json":
             if srv.malformed:
                 self._raw(200, b'{"choices": [', "application/json")
@@ -442,6 +446,7 @@ class Turn:
     counts: Counts
     thinking: str = ""
     timings: bool = True
+    details: bool = True
 
     @property
     def pieces(self) -> list[str]:
@@ -480,8 +485,8 @@ class Shape:
 
     def usage(self, turn: Turn) -> dict[str, Any]:
         c = turn.counts
-        return {"prompt_tokens": c.prompt, "completion_tokens": c.completion, "total_tokens": c.prompt + c.completion,
-                "prompt_tokens_details": {"cached_tokens": c.cached}}
+        usage = {"prompt_tokens": c.prompt, "completion_tokens": c.completion, "total_tokens": c.prompt + c.completion}
+        return {**usage, "prompt_tokens_details": {"cached_tokens": c.cached}} if turn.details else usage
 
     def chunk(self, turn: Turn, delta: dict[str, Any], finish: str | None, extra: dict[str, Any]) -> dict[str, Any]:
         return {**self.head(turn, "chat.completion.chunk"),

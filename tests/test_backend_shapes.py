@@ -100,13 +100,19 @@ def test_server_without_stream_usage(shape: str) -> None:
         assert (last.usage.prompt_tokens, last.usage.completion_tokens, last.usage.cached_tokens) == (0, 0, 0)
 
 
-def test_llamacpp_timings_alone_and_usage_wins_over_them() -> None:
-    with OpenAIServer(shape="llamacpp", models=["m"], timings=False) as srv:
+def test_llamacpp_usage_alone_and_usage_without_cache_details() -> None:
+    with OpenAIServer(shape="llamacpp", models=["m"], timings=False) as srv:  # usage only
         _, first = generate(srv)
         _, second = generate(srv)
     assert first.usage is not None and second.usage is not None
-    assert second.usage.cached_tokens == second.usage.prompt_tokens > 0  # from usage alone
+    assert second.usage.cached_tokens == second.usage.prompt_tokens > 0
     assert first.usage.cached_tokens == 0
+    with OpenAIServer(shape="llamacpp", models=["m"], usage_details=False) as srv:  # cache only in timings
+        generate(srv)
+        _, again = generate(srv)
+        prompt_tokens = expected(srv)[2]
+    assert again.usage is not None
+    assert (again.usage.prompt_tokens, again.usage.cached_tokens) == (prompt_tokens, prompt_tokens)
 
 
 @pytest.mark.parametrize("shape", SHAPES)

@@ -315,3 +315,21 @@ def test_source_filter_forms_against_sqlite_glob() -> None:
     assert source_pattern(None, names) is None
     with pytest.raises(ToolError, match="no stored source matches 'gui'"):
         source_pattern("gui", names)
+
+
+def test_readme_mcp_section_matches_the_command() -> None:
+    """The README's Claude Desktop config is valid JSON that runs ``slimrag mcp``, and every flag
+    its commands use is one ``slimrag mcp`` has."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = re.search(r"^## MCP \(Claude Code, Claude Desktop\)\n(.*?)(?=^## )", text, re.S | re.M)
+    assert section, "README.md has no MCP section"
+    config = json.loads(re.search(r"^```json\n(.*?)^```", section.group(1), re.S | re.M).group(1))  # type: ignore[union-attr]
+    server = config["mcpServers"]["slimrag"]
+    assert server["command"].endswith("slimrag") and server["args"][0] == "mcp"
+    commands = [ln for ln in section.group(1).splitlines() if ln.startswith("claude mcp add slimrag -- slimrag mcp ")]
+    assert commands, "no `claude mcp add` example"
+    options = {o for p in cli.commands["mcp"].params for o in p.opts}
+    used = {flag for ln in commands for flag in re.findall(r"(?<=\s)--[a-z-]+", ln.split(" -- ", 1)[1])}
+    assert used <= options, used - options

@@ -58,7 +58,7 @@ def test_exact_search_matches_numpy_brute_force(tmp_path: Path, embedder: LocalE
         qv = embedder.embed([q])[0]
         scores = matrix @ qv
         ref = ids[np.lexsort((ids, -scores))][:10]
-        got = _ids(idx.search(q, k=10))
+        got = _ids(idx.search(q, k=10, mode="vector"))
         assert got == ref.tolist()
 
 
@@ -270,3 +270,49 @@ def test_a_build_killed_before_its_manifest_can_be_redone_with_overwrite(tmp_pat
     with pytest.raises(IndexFormatError, match="not an index"):
         Index.build([("a.txt", "zebra")], other, embedder=embedder, overwrite=True)
     assert (other / "todo.txt").read_text() == "mine"
+
+
+# -- the source filter applies inside the search, before the top-k cut ------------------------------
+FILLER = "river stone cloud engine violin garden copper meadow signal falcon pepper quartz".split()
+
+
+def _two_folders(n_guide: int) -> list[tuple[str, str]]:
+    """``notes/`` (300 documents) match the query far better than ``guide/`` (``n_guide``): a filter
+    applied after the top-k cut would find no guide passage among the best notes ones."""
+    rng = np.random.default_rng(n_guide)
+    notes = [(f"notes/n{i}.txt", "harbor lantern harbor lantern " + " ".join(rng.choice(FILLER, 4)))
+             for i in range(300)]
+    guide = [(f"guide/g{i}.txt", "harbor " + " ".join(rng.choice(FILLER, 12))) for i in range(n_guide)]
+    return notes + guide
+
+
+@pytest.fixture(scope="module")
+def trigram_server():
+    from openai_server import OpenAIServer
+
+    with OpenAIServer(dim=64) as srv:
+        yield srv
+
+
+@pytest.mark.parametrize("storage", ["flat", "slim"])
+@pytest.mark.parametrize("n_guide", [6, 90])  # slim: few rows are scored exactly, many are walked
+def test_source_filter_returns_k_hits_from_the_folder(trigram_server, tmp_path: Path, storage: str,
+                                                       n_guide: int) -> None:
+    from slimrag.embed.remote import RemoteEmbedder
+    from slimrag.index.slim import SlimConfig
+    from slimrag.index.slim.pq import PQConfig
+
+    emb = RemoteEmbedder(trigram_server.base_url, "test-model", dim=64, timeout=10)
+    idx = Index.build(_two_folders(n_guide), tmp_path / "f.slimrag", embedder=emb, storage=storage,
+                      slim=SlimConfig(pq=PQConfig(m=16)))
+    assert idx.stats()["gen_kind"] == storage
+    query = "harbor lantern"
+    for mode in ("vector", "keyword", "hybrid"):
+        assert {h.source[:6] for h in idx.search(query, k=5, mode=mode)} == {"notes/"}, mode  # the filter matters
+        hits = idx.search(query, k=5, mode=mode, source="guide/*")
+        assert len(hits) == 5 and all(h.source.startswith("guide/") for h in hits), (mode, hits)
+        if storage == "flat" and mode != "hybrid":  # exact modes: the folder's own top 5
+            everything = idx.search(query, k=300 + n_guide, mode=mode)
+            assert [h.chunk_id for h in hits] == [h.chunk_id for h in everything
+                                                  if h.source.startswith("guide/")][:5], mode
+    idx.close()

@@ -107,7 +107,7 @@ def machine(embedder: Embedder, root: Path, storage: str) -> type[RuleBasedState
                 assert idx.search(_own_word(source), k=1, mode="keyword")[0].source == source
             if self.model:  # one vector search per step keeps the suite fast; the text finds itself
                 source = min(self.model)
-                top = idx.search(self.model[source], k=1)[0]
+                top = idx.search(self.model[source], k=1, mode="vector")[0]
                 assert top.source == source and top.score > 0.999, (top, self.model)
             rep = idx.check()
             assert rep.ok and rep.chunks == len(self.model), rep.problems()

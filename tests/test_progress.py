@@ -107,6 +107,12 @@ def test_cli_build_without_a_terminal_logs_lines(tmp_path: Path, server: OpenAIS
     assert lines[-1][1] == "indexed" and done[-1] == 13 and chunks[-1] == report["chunks"]
     assert len(small_commits) >= 5
 
+    # add: the same display, ended before the report (the output's last line is the JSON report)
+    r = CliRunner().invoke(cli, ["add", str(tmp_path / "c.slimrag"), str(root), "--json"])
+    assert r.exit_code == 0, (r.output, r.exc_info)
+    assert json.loads(r.output.strip().splitlines()[-1])["unchanged"] == 12
+    assert r.stderr.splitlines()[-1].startswith("indexed: files 13/13 (100%), 0 chunks")
+
 
 def test_bar_redraws_one_line_and_ends_it() -> None:
     out = io.StringIO()

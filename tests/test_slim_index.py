@@ -53,7 +53,8 @@ def _emb(server: OpenAIServer) -> RemoteEmbedder:
 
 
 def _by_text(idx: Index, q: str, k: int, cfg: SearchConfig | None = None) -> list[str]:
-    return [h.text for h in idx.search(q, k=k, config=None if cfg is None else dataclasses.replace(cfg, k=k))]
+    return [h.text for h in idx.search(q, k=k, mode="vector",
+                                       config=None if cfg is None else dataclasses.replace(cfg, k=k))]
 
 
 def test_slim_recall_against_flat(server: OpenAIServer, tmp_path: Path) -> None:
@@ -64,19 +65,19 @@ def test_slim_recall_against_flat(server: OpenAIServer, tmp_path: Path) -> None:
     assert "vectors.npy" not in slim.stats()["bytes"]["generation_files"]
     hits3 = hits10 = 0
     for q in QUERIES:
-        ref = [h.chunk_id for h in flat.search(q, k=10)]
-        got = [h.chunk_id for h in slim.search(q, k=10)]
+        ref = [h.chunk_id for h in flat.search(q, k=10, mode="vector")]
+        got = [h.chunk_id for h in slim.search(q, k=10, mode="vector")]
         hits10 += len(set(ref) & set(got))
-        hits3 += len(set(ref[:3]) & set(h.chunk_id for h in slim.search(q, k=3)))
+        hits3 += len(set(ref[:3]) & set(h.chunk_id for h in slim.search(q, k=3, mode="vector")))
     assert hits10 / (10 * len(QUERIES)) >= 0.95
     assert hits3 / (3 * len(QUERIES)) >= 0.95
     # scores of returned hits are exact (recomputed), equal to flat's for the same chunk
-    f = {h.chunk_id: h.score for h in flat.search(QUERIES[0], k=50)}
-    for h in slim.search(QUERIES[0], k=5):
+    f = {h.chunk_id: h.score for h in flat.search(QUERIES[0], k=50, mode="vector")}
+    for h in slim.search(QUERIES[0], k=5, mode="vector"):
         assert h.score == pytest.approx(f[h.chunk_id], abs=1e-5)
     # batched search gives the same answers as one query at a time
     batch = slim.search_batch(QUERIES[:5], k=5)
-    assert [[h.chunk_id for h in hs] for hs in batch] == [[h.chunk_id for h in slim.search(q, k=5)]
+    assert [[h.chunk_id for h in hs] for hs in batch] == [[h.chunk_id for h in slim.search(q, k=5, mode="vector")]
                                                            for q in QUERIES[:5]]
     per_vec = slim.stats()["slim_bytes"]["per_vector"]
     assert per_vec < 100

@@ -99,16 +99,17 @@ def build(source: str, out: str, storage: str, chunk_tokens: int, chunk_overlap:
 def add(index: str, paths: tuple[str, ...], use_ray: bool, ray_address: str | None, embed_actors: int | None,
         as_json: bool) -> None:
     """Add or update files or folders in an index."""
-    with open_index(index) as idx, show_progress():
-        if use_ray or ray_address:
-            from slimrag.index.distributed import ray_ingest
+    with open_index(index) as idx:
+        with show_progress():  # its last line before the report
+            if use_ray or ray_address:
+                from slimrag.index.distributed import ray_ingest
 
-            try:
-                rep = ray_ingest(idx, list(paths), address=ray_address, num_embed_actors=embed_actors)
-            except ValueError as e:
-                raise click.UsageError(str(e)) from e
-        else:
-            rep = idx.add(list(paths))
+                try:
+                    rep = ray_ingest(idx, list(paths), address=ray_address, num_embed_actors=embed_actors)
+                except ValueError as e:
+                    raise click.UsageError(str(e)) from e
+            else:
+                rep = idx.add(list(paths))
         print_report(rep, as_json)
 
 

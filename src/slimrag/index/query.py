@@ -7,9 +7,16 @@
 - **hybrid**: both lists, ``SearchConfig.candidates`` (default 50) long each, fused by reciprocal
   rank fusion (`rrf`, constant ``SearchConfig.rrf_k``, default 60), cut to ``k``.
 
-A ``source`` glob (``docs/*.md``) filters every mode to chunks of matching sources. A
-`SearchConfig` given per call sets ``k``, the mode, the fusion knobs and the slim index's walk and
-rerank knobs (ef, rerank, wave, early_stop) for that query alone.
+The default mode is ``SearchConfig.mode`` (hybrid, chosen by `bench.retrieval`; see
+docs/benchmarks.md), the one default `RAG`, the CLI and the HTTP server read too.
+
+A ``source`` glob (``docs/*.md``) filters every mode *inside* the search, before the top-k cut, so
+``k`` hits come back whenever ``k`` matching chunks exist: the vector stores take it as a row mask
+(flat: masked rows score -inf before the partial sort; slim: masked rows are walked through but
+never kept, and a filter leaving few graph rows scores them exactly), and the keyword search puts
+it in the SQL ``WHERE`` before ``LIMIT``. A `SearchConfig` given per call sets ``k``, the mode,
+the fusion knobs and the slim index's walk and rerank knobs (ef, rerank, wave, early_stop) for
+that query alone.
 
 Why a mixin: see `slimrag.index.writer`; the attributes of `Index` it reads are declared below.
 """
@@ -17,6 +24,7 @@ Why a mixin: see `slimrag.index.writer`; the attributes of `Index` it reads are 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -39,11 +47,17 @@ class IndexQuery:
     embedder: Embedder
     vectors: FlatVectors | SlimVectors
 
-    def search(self, query: str, k: int = 5, mode: str = "vector", source: str | None = None,
+    def search(self, query: str, k: int = 5, mode: str | None = None, source: str | None = None,
                config: SearchConfig | None = None) -> list[Hit]:
-        """Top-k chunks for ``query``. mode: "vector", "keyword" or "hybrid" (reciprocal rank fusion);
-        source: optional glob on the stored source path (``docs/*.md``)."""
-        cfg = config or SearchConfig(k=k, mode=mode)
+        """Top-k chunks for ``query``, best first.
+
+        mode: "vector", "keyword" or "hybrid" (reciprocal rank fusion); None means ``config``'s
+        mode, else `SearchConfig`'s default (hybrid). An explicit mode wins over ``config``'s.
+        source: optional glob on the stored source path (``docs/*.md``), applied before the top-k
+        cut. config: per-query knobs; when given, its ``k`` is used instead of ``k``."""
+        cfg = config or SearchConfig(k=k)
+        if mode is not None and mode != cfg.mode:
+            cfg = replace(cfg, mode=mode)  # validated again: an unknown mode raises ValueError
         if cfg.mode == "keyword":
             ranked = self.catalog.keyword_search(query, cfg.k, source)
         elif cfg.mode == "vector":
@@ -58,8 +72,9 @@ class IndexQuery:
                      config: SearchConfig | None = None) -> list[list[Hit]]:
         """Vector search for many queries at once: one embedder call, and for a slim index one
         recomputation batch per rerank wave shared by all queries. ``config``, when given, sets
-        ``k`` and the slim knobs as in `search`; its mode must be "vector" (ValueError otherwise)."""
-        cfg = config or SearchConfig(k=k)
+        ``k`` and the slim knobs as in `search`; its mode must be "vector" (ValueError otherwise:
+        `SearchConfig`'s default mode is hybrid, so a config built for this call names the mode)."""
+        cfg = config or SearchConfig(k=k, mode="vector")
         if cfg.mode != "vector":
             raise ValueError(f"search_batch does vector search only, got mode={cfg.mode!r}; "
                              "call search() per query for keyword or hybrid")

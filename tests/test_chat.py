@@ -4,7 +4,7 @@ of earlier turns, the cached prefix, and the order of sources."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 from conftest import write_tree
@@ -14,7 +14,7 @@ from slimrag.config import GenerationConfig
 from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
 from slimrag.llm.base import Delta, Generator
-from slimrag.prompt import Prompt
+from slimrag.prompt import Exchange, Passage, Prompt, Segment
 from slimrag.rag.pipeline import RAG, merge_hits
 from slimrag.types import Hit, Usage
 
@@ -37,10 +37,18 @@ EARLIER_ANSWER = "It proofs for twelve hours in the fridge."
 
 
 class Recorder(Generator):
-    """Answers every prompt with the same sentence and keeps the prompts."""
+    """Answers every prompt with the same sentence and keeps the prompts (and what it is asked to
+    keep warm); like the embedded engine, it asks chats to replay their turns."""
+
+    replays_turns = True
 
     def __init__(self) -> None:
         self.prompts: list[Prompt] = []
+        self.kept: list[list[Segment]] = []
+
+    def keep(self, segments: Sequence[Segment]) -> int:
+        self.kept.append(list(segments))
+        return 0
 
     def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:
         self.prompts.append(prompt)
@@ -73,9 +81,40 @@ def test_topic_switch_keeps_the_new_topics_best_passage(index: Index) -> None:
     assert len(gen.prompts) == 3
 
 
+def test_each_turn_starts_with_the_last_turn_and_its_answer(index: Index) -> None:
+    gen = Recorder()
+    chat = RAG(index, gen).chat()
+    chat.ask("How long does a sourdough loaf proof before baking?", k=2)
+    chat.ask("And at what temperature?", k=2)
+    chat.ask("How do I fix a flat bicycle tyre?", k=2)
+    prompts = [p.segments() for p in gen.prompts]
+    for before, after, kept in zip(prompts, prompts[1:], gen.kept, strict=False):
+        n = len(before)
+        # byte for byte: the earlier prompt (its question now cacheable), then its answer
+        assert [s.text for s in after[:n]] == [s.text for s in before]
+        assert after[n - 1].key is not None and before[-1].key is None
+        assert after[n].text.startswith(EARLIER_ANSWER) and after[n].key is not None
+        # what the generator was asked to keep is exactly that prefix
+        assert [(s.key, s.text) for s in kept] == [(s.key, s.text) for s in after[: n + 1]]
+    assert len(gen.kept) == 3  # the third turn is kept too, ready for a fourth
+    assert EARLIER_ANSWER in gen.prompts[1].messages()[2]["content"]
+    assert [m["role"] for m in gen.prompts[2].messages()] == ["system", "user", "assistant", "user", "assistant", "user"]
+
+
+def test_exchanges_own_the_first_passages() -> None:
+    passages = tuple(Passage(str(i), f"doc#{i}", f"text {i}") for i in range(3))
+    prompt = Prompt("q", passages, exchanges=(Exchange(2, "Question: a", "A."),))
+    keys = [s.key for s in prompt.segments()]
+    assert keys[1:3] == [prompt.passage_key(p) for p in passages[:2]]
+    assert keys[3].startswith("asked@") and keys[4].startswith("answer@") and keys[5] == prompt.passage_key(passages[2])
+    with pytest.raises(ValueError, match="exchanges add 4 passages"):
+        Prompt("q", passages, exchanges=(Exchange(4, "Question: a", "A."),))
+
+
 def test_the_model_sees_earlier_questions_not_earlier_answers(index: Index) -> None:
     gen = Recorder()
     chat = RAG(index, gen).chat()
+    chat.replay = False
     first_q = "How long does a sourdough loaf proof before baking?"
     chat.ask(first_q, k=2)
     chat.ask("And at what temperature?", k=2)
@@ -93,12 +132,26 @@ def test_the_model_sees_earlier_questions_not_earlier_answers(index: Index) -> N
     assert chat.history[1] == ("assistant", EARLIER_ANSWER)  # the caller still has the answers
 
 
-def test_remote_chat_sends_one_user_message_that_extends_the_last(index: Index) -> None:
+def test_remote_chat_replays_the_last_turn_as_messages(index: Index) -> None:
+    with OpenAIServer() as srv:
+        chat = RAG(index, llm=srv.base_url).chat()
+        assert not chat.replaying  # a remote generator's default: earlier questions only
+        chat.replay = True
+        first = chat.ask("How long does a sourdough loaf proof before baking?", k=2)
+        second = chat.ask("And at what temperature?", k=2)
+        assert second.text.endswith("And at what temperature?")
+        sent = [r["body"]["messages"] for r in srv.requests_to("/v1/chat/completions")]
+        assert [m["role"] for m in sent[1]] == ["system", "user", "assistant", "user"]
+        assert sent[1][:2] == sent[0]  # the earlier request, message for message
+        assert sent[1][2]["content"] == first.text
+        assert second.usage.cached_tokens > 0
+
+
+def test_remote_chat_without_replay_sends_one_user_message_that_extends_the_last(index: Index) -> None:
     with OpenAIServer() as srv:
         chat = RAG(index, llm=srv.base_url).chat()
         chat.ask("How long does a sourdough loaf proof before baking?", k=2)
         second = chat.ask("And at what temperature?", k=2)
-        assert second.text.endswith("And at what temperature?")
         sent = [r["body"]["messages"] for r in srv.requests_to("/v1/chat/completions")]
         assert [m["role"] for m in sent[1]] == ["system", "user"]
         passages = sent[0][1]["content"].split("Question:")[0]

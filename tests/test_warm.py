@@ -18,6 +18,7 @@ from conftest import WORDS, word_passages
 from slimrag.config import GenerationConfig
 from slimrag.errors import ModelNotFoundError
 from slimrag.llm import weights
+from slimrag.llm.base import Delta
 from slimrag.llm.kv.config import CacheConfig
 from slimrag.llm.local import LocalGenerator
 from slimrag.prompt import Prompt
@@ -144,22 +145,44 @@ def test_rag_reuses_passages_across_questions(model: weights.LoadedModel, docs_d
     assert (second.text, second.usage.completion_tokens) == (cold.text.strip(), cold.usage.completion_tokens)
 
 
-def test_chat_keeps_earlier_passages_as_a_cached_prefix(model: weights.LoadedModel, docs_dir: Path,
-                                                        tmp_path: Path, embedder) -> None:  # noqa: ANN001
+class _Recording(LocalGenerator):
+    """The real engine, keeping the prompts it was given."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.prompts: list[Prompt] = []
+
+    def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:
+        self.prompts.append(prompt)
+        return super().stream(prompt, config)
+
+
+def test_chat_turn_two_is_served_from_turn_one_and_its_answer_exactly(
+        model: weights.LoadedModel, cold: LocalGenerator, docs_dir: Path, tmp_path: Path,
+        embedder) -> None:  # noqa: ANN001
+    """Turn two prefills only its new passages and question: turn one's whole prompt and answer
+    come from the tree (kept after turn one), and its tokens equal a run without any cache."""
     from slimrag.index.core import Index
     from slimrag.rag.pipeline import RAG
 
     idx = Index.build(docs_dir, tmp_path / "chat.slimrag", embedder=embedder)
-    gen = LocalGenerator(loaded=model)
-    conv = RAG(idx, llm=gen, generation=GenerationConfig(max_new_tokens=3)).chat()
-    conv.ask("Where does Whiskers sleep?", k=2)
-    earlier = list(conv.passages)
-    second = conv.ask("And what is the cat called?", k=2)
-    keys = [p.key for p in conv.passages]
-    assert keys[: len(earlier)] == [p.key for p in earlier]  # earlier passages first, in their order
-    assert len(keys) == len(set(keys))  # nothing repeated
-    prompt_ids = gen.encode_segments(Prompt("x", tuple(earlier)))
-    assert second.usage.cached_tokens >= sum(len(s) for s in prompt_ids[:-1])
+    gen = _Recording(loaded=model)
+    cfg = GenerationConfig(max_new_tokens=NEW_TOKENS)
+    conv = RAG(idx, llm=gen, generation=cfg).chat()
+    first = conv.ask("Where does Whiskers sleep?", k=2)
+    kept = conv.prefix()
+    second = conv.ask("And how do I install slimrag on Windows?", k=2)
+    p1, p2 = gen.prompts
+    segments = gen.encode_segments(p2)
+    assert len(kept) == len(p1.segments()) + 1 and segments[len(kept):-1]  # turn two brought new passages
+    assert [s.key for s in p2.segments()[: len(kept)]] == [s.key for s in kept]
+    assert first.usage.cached_tokens == 0
+    assert second.usage.cached_tokens == sum(len(s) for s in segments[: len(kept)])
+    reference = cold.generate(p2, cfg)
+    assert (second.text, second.usage.completion_tokens) == (reference.text.strip(), reference.usage.completion_tokens)
+    warm_ids, cached = gen.greedy_ids(p2, NEW_TOKENS)  # now everything but the question is cached
+    assert cached == sum(len(s) for s in segments[:-1])
+    assert warm_ids == cold.greedy_ids(p2, NEW_TOKENS)[0]
 
 
 @pytest.fixture()

@@ -16,11 +16,20 @@ tree keyed by them can never serve the states of one text for another. The diges
 over the rendered text (about a microsecond per passage); text determines token ids for a given
 tokenizer, and the engine folds its model name into the root key.
 
-Chat context goes into the question segment, after the passages, never into the system segment:
-the system segment and the passages of earlier turns then stay a byte-identical prefix from turn
-to turn, so a follow-up question reuses their KV. Two kinds:
+Chat context never goes into the system segment: the system segment and everything of earlier
+turns then stay a byte-identical prefix from turn to turn, so a follow-up question reuses their
+KV. Three kinds:
 
-- ``questions``: what `slimrag.rag.chat.Chat` sends: the earlier *questions* only (``Earlier
+- ``exchanges``: what `slimrag.rag.chat.Chat` sends by default: each earlier turn replayed whole
+  (an :class:`Exchange`): its new passages, its question segment exactly as it was rendered
+  then, and the model's answer, as ChatML user and assistant turns. A prompt with exchanges is
+  ``[system][turn 1 passages...][turn 1 question][turn 1 answer][turn 2 passages...]...[new
+  passages...][question]``, so turn n+1 starts with exactly turn n's segments plus its answer's,
+  every one of them cacheable (keys ``asked@digest`` and ``answer@digest``), and prefills only
+  its new passages and question (issue 9, multi-turn). The answer segment ends with the opening
+  of the next user turn, so nothing between the answer and the next passages depends on them.
+
+- ``questions``: what ``Chat(replay=False)`` sends: the earlier *questions* only (``Earlier
   questions in this conversation: ...``). The model is not shown its own earlier answers: a
   small model copies a visible earlier answer word for word, and the facts those answers came
   from are still in the prompt (the earlier turns' passages stay in it). The questions are enough
@@ -64,6 +73,34 @@ def digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
+#: What closes a user turn and opens the assistant's (ends every question segment).
+ASSISTANT_TURN = "<|im_end|>\n<|im_start|>assistant\n"
+#: What closes an answer and opens the next user turn (ends every replayed answer segment).
+USER_TURN = "<|im_end|>\n<|im_start|>user\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """An earlier chat turn replayed in a prompt (see the module header). ``passages``: how many
+    of the prompt's passages this turn added (they come right before it, after the earlier
+    exchanges' ones); ``asked``: its question segment as it was rendered then, without the chat
+    markup (:meth:`Prompt.asked_text`); ``answer``: what the model answered."""
+
+    passages: int
+    asked: str
+    answer: str
+
+    def __post_init__(self) -> None:
+        if self.passages < 0:
+            raise ValueError(f"an exchange adds passages >= 0, got {self.passages}")
+
+    def segments(self) -> list[Segment]:
+        """Its question and answer segments (its passages are the prompt's)."""
+        asked = self.asked + ASSISTANT_TURN
+        answer = self.answer.strip() + USER_TURN
+        return [Segment("asked@" + digest(asked), asked), Segment("answer@" + digest(answer), answer)]
+
+
 @dataclass(frozen=True, slots=True)
 class Segment:
     """A piece of the prompt that is tokenized on its own. ``key`` identifies its text (see the
@@ -81,7 +118,8 @@ class Prompt:
     order, stated after the passages when it differs from prompt order (it may name only some of
     the passages: in a chat, earlier turns' passages stay in the prompt). history: earlier
     (role, content) turns of a chat, rendered after the passages; questions: earlier questions
-    of a `Chat`, rendered after the passages too (see the module header for both).
+    of a `Chat`, rendered after the passages too; exchanges: earlier turns replayed whole, which
+    own the first ``sum(e.passages)`` passages (see the module header for the three).
     """
 
     question: str
@@ -90,6 +128,12 @@ class Prompt:
     ranking: tuple[str, ...] = ()
     history: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     questions: tuple[str, ...] = ()
+    exchanges: tuple[Exchange, ...] = ()
+
+    def __post_init__(self) -> None:
+        owned = sum(e.passages for e in self.exchanges)
+        if owned > len(self.passages):
+            raise ValueError(f"the exchanges add {owned} passages but the prompt has {len(self.passages)}")
 
     def system_text(self) -> str:
         """The system prompt (plain text, no markup)."""
@@ -132,26 +176,52 @@ class Prompt:
         lines.append(f"Question: {self.question.strip()}")
         return "\n".join(lines)
 
+    def asked_text(self) -> str:
+        """The question segment without chat markup: history, earlier questions, ranking and
+        question (what an :class:`Exchange` keeps of this turn)."""
+        return self.history_text() + self.questions_text() + self.question_text()
+
     def _head(self) -> str:
         head = f"<|im_start|>system\n{self.system_text()}<|im_end|>\n<|im_start|>user\n"
         return head + ("Passages:\n" if self.passages else "")
 
-    def segments(self) -> list[Segment]:
-        """ChatML segments for a local engine: system, passages, then history and question."""
+    def prefix_segments(self) -> list[Segment]:
+        """The segments before this turn's own passages: the system segment, then each exchange's
+        passages, question and answer. Every one is cacheable; after an answer, the next turn's
+        prompt starts with exactly these (``Chat`` asks the engine to keep them)."""
         head = self._head()
         segs = [Segment("system@" + digest(head), head)]
-        segs += [Segment(self.passage_key(p), self.passage_text(p)) for p in self.passages]
-        tail = self.history_text() + self.questions_text() + self.question_text() + "<|im_end|>\n<|im_start|>assistant\n"
-        segs.append(Segment(None, tail))
+        at = 0
+        for exchange in self.exchanges:
+            segs += [self._passage_segment(p) for p in self.passages[at : at + exchange.passages]]
+            segs += exchange.segments()
+            at += exchange.passages
+        return segs
+
+    def _passage_segment(self, p: Passage) -> Segment:
+        return Segment(self.passage_key(p), self.passage_text(p))
+
+    def segments(self) -> list[Segment]:
+        """ChatML segments for a local engine: system, earlier exchanges, this turn's passages,
+        then history and question."""
+        owned = sum(e.passages for e in self.exchanges)
+        segs = self.prefix_segments() + [self._passage_segment(p) for p in self.passages[owned:]]
+        segs.append(Segment(None, self.asked_text() + ASSISTANT_TURN))
         return segs
 
     def messages(self) -> list[dict[str, str]]:
         """OpenAI chat messages carrying the same passages and question as :meth:`segments`; earlier
-        chat turns are separate messages before the last user message."""
+        chat turns (history, exchanges) are separate messages before the last user message."""
         msgs = [{"role": "system", "content": self.system_text()}]
         msgs += [{"role": r, "content": c} for r, c in self.history]
         body = "Passages:\n" if self.passages else ""
-        body += "".join(self.passage_text(p) for p in self.passages)
+        at = 0
+        for exchange in self.exchanges:
+            body += "".join(self.passage_text(p) for p in self.passages[at : at + exchange.passages])
+            msgs += [{"role": "user", "content": body + exchange.asked},
+                     {"role": "assistant", "content": exchange.answer.strip()}]
+            body, at = "", at + exchange.passages
+        body += "".join(self.passage_text(p) for p in self.passages[at:])
         msgs.append({"role": "user", "content": body + self.questions_text() + self.question_text()})
         return msgs
 

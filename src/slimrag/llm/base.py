@@ -14,21 +14,25 @@ Capabilities
     ``thread_safe``                False   True              True
     ``default_repetition_penalty`` 1.0     1.1               1.0
     ``shadows_prefix_cache``       False   False             True
+    ``replays_turns``              False   True              False
     ============================== ======= ================= ==================
 
     :meth:`Generator.load` loads what the generator needs before the first request (the local
     engine's weights); it does nothing, and returns None, where nothing loads.
+    :meth:`Generator.keep` computes and caches a prompt prefix ahead of the request that will
+    start with it (a chat's turn and its answer, before the follow-up); it does nothing where
+    the generator keeps no cache it controls.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from slimrag.config import GenerationConfig
-from slimrag.prompt import Prompt
+from slimrag.prompt import Prompt, Segment
 from slimrag.types import Usage
 
 if TYPE_CHECKING:
@@ -80,6 +84,10 @@ class Generator(ABC):
     #: The generator sits behind a prefix cache it cannot show (a remote server's), so the pipeline
     #: should plan against a shadow of what it sent (`slimrag.rag.shadow`).
     shadows_prefix_cache: bool = False
+    #: A chat should replay its earlier turns whole (questions and answers, `slimrag.prompt.Exchange`)
+    #: because :meth:`keep` caches each turn before the next, so a follow-up prefills only what is
+    #: new. Otherwise a chat shows earlier questions only (`slimrag.rag.chat`).
+    replays_turns: bool = False
 
     def load(self) -> LoadReport | None:
         """Load what generation needs now (idempotent), so the first request does not wait;
@@ -90,6 +98,13 @@ class Generator(ABC):
         """The prefix cache the passage planner should walk (``rag.plan``), or None when this
         generator keeps none it can show (remote backends; the pipeline then keeps a shadow)."""
         return None
+
+    def keep(self, segments: Sequence[Segment]) -> int:
+        """Make sure the KV of ``segments`` (a prompt prefix, every segment with a key, the system
+        segment first) is cached, computing what is missing; returns the tokens computed. Called
+        off the first-token path (after an answer), so the next request starting with this
+        prefix prefills only what follows it. 0 here: nothing is kept."""
+        return 0
 
     @abstractmethod
     def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:

@@ -27,10 +27,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from slimrag.config import GenerationConfig
+
+if TYPE_CHECKING:
+    from slimrag.llm.weights import LoadedModel
 
 Chooser = Callable[[torch.Tensor], int]
 
@@ -133,3 +137,24 @@ class LoopGuard:
         self._tail = (self._tail + piece)[-self.window:]
         match = self._pattern.search(_DIGITS.sub("0", self._tail))
         return match is not None and len(match.group(0)) >= self.min_chars
+
+
+#: Token strings that end a turn in ChatML models, added to the tokenizer's own EOS ids.
+END_TOKENS = ("<|im_end|>", "<|endoftext|>")
+
+
+def eos_ids(loaded: LoadedModel) -> frozenset[int]:
+    """The tokenizer's EOS, the generation config's EOS ids, and ChatML's end-of-turn tokens."""
+    tok = loaded.tokenizer
+    ids: set[int] = set()
+    if tok.eos_token_id is not None:
+        ids.add(int(tok.eos_token_id))
+    gen = getattr(loaded.model, "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None)
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif isinstance(eos, list | tuple):
+        ids.update(int(i) for i in eos)
+    vocab = tok.get_vocab()
+    ids.update(vocab[t] for t in END_TOKENS if t in vocab)
+    return frozenset(ids)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,7 +47,7 @@ import torch
 from slimrag.config import GenerationConfig
 from slimrag.errors import RequestError
 from slimrag.llm.base import Delta, Generator
-from slimrag.llm.decoding import Chooser, chooser, find_stop, greedy, safe_len
+from slimrag.llm.decoding import Chooser, chooser, eos_ids, find_stop, greedy, safe_len
 from slimrag.llm.kv.config import CacheConfig
 from slimrag.llm.kv.payload import cache_layers
 from slimrag.llm.kv.reuse import KVReuse, Lease, PlanningView, make_reuse
@@ -65,8 +65,6 @@ DEFAULT_NAME = "smollm2-135m-instruct"
 #: Repetition penalty for local models: the embedded 135M model loops without one (measured on
 #: the demo questions: 1.1 keeps answers on topic, 1.2 starts to garble).
 LOCAL_REPETITION_PENALTY = 1.1
-#: Token strings that end a turn in ChatML models, added to the tokenizer's own EOS ids.
-_END_TOKENS = ("<|im_end|>", "<|endoftext|>")
 
 CacheSpec = CacheConfig | KVTree | KVReuse | None
 
@@ -93,6 +91,7 @@ class LocalGenerator(Generator):
 
     thread_safe = True
     default_repetition_penalty = LOCAL_REPETITION_PENALTY
+    replays_turns = True
 
     def __init__(
         self,
@@ -117,7 +116,7 @@ class LocalGenerator(Generator):
         self._reuse: KVReuse | None = None
         self._lock = threading.RLock()
         self._loaded: LoadedModel | None = loaded
-        self._eos: frozenset[int] = _eos_ids(loaded) if loaded is not None else frozenset()
+        self._eos: frozenset[int] = eos_ids(loaded) if loaded is not None else frozenset()
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -126,7 +125,7 @@ class LocalGenerator(Generator):
         with self._lock:
             if self._loaded is None:
                 loaded = load_model(self.model_path, device=self.device, dtype=self.dtype)
-                self._eos = _eos_ids(loaded)
+                self._eos = eos_ids(loaded)
                 self._loaded = loaded
             return self._loaded
 
@@ -182,6 +181,28 @@ class LocalGenerator(Generator):
         head, *middle = segments[:-1]
         assert head.key is not None and all(s.key is not None for s in middle), "uncacheable segment"
         return root_key(self.name, head.key), [str(s.key) for s in middle]
+
+    def keep(self, segments: Sequence[Segment]) -> int:
+        """Compute and store the KV of the prompt prefix ``segments`` (every one with a key) on
+        top of its longest cached prefix, through the prefill gate, with the same segment-wise
+        schedule as a request (so a later request served from it stays bitwise exact); returns
+        the tokens computed. A chat keeps each turn and its answer this way, off the first-token
+        path of both turns. 0 when the strategy keeps no exact paths (no reuse, blend)."""
+        reuse = self.reuse
+        if not reuse.keeps_paths or not segments:
+            return 0
+        head, *rest = segments
+        if head.key is None or any(s.key is None for s in rest):
+            raise ValueError("keep() takes cacheable segments only (each with a key)")
+        root, path = root_key(self.name, head.key), [str(s.key) for s in rest]
+        seg_ids = self.encode_texts([s.text for s in segments])
+        with self.scheduler.turn(lambda: reuse.cached_tokens(root, path)), reuse.lease(root, path) as lease:
+            if lease.segments == len(seg_ids):
+                return 0  # all cached already
+            cache = self.new_cache(lease.past())
+            self.prefill_segments(seg_ids, cache, lease.segments)
+            lease.store(cache_layers(cache), [len(s) for s in seg_ids])
+            return sum(len(s) for s in seg_ids[lease.segments :])
 
     # -- generation ----------------------------------------------------------------------------
 
@@ -379,23 +400,6 @@ class LocalGenerator(Generator):
                 "Ask with fewer passages (smaller k) or build the index with smaller chunks."
             )
         return min(max_new, limit - prompt_len)
-
-
-def _eos_ids(loaded: LoadedModel) -> frozenset[int]:
-    """The tokenizer's EOS, the generation config's EOS ids, and ChatML's end-of-turn tokens."""
-    tok = loaded.tokenizer
-    ids: set[int] = set()
-    if tok.eos_token_id is not None:
-        ids.add(int(tok.eos_token_id))
-    gen = getattr(loaded.model, "generation_config", None)
-    eos = getattr(gen, "eos_token_id", None)
-    if isinstance(eos, int):
-        ids.add(eos)
-    elif isinstance(eos, list | tuple):
-        ids.update(int(i) for i in eos)
-    vocab = tok.get_vocab()
-    ids.update(vocab[t] for t in _END_TOKENS if t in vocab)
-    return frozenset(ids)
 
 
 def _after(first: Callable[[], None], steps: Iterator[int]) -> Iterator[int]:

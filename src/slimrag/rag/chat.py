@@ -9,22 +9,41 @@ Each turn (see `RAG.turn`):
   repeated when retrieved again; the ranking stated after the passages names them, so the model
   is pointed back at them. The system segment and the earlier passages are then a byte-identical
   prefix of the next turn, whose KV the engine (or a remote server's prefix cache) reuses.
-- Context for the model: the earlier *questions*, after the passages; never the earlier answers.
-  A small model shown its previous answer repeats it word for word; the facts that answer came
-  from are still in the prompt as passages, and the questions resolve "it" and "that". (`Chat.history`
-  keeps the answers for the caller.)
+- Context for the model, two ways (``replay``; by default the generator's ``replays_turns``:
+  the embedded engine, whose KV tree keeps turns, replays; a remote generator does not):
+
+  - ``replay=True`` (issue 9, multi-turn): every earlier turn is replayed whole, as
+    ChatML user and assistant turns (`slimrag.prompt.Exchange`): its passages, its question
+    segment exactly as it was rendered, and the answer. Turn n+1's prompt then *starts with
+    exactly* turn n's prompt and answer, and after each answer the chat asks the generator to
+    keep that prefix (`Generator.keep`: the embedded engine computes the question and answer
+    segments in one forward each and stores them in its KV tree, before the next question
+    arrives), so turn n+1 prefills only its new passages and question. Why the answer is
+    computed again instead of keeping the decode's own KV: the decode computed it one token per
+    forward, which differs from a segment forward by float rounding (exact mode promises tokens
+    bitwise equal to no reuse), and the answer's text, re-tokenized, need not be the ids the
+    model sampled. The cost is one forward of the answer's length, off both turns' first token.
+  - ``replay=False``: the earlier *questions* only, after the passages; never the earlier
+    answers. A small model shown its previous answer may repeat it word for word; the facts
+    that answer came from are still in the prompt as passages, and the questions resolve "it"
+    and "that". The earlier passages stay a cached prefix; the question and answer do not.
+
+  (`Chat.history` keeps the answers for the caller either way.)
 - Sources of a turn: that turn's retrieved passages by relevance.
 
-The last ``max_turns`` (4) turns are kept: their questions and passages. A turn below the relevance
-floor gets the fixed reply, adds no passages, and its question still counts as context.
+The last ``max_turns`` (4) turns are kept: their questions, passages and exchanges. Once a turn
+falls out of the window the prompt no longer starts with the previous one, so that turn is
+prefilled without the conversation's cache (the window trades reuse for a bounded prompt). A
+turn below the relevance floor gets the fixed reply, adds no passages and no exchange, and its
+question still counts as retrieval context.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from slimrag.prompt import Passage
+from slimrag.prompt import Exchange, Passage, Prompt, Segment
 from slimrag.rag.pipeline import RAG
 from slimrag.types import Answer
 
@@ -32,12 +51,16 @@ from slimrag.types import Answer
 @dataclass
 class Chat:
     """A multi-turn conversation (see the module header). history: (role, text) of every turn so
-    far, answers included, for the caller; turn_passages: the passages each turn added."""
+    far, answers included, for the caller; turn_passages: the passages each turn added;
+    turn_exchanges: each turn as the next prompts replay it (None for an abstained turn, or
+    without replay); replay: whether to replay turns, None for the generator's ``replays_turns``."""
 
     rag: RAG
     history: list[tuple[str, str]] = field(default_factory=list)
     max_turns: int = 4
     turn_passages: list[list[Passage]] = field(default_factory=list)
+    replay: bool | None = None
+    turn_exchanges: list[Exchange | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
@@ -54,10 +77,28 @@ class Chat:
         asked = [text for role, text in self.history if role == "user"]
         return tuple(asked[-self.max_turns:])
 
+    @property
+    def replaying(self) -> bool:
+        """Whether earlier turns are replayed whole (``replay``, else the generator's choice)."""
+        return self.rag.llm.replays_turns if self.replay is None else self.replay
+
+    @property
+    def exchanges(self) -> tuple[Exchange, ...]:
+        """The kept turns as the next prompt replays them, oldest first."""
+        return tuple(e for e in self.turn_exchanges[-self.max_turns:] if e is not None)
+
+    def prefix(self) -> list[Segment]:
+        """The segments the next turn's prompt starts with (system, then every kept exchange)."""
+        return Prompt("", tuple(self.passages), self.rag.system, exchanges=self.exchanges).prefix_segments()
+
     def stream(self, question: str, k: int = 4) -> Iterator[str | Answer]:
-        """Like `RAG.stream_answer`, in the conversation's context, remembering the turn."""
+        """Like `RAG.stream_answer`, in the conversation's context, remembering the turn (and,
+        with ``replay``, keeping its prefix warm in the generator once the answer is out)."""
         earlier = self.passages
         turn = self.rag.turn(question, k, earlier=earlier, questions=self.questions)
+        replayed = self.replaying and turn.prompt is not None
+        if replayed and turn.prompt is not None:  # the questions steered retrieval; turns replace them
+            turn = replace(turn, prompt=replace(turn.prompt, questions=(), exchanges=self.exchanges))
         answer: Answer | None = None
         for piece in self.rag.answer(turn):
             if isinstance(piece, Answer):
@@ -65,7 +106,12 @@ class Chat:
             yield piece
         assert answer is not None
         self.history += [("user", question), ("assistant", answer.text)]
-        self.turn_passages.append(list(turn.prompt.passages[len(earlier):]) if turn.prompt else [])
+        added = list(turn.prompt.passages[len(earlier):]) if turn.prompt else []
+        self.turn_passages.append(added)
+        self.turn_exchanges.append(Exchange(len(added), turn.prompt.asked_text(), answer.text)
+                                   if replayed and turn.prompt is not None else None)
+        if replayed:
+            self.rag.llm.keep(self.prefix())
 
     def ask(self, question: str, k: int = 4) -> Answer:
         """Answer a question in the context of the conversation so far."""

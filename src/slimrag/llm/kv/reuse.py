@@ -121,6 +121,13 @@ class KVReuse(ABC):
         """True when something may be cached (the planner is worth running)."""
         return False
 
+    @property
+    def keeps_paths(self) -> bool:
+        """True when a computed prompt prefix is stored as an exact path that a later prompt
+        starting with it is served from (what ``LocalGenerator.keep`` needs). Blend reuse stores
+        only system segments and position-independent entries, so it does not."""
+        return False
+
     def stats(self) -> KVTreeStats | None:
         """Counters and per-tier bytes of the cache, None when there is none."""
         return None
@@ -192,6 +199,10 @@ class TreeReuse(KVReuse):
 
     @property
     def enabled(self) -> bool:
+        return True
+
+    @property
+    def keeps_paths(self) -> bool:
         return True
 
     def stats(self) -> KVTreeStats:

@@ -239,3 +239,26 @@ def test_openai_api_key_alone_is_ignored_without_llm() -> None:
     with click.Context(cli), pytest.raises(click.UsageError, match="--api-key is for the --llm server"):
         llm_spec(None, None, "typed")
     assert llm_spec("http://h/v1", "m", "k") == {"llm": "http://h/v1", "model": "m", "api_key": "k"}
+
+
+# -- one retrieval default --------------------------------------------------------------------------
+def test_one_search_default_for_the_library_the_cli_and_rag(shared: tuple[Path, Path]) -> None:
+    from slimrag.config import SearchConfig
+
+    assert SearchConfig().mode == "hybrid"  # chosen by bench.retrieval (docs/benchmarks.md)
+    q = "Where does Whiskers sleep?"
+    with Index.open(shared[1]) as idx:
+        hybrid = [(h.chunk_id, h.score) for h in idx.search(q, k=4, mode="hybrid")]
+        assert [(h.chunk_id, h.score) for h in idx.search(q, k=4)] == hybrid
+        assert [(h.chunk_id, h.score) for h in RAG(idx, _Slow()).retrieve(q, k=4)] == hybrid
+        # a config's mode is the default of that call; an explicit mode still wins
+        keyword = [h.chunk_id for h in idx.search(q, k=4, mode="keyword")]
+        assert [h.chunk_id for h in idx.search(q, config=SearchConfig(k=4, mode="keyword"))] == keyword
+        assert [h.chunk_id for h in idx.search(q, mode="hybrid", config=SearchConfig(k=4, mode="keyword"))] \
+            == [cid for cid, _ in hybrid]
+        with pytest.raises(ValueError, match="mode must be one of"):
+            idx.search(q, mode="sql")
+    r = CliRunner().invoke(cli, ["search", str(shared[1]), q, "-k", "4", "--json"])
+    assert r.exit_code == 0, r.output
+    assert [(h["chunk_id"], h["score"]) for h in json.loads(r.stdout)] == hybrid
+    assert "[default: hybrid]" in CliRunner().invoke(cli, ["search", "--help"]).output

@@ -191,3 +191,35 @@ def _ancestors(node: object) -> Iterator[object]:
     while parent is not None and parent.parent is not None:
         yield parent
         parent = parent.parent
+
+
+def test_unseen_passages_are_computed_once_before_the_first_token(smollm: weights.LoadedModel) -> None:
+    """A passage without an entry is prefilled in context, not as an entry and then again: the
+    prefill runs every prompt token through the model exactly once. Its entry is computed when the
+    lease stores (after the first token), equal to a prefill of system + passage alone."""
+    rng = random.Random(7)
+    prompt = Prompt("Which stone?", tuple(word_passages(rng, 3)))
+    gen = LocalGenerator(loaded=smollm, cache=CacheConfig(reuse="blend", recompute="boundary:4"))
+    seg_ids = gen.encode_segments(prompt)
+    root, path = gen.cache_path(prompt.segments())
+    seen: list[int] = []
+    hook = smollm.model.base_model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
+    try:
+        with gen.reuse.lease(root, path) as lease:
+            cache, _ = lease.prefill(gen, seg_ids)
+        prefilled = sum(seen)
+        added = lease.store(cache_layers(cache), [len(s) for s in seg_ids[:-1]])
+    finally:
+        hook.remove()
+    assert prefilled == sum(len(s) for s in seg_ids)  # each token once, before the first token
+    assert added == 4 and sum(seen) == prefilled + sum(len(s) for s in seg_ids[1:-1])  # system + 3 entries
+    entry = gen.reuse.tree.entries(root, path[2:])  # type: ignore[attr-defined]
+    try:
+        alone = gen.new_cache()
+        gen.prefill_segments([seg_ids[0], seg_ids[3]], alone, 0)
+        n = len(seg_ids[0])
+        for (k, v), (ek, ev) in zip(cache_layers(alone), entry.nodes[0].kv.layers, strict=True):
+            assert k[:, :, n:].equal(ek) and v[:, :, n:].equal(ev)
+    finally:
+        gen.reuse.tree.release(entry)  # type: ignore[attr-defined]

@@ -14,11 +14,14 @@ A request ``[system][p1]...[pn][question]`` in blend mode (:meth:`_BlendLease.pr
 
 1. The exact prefix comes from the tree (``KVTree.match``), as in exact mode; a missing system
    segment is computed first.
-2. Every later passage is *placed*: its entry's V as is, its K re-rotated by the offset
-   ``Δ = start - len(system)`` (RoPE rotations compose, ``R(p + Δ) = R(Δ) R(p)``; the rotation is
-   the model's own rotary embedding at position Δ, so this step is exact to float rounding). A
-   passage without an entry gets one first: one forward over its tokens after the system
-   segment only (its full cost, and the entry is stored for the next request).
+2. Every later passage with an entry is *placed*: its entry's V as is, its K re-rotated by the
+   offset ``Δ = start - len(system)`` (RoPE rotations compose, ``R(p + Δ) = R(Δ) R(p)``; the
+   rotation is the model's own rotary embedding at position Δ, so this step is exact to float
+   rounding). A passage *without* an entry is not placed: all its tokens join the tokens
+   computed in full context in step 4 (exact, like a prefill), and its entry (one forward over
+   its tokens after the system segment only) is computed when the lease stores, after the
+   first token. An unseen passage thus costs one in-context forward on the first-token path,
+   not an entry forward plus a recompute (as it did before; the entry is paid off that path).
 3. The recompute policy (:mod:`slimrag.llm.kv.recompute`) picks placed tokens whose K/V are
    computed again in full context; a passage placed at Δ = 0 is exact and never recomputed.
    ``deviation`` first runs every token after the exact prefix through the first layers to
@@ -41,7 +44,7 @@ behind others is approximate, so only system segments and entries are stored.
 Usage: ``Lease.tokens`` (``Usage.cached_tokens``) counts prompt tokens served from the cache and
 not recomputed; ``Lease.recomputed`` (``Usage.recomputed_tokens``) the tokens served from the
 cache and computed again anyway. A passage that had no entry counts in neither: it was computed
-(its entry, then its recompute set) like any uncached token.
+in context like any uncached token.
 """
 
 from __future__ import annotations
@@ -100,10 +103,24 @@ class _BlendLease(Lease):
         self.tree, self.match, self.entries, self.policy, self.device = tree, match, entries, policy, device
         self.segments, self.tokens = len(match.nodes), match.tokens
         self._pending: list[tuple[list[str], SegmentKV]] = []  # (path, payload) to insert in store()
+        # what store() needs to compute the entries of passages seen for the first time
+        self._unseen: list[tuple[str, list[int]]] = []  # (key, token ids)
+        self._engine: PrefillEngine | None = None
+        self._system: tuple[list[int], Layers] = ([], [])  # the system segment's ids and K/V
 
     def store(self, layers: Layers, lengths: Sequence[int]) -> int:
-        """Insert the system segment and the entries computed by :meth:`prefill` (the prompt's
-        own KV past the exact prefix is approximate and never stored)."""
+        """Insert the system segment and the entries of the passages this request saw first,
+        computed now (after the first token) one forward each after the system segment. The
+        prompt's own KV past the exact prefix is approximate and never stored."""
+        system_ids, system = self._system
+        for key, ids in self._unseen:
+            assert self._engine is not None
+            n = len(system_ids)
+            cache = self._engine.new_cache([(k.clone(), v.clone()) for k, v in system])
+            self._engine.prefill_segments([system_ids, ids], cache, 1)
+            self._pending.append(([key], SegmentKV.from_layers(
+                [(k[:, :, n:].clone(), v[:, :, n:].clone()) for k, v in cache_layers(cache)])))
+        self._unseen, self._engine, self._system = [], None, ([], [])
         added = 0
         for path, payload in self._pending:
             added += self.tree.insert(self.match.root_key, path, [payload])
@@ -131,42 +148,50 @@ class _BlendLease(Lease):
         m = self.segments
         found = dict(zip(self.entries.path, self.entries.nodes, strict=True))
         system = [(k[:, :, :sys_len], v[:, :, :sys_len]) for k, v in prefix]
-        # 2. place every later passage from its entry, computing the entries that are missing
-        placed: list[Layers] = []
+        # 2. place every later passage that has an entry; the others are computed in context (4.)
+        # and get their entry in store(). ``pieces``: per segment after the exact prefix, its
+        # placed K/V, or None for a slot to fill with zeros (never read: computed, so masked out)
+        pieces: list[Layers | None] = []
         spans: list[Span] = []
+        unseen: list[int] = []  # positions of passages without an entry
         served: set[int] = set()  # placed positions whose K/V came from the cache
         for i in range(m, len(seg_ids) - 1):
             if not lengths[i]:
                 continue
             node = found.get(path[i - 1])
-            if node is not None:
-                kv = node.kv.to(self.device) if self.device else node.kv
-                self.tokens += lengths[i]
-                served.update(range(starts[i], starts[i + 1]))
-            else:
-                cache = engine.new_cache(system)
-                engine.prefill_segments([seg_ids[0], seg_ids[i]], cache, 1)
-                kv = SegmentKV.from_layers([(k[:, :, sys_len:].clone(), v[:, :, sys_len:].clone())
-                                            for k, v in cache_layers(cache)])
-                self._pending.append(([path[i - 1]], kv))
-            placed.append(list(kv.layers))
+            if node is None:
+                self._unseen.append((path[i - 1], seg_ids[i]))
+                unseen.extend(range(starts[i], starts[i + 1]))
+                pieces.append(None)
+                continue
+            kv = node.kv.to(self.device) if self.device else node.kv
+            self.tokens += lengths[i]
+            served.update(range(starts[i], starts[i + 1]))
+            pieces.append(list(kv.layers))
             if starts[i] > sys_len:  # at Δ = 0 the entry is exact: nothing to recompute
                 spans.append(Span(starts[i], lengths[i]))
+        if self._unseen:
+            self._engine, self._system = engine, (seg_ids[0], system)
         device = prefix[0][0].device
+        sizes = [n for _, n in _placed_segments(m, lengths)]
         deltas = torch.cat([torch.full((n,), starts[i] - sys_len, dtype=torch.long, device=device)
-                            for i, n in _placed_segments(m, lengths)]) if placed else None
+                            for i, n in _placed_segments(m, lengths)]) if pieces else None
         context = []
         for layer, (pk, pv) in enumerate(prefix):
-            if placed:
-                k = rotary.shift(torch.cat([p[layer][0] for p in placed], dim=-2), deltas)
-                v = torch.cat([p[layer][1] for p in placed], dim=-2)
-                pk, pv = torch.cat([pk, k], dim=-2), torch.cat([pv, v], dim=-2)
+            if pieces:
+                blank = pk.new_zeros(pk.shape[:-2] + (1, pk.shape[-1]))
+                ks = [p[layer][0] if p is not None else blank.expand(*blank.shape[:-2], n, -1)
+                      for p, n in zip(pieces, sizes, strict=True)]
+                vs = [p[layer][1] if p is not None else blank.expand(*blank.shape[:-2], n, -1)
+                      for p, n in zip(pieces, sizes, strict=True)]
+                k = rotary.shift(torch.cat(ks, dim=-2), deltas)
+                pk, pv = torch.cat([pk, k], dim=-2), torch.cat([pv, torch.cat(vs, dim=-2)], dim=-2)
             context.append((pk, pv))
-        # 3. the recompute set
+        # 3. the recompute set, plus every token of an unseen passage
         deviation = None
         if self.policy.needs_deviation and spans:
             deviation = _deviation(engine, prefix, context, seg_ids, starts[m], spans)
-        recompute = sorted(self.policy.select(spans, deviation))
+        recompute = sorted(self.policy.select(spans, deviation) | set(unseen))
         self.recomputed = sum(p in served for p in recompute)  # fresh entries' tokens are not "re"-computed
         self.tokens -= self.recomputed
         # 4. prefill the recompute set and the question over the placed K/V
@@ -262,6 +287,10 @@ class BlendReuse(TreeReuse):
                 self.tree.release(entries)
         finally:
             self.tree.release(match)
+
+    @property
+    def keeps_paths(self) -> bool:
+        return False  # only system segments and entries are stored (see the module header)
 
     def cached_tokens(self, root_key: str, path: Sequence[str]) -> int:
         """The scheduler's score: the exact prefix, or the system segment plus every passage with

@@ -40,6 +40,46 @@ TIMEOUT_MS = 20_000
 SHOTS = Path(__file__).resolve().parents[1] / "docs" / "screenshots"
 CHROMIUM = shutil.which("chromium")
 
+#: A document long enough for several chunks, so a passage has neighbours on both sides.
+LIGHTHOUSE = "\n\n".join((
+    '# The Harbour Light',
+    ('The harbour light stands on the granite point north of the old fishing village. It was built in 1871'
+     ' by the county, after two schooners were wrecked on the reef in a single winter storm. The tower is '
+     'thirty-one metres tall and was painted with red and white bands so that sailors could recognise it '
+     'by day.'),
+    '## Keepers',
+    ('The first keeper, Margaret Ellis, kept the light for twenty-six years. She trimmed the wicks every '
+     'four hours, wound the clockwork that turned the lens, and wrote the weather into the log each dawn. '
+     'Her log books survive in the village museum and record forty-three rescues.'),
+    '## The lens',
+    ('In 1904 the oil lamp was replaced by a first-order Fresnel lens made in Paris. The lens floats on a '
+     'bath of mercury, so a single keeper can turn several tonnes of glass by hand. Its beam reaches '
+     'thirty-seven kilometres on a clear night and flashes white every ten seconds.'),
+    '## The foghorn',
+    ('A steam foghorn was installed in 1912, after fog hid the light during the loss of the steamer '
+     'Albatross. The horn sounds two blasts every minute in fog. Villagers called it the Old Cow, and some'
+     ' still complain that it woke them on summer mornings.'),
+    '## Today',
+    ('The light was automated in 1987 and the last keeper retired the same year. Solar panels now power an'
+     " LED lamp, but the Fresnel lens still turns. The keeper's cottage is a museum, open from April to "
+     'October, and visitors may climb the one hundred and twelve steps to the gallery.'),
+    '## Wrecks on the reef',
+    ('Before the light, the reef claimed a ship almost every winter. Divers have charted nine wrecks '
+     'within a kilometre of the point; the oldest is a Dutch trader from 1702 whose cargo of blue-glazed '
+     'tiles still washes ashore after storms. The schooners Lark and Providence, lost in 1870, lie in '
+     'eleven metres of water and are protected as war graves because their crews are buried with them.'),
+    '## Birds of the point',
+    ('The granite point is a nesting ground for puffins, razorbills and a colony of about four hundred '
+     'kittiwakes. Keepers counted the birds each June, so the log books hold one of the longest seabird '
+     'records in the country. The puffins return in the second week of April and leave by the middle of '
+     'August.'),
+    '## Restoration',
+    ('In 2009 the tower was stripped to bare stone, repointed with lime mortar and painted again in its '
+     'red and white bands. The mercury bath was drained and replaced by roller bearings, because mercury '
+     'vapour had made two earlier keepers ill. The work took fourteen months and was paid for by the '
+     'village, the county and a public appeal.'),
+))
+
 try:
     from playwright.sync_api import Browser, Page, expect, sync_playwright
 except ImportError:  # the dev extra is not installed
@@ -49,7 +89,8 @@ except ImportError:  # the dev extra is not installed
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder) -> Iterator[Index]:
     docs = write_tree(tmp_path_factory.mktemp("docs"), {
-        **DOCS, "papers/telescope.pdf": make_pdf("The telescope was pointed at the Andromeda galaxy.")})
+        **DOCS, "guide/lighthouse.md": LIGHTHOUSE,
+        "papers/telescope.pdf": make_pdf("The telescope was pointed at the Andromeda galaxy.")})
     with Index.build(docs, tmp_path_factory.mktemp("idx") / "web.slimrag", embedder=embedder) as idx:
         yield idx
 
@@ -178,6 +219,21 @@ def test_ask_stream_cite_search_and_status(page: Page, base: str, index: Index, 
     expect(page.locator("#passage-source")).to_have_text("papers/telescope.pdf")
     expect(page.locator("#passage-page")).to_have_text("page 1")
 
+    # a chunk in the middle of a long document shows its neighbours, in reading order
+    (hit,) = index.search("foghorn Albatross steamer", k=1, mode="keyword")
+    excerpt = index.passage(hit.chunk_id)
+    assert excerpt.before and excerpt.after, "the fixture must put the foghorn in a middle chunk"
+    page.get_by_label("Search the index").fill("foghorn Albatross steamer")
+    page.get_by_role("button", name="Search", exact=True).click()
+    page.locator(f"#search-results button.cite[data-chunk-id='{hit.chunk_id}']").click()
+    want = [c.chunk_id for c in (*excerpt.before, excerpt.chunk, *excerpt.after)]
+    blocks = page.locator("#passage-body .chunk")
+    expect(blocks).to_have_count(len(want))
+    assert blocks.evaluate_all("bs => bs.map(b => Number(b.dataset.chunkId))") == want
+    expect(page.locator("#passage-text")).to_have_text(excerpt.chunk.text, use_inner_text=False)
+    expect(page.locator("#passage-body .chunk.before .chunk-text")).to_have_text(
+        [c.text for c in excerpt.before], use_inner_text=False)
+
 
 def test_the_key_is_asked_once_per_tab(page: Page, base: str) -> None:
     page.goto(base)
@@ -268,7 +324,10 @@ def test_screenshots_with_the_local_model(browser: Browser, index: Index) -> Non
                 assert answer.inner_text().strip()
             expect(page.locator(".turn").nth(1).locator(".usage")).to_contain_text(re.compile(r"\([1-9]\d* cached\)"))
             shoot(page, "web-answer.png")
-            cite = page.locator(".turn").nth(1).locator(".sources button.cite").first
+            ask(page, "When was the foghorn installed?")  # cited from the middle of a long document
+            expect(page.locator(".turn").nth(2).locator(".answer")).to_have_attribute("aria-busy", "false",
+                                                                                      timeout=180_000)
+            cite = page.locator(".turn").nth(2).locator(".sources button.cite", has_text="lighthouse.md").first
             chunk_id = int(cite.get_attribute("data-chunk-id"))
             cite.click()
             expect(page.locator("#passage-text")).to_have_text(index.passage(chunk_id).chunk.text,

@@ -11,6 +11,8 @@ const $ = (id) => document.getElementById(id);
 
 /** The conversation so far, as OpenAI messages: sent whole with each question (multi-turn). */
 const conversation = [];
+/** Bumped by "New conversation", so an answer still streaming is not added to the new one. */
+let conversationId = 0;
 
 class ApiError extends Error {}
 
@@ -202,6 +204,7 @@ function usageLine(usage, ext, pageTtft) {
 async function ask(question) {
   const turn = newTurn(question);
   const messages = [...conversation, { role: "user", content: question }];
+  const startedIn = conversationId;
   const started = performance.now();
   let text = "", firstAt = null, usage = null, ext = null, finish = null;
   try {
@@ -234,7 +237,7 @@ async function ask(question) {
   turn.usage.textContent = usageLine(usage, ext, firstAt === null ? null : (firstAt - started) / 1000);
   if (sources.length) sources.forEach((s) => turn.sources.append(sourceItem(s)));
   else turn.sources.append(el("li", {}, "No passage was relevant enough to cite."));
-  conversation.push({ role: "user", content: question }, { role: "assistant", content: text });
+  if (startedIn === conversationId) conversation.push({ role: "user", content: question }, { role: "assistant", content: text });
 }
 
 // -- passages ---------------------------------------------------------------------------------
@@ -317,6 +320,7 @@ function init() {
   });
   $("new-conversation").addEventListener("click", () => {
     conversation.length = 0;
+    conversationId += 1;
     $("conversation").replaceChildren();
     $("question").focus();
   });

@@ -4,7 +4,8 @@ The SDK publishes each tool's return type as its ``outputSchema`` and sends the 
 ``structuredContent`` (JSON) and as a text block, so a model that reads only text sees the same
 data. Every passage carries what a citation needs: its ``label`` (``source#ordinal``, the form
 slimrag's answers cite), the ``source`` path, the ``page`` for PDFs (None elsewhere) and the
-``chunk_id`` that `get_passage` opens. Built from the library's records (`Hit`, `Chunk`,
+``chunk_id`` that `get_passage` opens; labels and pages follow the library's own rule (`Hit.label`,
+`Hit.page`, `Chunk.page`). Built from the library's records (`Hit`, `Chunk`,
 `Excerpt`, `Answer`, `AddReport`) by the ``from_*`` constructors here, so the tools stay thin.
 
 No ``slots``: the SDK reads a plain class's fields with ``getattr`` to build the output schema, and
@@ -18,15 +19,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from slimrag.types import Answer, Chunk, Document, Excerpt, Hit
-
-
-def _page(metadata: dict[str, Any]) -> int | None:
-    page = metadata.get("page")
-    return page if isinstance(page, int) and not isinstance(page, bool) else None
-
-
-def _label(source: str, metadata: dict[str, Any]) -> str:
-    return f"{source}#{metadata.get('ordinal', 0)}"
 
 
 @dataclass(frozen=True)
@@ -44,7 +36,7 @@ class PassageHit:
     @classmethod
     def from_hit(cls, hit: Hit) -> PassageHit:
         heading = hit.metadata.get("heading")
-        return cls(hit.chunk_id, _label(hit.source, hit.metadata), hit.source, _page(hit.metadata),
+        return cls(hit.chunk_id, hit.label, hit.source, hit.page,
                    heading if isinstance(heading, str) and heading else None, round(float(hit.score), 6),
                    hit.text)
 
@@ -95,8 +87,7 @@ class PassageChunk:
 
     @classmethod
     def from_chunk(cls, chunk: Chunk) -> PassageChunk:
-        return cls(chunk.chunk_id, f"{chunk.source}#{chunk.ordinal}", chunk.ordinal, _page(chunk.metadata),
-                   chunk.text)
+        return cls(chunk.chunk_id, f"{chunk.source}#{chunk.ordinal}", chunk.ordinal, chunk.page, chunk.text)
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,10 @@ LIGHTHOUSE = "\n\n".join((
      'village, the county and a public appeal.'),
 ))
 
+#: One long section: the chunker cuts it in overlapping windows (40 tokens repeated by default).
+LOGBOOK = " ".join(f"Day {d}: the keeper logged {d % 7 + 2} ships and wind from the {w}."
+                   for d, w in zip(range(1, 61), ["north", "east", "south", "west", "sea"] * 12, strict=True))
+
 try:
     from playwright.sync_api import Browser, Page, expect, sync_playwright
 except ImportError:  # the dev extra is not installed
@@ -89,7 +93,7 @@ except ImportError:  # the dev extra is not installed
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder) -> Iterator[Index]:
     docs = write_tree(tmp_path_factory.mktemp("docs"), {
-        **DOCS, "guide/lighthouse.md": LIGHTHOUSE,
+        **DOCS, "guide/lighthouse.md": LIGHTHOUSE, "notes/logbook.txt": LOGBOOK,
         "papers/telescope.pdf": make_pdf("The telescope was pointed at the Andromeda galaxy.")})
     with Index.build(docs, tmp_path_factory.mktemp("idx") / "web.slimrag", embedder=embedder) as idx:
         yield idx
@@ -232,7 +236,23 @@ def test_ask_stream_cite_search_and_status(page: Page, base: str, index: Index, 
     assert blocks.evaluate_all("bs => bs.map(b => Number(b.dataset.chunkId))") == want
     expect(page.locator("#passage-text")).to_have_text(excerpt.chunk.text, use_inner_text=False)
     expect(page.locator("#passage-body .chunk.before .chunk-text")).to_have_text(
-        [c.text for c in excerpt.before], use_inner_text=False)
+        [c.text for c in excerpt.before], use_inner_text=False)  # merged sections: no overlap
+
+    # overlapping windows of one long section: a neighbour does not repeat what the passage shows
+    logbook = [c for c in index.catalog.chunks(index.catalog.live_ids()).values() if c.source == "notes/logbook.txt"]
+    middle = sorted(logbook, key=lambda c: c.ordinal)[1]
+    excerpt = index.passage(middle.chunk_id)
+    page.get_by_label("Search the index").fill(middle.text[:60])
+    page.get_by_role("button", name="Search", exact=True).click()
+    page.locator(f"#search-results button.cite[data-chunk-id='{middle.chunk_id}']").click()
+    expect(page.locator("#passage-text")).to_have_text(middle.text, use_inner_text=False)
+    shown_before = page.locator("#passage-body .chunk.before .chunk-text").text_content()
+    shown_after = page.locator("#passage-body .chunk.after .chunk-text").text_content()
+    (before,), (after,) = excerpt.before, excerpt.after
+    assert before.text.startswith(shown_before) and len(shown_before) < len(before.text)
+    assert middle.text.startswith(before.text[len(shown_before):])  # what was cut is the passage's start
+    assert after.text.endswith(shown_after) and len(shown_after) < len(after.text)
+    assert middle.text.endswith(after.text[: len(after.text) - len(shown_after)])
 
 
 def test_the_key_is_asked_once_per_tab(page: Page, base: str) -> None:
@@ -307,7 +327,7 @@ def test_status_and_passage_routes(client: httpx.Client, index: Index) -> None:
 def test_screenshots_with_the_local_model(browser: Browser, index: Index) -> None:
     """Two turns (the second shows the KV cache at work: cached tokens, a warm first token), a
     citation opened, and the page on a phone; each step checked as in the fast test."""
-    rag = RAG(index, "local", generation=GenerationConfig(max_new_tokens=40))
+    rag = RAG(index, "local", generation=GenerationConfig(max_new_tokens=64))
     with running(create_app(rag)) as url:
         # one answer first, so the page shows a server that has run (the first prefill is slow)
         warm = httpx.post(f"{url}/v1/chat/completions", timeout=300,
@@ -332,7 +352,7 @@ def test_screenshots_with_the_local_model(browser: Browser, index: Index) -> Non
             cite.click()
             expect(page.locator("#passage-text")).to_have_text(index.passage(chunk_id).chunk.text,
                                                                 use_inner_text=False)
-            shoot(page, "web-passage.png")
+            shoot(page, "web-passage.png", full_page=False)
         finally:
             context.close()
         phone = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True,

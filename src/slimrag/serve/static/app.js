@@ -241,14 +241,29 @@ async function ask(question) {
 }
 
 // -- passages ---------------------------------------------------------------------------------
-function chunkBlock(chunk, where) {
+/** Characters at the end of `a` that start `b`: neighbouring chunks of a long section overlap
+ * (the chunker repeats a few tokens so a sentence cut at a boundary is found from either side). */
+function overlap(a, b) {
+  const probe = b.slice(0, 16);
+  for (let at = Math.max(0, a.length - b.length); probe && (at = a.indexOf(probe, at)) !== -1; at += 1) {
+    if (b.startsWith(a.slice(at))) return a.length - at;
+  }
+  return 0;
+}
+
+/** One chunk of the passage view; neighbours show their text without what the cited chunk repeats. */
+function chunkBlock(chunk, where, text = chunk.text) {
   const current = where === "cited";
-  const body = el(current ? "mark" : "div", { class: "chunk-text" }, chunk.text);
+  const body = el(current ? "mark" : "div", { class: "chunk-text" }, text);
   if (current) body.id = "passage-text";
+  else {
+    body.tabIndex = 0; // a scrollable region must be reachable by keyboard
+    body.setAttribute("aria-label", `text ${where} the cited passage`);
+  }
   const page = chunk.page ? ` · page ${chunk.page}` : "";
   return el("div", { class: `chunk ${where}`, dataset: { chunkId: String(chunk.chunk_id) },
     "aria-current": current ? "true" : "false" },
-  el("p", { class: "chunk-caption" }, `${where === "cited" ? "cited passage" : where} · chunk ${chunk.ordinal}${page}`),
+  el("p", { class: "chunk-caption" }, `${current ? "cited passage" : where} · chunk ${chunk.ordinal}${page}`),
   body);
 }
 
@@ -268,11 +283,18 @@ async function showPassage(chunkId) {
   $("passage-source").textContent = p.source;
   $("passage-page").textContent = p.page ? `page ${p.page}` : "";
   $("passage-label").textContent = p.label;
-  $("passage-body").replaceChildren(
-    ...p.before.map((c) => chunkBlock(c, "before")),
-    chunkBlock(p, "cited"),
-    ...p.after.map((c) => chunkBlock(c, "after")));
+  const order = [...p.before, p, ...p.after];
+  const shown = order.map((c, i) => {
+    let text = c.text;
+    if (i < p.before.length) text = text.slice(0, text.length - overlap(text, order[i + 1].text));
+    if (i > p.before.length) text = text.slice(overlap(order[i - 1].text, text));
+    return text;
+  });
+  $("passage-body").replaceChildren(...order.map((c, i) => chunkBlock(
+    c, i < p.before.length ? "before" : i === p.before.length ? "cited" : "after", shown[i])));
   section.hidden = false;
+  // the text nearest the cited passage in view: the end of what comes before it
+  for (const before of section.querySelectorAll(".chunk.before .chunk-text")) before.scrollTop = before.scrollHeight;
   section.focus({ preventScroll: true });
   section.scrollIntoView({ block: "nearest" });
 }

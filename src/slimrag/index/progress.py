@@ -23,7 +23,10 @@ What a tracked run costs:
 - Each transaction is embedded in steps of ``STEP_BATCHES`` embedder batches (default 8: 512
   chunks at the default ``embed_batch`` 64), so the display moves several times per transaction.
   A step is sorted by length inside `Embedder.embed` as a whole transaction was; with chunks
-  mostly at the full chunk size the extra padding is small.
+  mostly at the full chunk size the extra padding is small. Measured (MiniLM, 1,024 Python-doc
+  paragraphs of mixed length, one call against steps of 512, 5 alternated pairs on the shared
+  2-core machine at load ~5): 279 s against 262 s in all, no cost above the noise; the vectors
+  agree to 4e-8.
 
 Chunks per second and the remaining time are derived from a snapshot (`AddProgress.rate`,
 `AddProgress.eta`): the total chunk count is unknown until every file is chunked, so it is

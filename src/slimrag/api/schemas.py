@@ -218,7 +218,8 @@ class SearchRequest(_Body):
     query: Query
     k: _int(1, MAX_K) = SearchConfig().k
     source: Glob | None = None
-    mode: Literal["vector", "keyword", "hybrid"] | None = None
+    mode: Literal["vector", "keyword", "hybrid"] | None = Field(None, description=(
+        f"none: the server's mode, SearchConfig.mode ({SearchConfig().mode!r} unless the server sets another)"))
 
 
 class ErrorDetail(BaseModel):

@@ -8,8 +8,9 @@ from the server's ``/metrics`` (the tokens the page shows). The server has an AP
 page must ask for it.
 
 Without chromium or Playwright, the browser tests skip and say what to install; the HTTP checks
-of the page's routes still run. ``SLIMRAG_SCREENSHOTS=1`` also runs the slow screenshot test: the
-real local SmolLM2 answers, and the page is saved to docs/screenshots/ for the README.
+of the page's routes still run. ``SLIMRAG_SCREENSHOTS=1 pytest -m slow tests/test_web.py`` runs the
+screenshot test: the real local SmolLM2 answers, and the page is saved to docs/screenshots/ for
+the README.
 """
 
 from __future__ import annotations
@@ -324,11 +325,16 @@ def test_status_and_passage_routes(client: httpx.Client, index: Index) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("SLIMRAG_SCREENSHOTS") != "1",
                     reason="set SLIMRAG_SCREENSHOTS=1 to save the README's screenshots (runs SmolLM2)")
-def test_screenshots_with_the_local_model(browser: Browser, index: Index) -> None:
-    """Two turns (the second shows the KV cache at work: cached tokens, a warm first token), a
-    citation opened, and the page on a phone; each step checked as in the fast test."""
-    rag = RAG(index, "local", generation=GenerationConfig(max_new_tokens=64))
-    with running(create_app(rag)) as url:
+def test_screenshots_with_the_local_model(browser: Browser, tmp_path: Path, embedder: LocalEmbedder) -> None:
+    """Three turns (the second shows the KV cache at work: cached tokens, a warm first token), a
+    citation opened, and the page on a phone; each step checked as in the fast test. Its own
+    index: the fast test's logbook only adds noise for a 135M model."""
+    docs = write_tree(tmp_path / "docs", {
+        **DOCS, "guide/lighthouse.md": LIGHTHOUSE,
+        "papers/telescope.pdf": make_pdf("The telescope was pointed at the Andromeda galaxy.")})
+    index = Index.build(docs, tmp_path / "shots.slimrag", embedder=embedder)
+    rag = RAG(index, "local", generation=GenerationConfig(max_new_tokens=40))
+    with index, running(create_app(rag)) as url:
         # one answer first, so the page shows a server that has run (the first prefill is slow)
         warm = httpx.post(f"{url}/v1/chat/completions", timeout=300,
                           json={"messages": [{"role": "user", "content": "What is the forecast for Friday?"}]})

@@ -262,3 +262,18 @@ def test_one_search_default_for_the_library_the_cli_and_rag(shared: tuple[Path, 
     assert r.exit_code == 0, r.output
     assert [(h["chunk_id"], h["score"]) for h in json.loads(r.stdout)] == hybrid
     assert "[default: hybrid]" in CliRunner().invoke(cli, ["search", "--help"]).output
+
+
+@pytest.mark.parametrize("mode", ["keyword", "vector"])
+def test_ask_mode_picks_the_passages(built: Path, mode: str) -> None:
+    """``ask --mode`` retrieves as ``Index.search`` does in that mode: the same chunks with the same
+    scores (BM25 and cosine scores differ, so a mode that did not reach the search would show)."""
+    question = "Where does Whiskers sleep?"
+    with Index.open(built) as idx:
+        expected = {(h.chunk_id, round(h.score, 4)) for h in idx.search(question, k=2, mode=mode)}
+    with OpenAIServer() as srv:
+        r = CliRunner().invoke(cli, ["ask", str(built), question, "-k", "2", "--mode", mode,
+                                     "--llm", srv.base_url, "--json"])
+    assert r.exit_code == 0, r.output
+    answer = json.loads(r.stdout.strip().splitlines()[-1])
+    assert {(s["chunk_id"], round(s["score"], 4)) for s in answer["sources"]} == expected

@@ -123,11 +123,12 @@ def open_for_answers(index: str, spec: dict[str, Any]) -> tuple[Any, Background[
     return idx, pending
 
 
-def rag_for(idx: Any, llm: Any, max_tokens: int) -> Any:
-    """A `RAG` over ``idx`` with ``llm`` (a generator, or its spec) and ``max_tokens`` per answer."""
+def rag_for(idx: Any, llm: Any, max_tokens: int, mode: str | None = None) -> Any:
+    """A `RAG` over ``idx`` with ``llm`` (a generator, or its spec), ``max_tokens`` per answer and
+    retrieval ``mode``."""
     from slimrag.rag.pipeline import RAG
 
-    rag = RAG(idx, llm)
+    rag = RAG(idx, llm, mode=mode)
     rag.generation = replace(rag.generation, max_new_tokens=max_tokens)
     return rag
 
@@ -137,9 +138,11 @@ def rag_for(idx: Any, llm: Any, max_tokens: int) -> Any:
 @click.argument("question")
 @click.option("-k", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--source", help=SOURCE_HELP)
+@click.option("--mode", type=click.Choice(SEARCH_MODES), default=SEARCH["mode"], show_default=True,
+              help="How passages are retrieved for the answer.")
 @llm_options
 @click.option("--json", "as_json", is_flag=True)
-def ask(index: str, question: str, k: int, source: str | None, llm: str | None, llm_model: str | None,
+def ask(index: str, question: str, k: int, source: str | None, mode: str, llm: str | None, llm_model: str | None,
         api_key: str | None, max_tokens: int, as_json: bool) -> None:
     """Answer a question from the index, streaming, then list the sources."""
     spec = llm_spec(llm, llm_model, api_key)
@@ -149,7 +152,7 @@ def ask(index: str, question: str, k: int, source: str | None, llm: str | None, 
         idx, generator = open_for_answers(index, spec)
         with idx:
             pattern = source_filter(idx, source)
-            rag = rag_for(idx, generator.result(), max_tokens)
+            rag = rag_for(idx, generator.result(), max_tokens, mode)
             rag.progress = status.show
             for piece in until_first_piece(rag.stream_answer(question, k, source=pattern), status):
                 if isinstance(piece, str):
@@ -166,8 +169,11 @@ def ask(index: str, question: str, k: int, source: str | None, llm: str | None, 
 @cli.command()
 @click.argument("index", type=click.Path(exists=True))
 @click.option("-k", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--mode", type=click.Choice(SEARCH_MODES), default=SEARCH["mode"], show_default=True,
+              help="How passages are retrieved for the answer.")
 @llm_options
-def chat(index: str, k: int, llm: str | None, llm_model: str | None, api_key: str | None, max_tokens: int) -> None:
+def chat(index: str, k: int, mode: str, llm: str | None, llm_model: str | None, api_key: str | None,
+         max_tokens: int) -> None:
     """Multi-turn chat over an index (empty line or Ctrl-D to quit)."""
     spec = llm_spec(llm, llm_model, api_key)
     status = StatusLine()
@@ -175,7 +181,7 @@ def chat(index: str, k: int, llm: str | None, llm_model: str | None, api_key: st
     try:
         idx, generator = open_for_answers(index, spec)
         with idx:
-            rag = rag_for(idx, generator.result(), max_tokens)
+            rag = rag_for(idx, generator.result(), max_tokens, mode)
             rag.progress = status.show
             conv = rag.chat()
             status.clear()

@@ -9,7 +9,7 @@ Defaults come from the config dataclasses so the CLI and the library never disag
 
 from __future__ import annotations
 
-from slimrag.cli import agents, asking, demo, indexing, maintenance, serving  # noqa: F401  (importing registers the verbs)
+from slimrag.cli import agents, asking, demo, indexing, maintenance, serving, syncing  # noqa: F401  (importing registers the verbs)
 from slimrag.cli.base import cli, main
 
 __all__ = ["cli", "main"]

@@ -36,6 +36,7 @@ from slimrag.index.lock import WriterLock
 from slimrag.index.query import IndexQuery
 from slimrag.index.slim import SlimArtifacts, SlimConfig, slim_bytes
 from slimrag.index.slim.store import SlimVectors
+from slimrag.index.sync import IndexSync
 from slimrag.index.writer import IndexWriter, embed_input
 from slimrag.ingest.chunker import Chunker
 from slimrag.ingest.source import Inputs
@@ -44,7 +45,7 @@ from slimrag.types import Document
 log = logging.getLogger("slimrag.index")
 
 
-class Index(IndexWriter, IndexQuery, IndexChecker, IndexBrowse):
+class Index(IndexWriter, IndexQuery, IndexChecker, IndexBrowse, IndexSync):
     """One index folder. One writer at a time, across threads and processes: every write takes
     the folder's writer lock (waiting up to ``lock_wait`` seconds, see `slimrag.index.lock`).
     An `Index` object is not thread-safe; open one per thread (reads never lock)."""

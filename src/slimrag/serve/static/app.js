@@ -201,6 +201,12 @@ function usageLine(usage, ext, pageTtft) {
   return parts.join(" · ");
 }
 
+/** What the reader is told when an answer ended early (`finish_reason`). */
+const NOTICES = {
+  length: "cut off at the token limit",
+  loop: "stopped: the answer started repeating itself",
+};
+
 async function ask(question) {
   const turn = newTurn(question);
   const messages = [...conversation, { role: "user", content: question }];
@@ -232,7 +238,8 @@ async function ask(question) {
   }
   const sources = ext ? ext.sources : [];
   linkCitations(turn.answer, text, sources);
-  if (finish === "length") turn.answer.append(el("span", { class: "notice" }, " [cut off at the token limit]"));
+  const notice = NOTICES[finish];
+  if (notice) turn.answer.append(el("span", { class: "notice" }, ` [${notice}]`));
   turn.answer.setAttribute("aria-busy", "false");
   turn.usage.textContent = usageLine(usage, ext, firstAt === null ? null : (firstAt - started) / 1000);
   if (sources.length) sources.forEach((s) => turn.sources.append(sourceItem(s)));

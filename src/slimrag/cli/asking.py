@@ -27,7 +27,8 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from typing import Any, Generic, TypeVar
 
@@ -133,6 +134,23 @@ def rag_for(idx: Any, llm: Any, max_tokens: int, mode: str | None = None) -> Any
     return rag
 
 
+@contextmanager
+def answering(index: str, spec: dict[str, Any], max_tokens: int, mode: str | None) -> Iterator[tuple[Any, StatusLine]]:
+    """What `ask` and `chat` share: a status line from the start ("loading", then the RAG's stages
+    until the first token), the index and the generator loaded side by side, and a `RAG` over them;
+    the index is closed and the status line cleared however the command ends."""
+    status = StatusLine()
+    status.show("loading")
+    try:
+        idx, generator = open_for_answers(index, spec)
+        with idx:
+            rag = rag_for(idx, generator.result(), max_tokens, mode)
+            rag.progress = status.show
+            yield rag, status
+    finally:
+        status.clear()
+
+
 @cli.command()
 @click.argument("index", type=click.Path(exists=True))
 @click.argument("question")
@@ -145,25 +163,16 @@ def rag_for(idx: Any, llm: Any, max_tokens: int, mode: str | None = None) -> Any
 def ask(index: str, question: str, k: int, source: str | None, mode: str, llm: str | None, llm_model: str | None,
         api_key: str | None, max_tokens: int, as_json: bool) -> None:
     """Answer a question from the index, streaming, then list the sources."""
-    spec = llm_spec(llm, llm_model, api_key)
-    status = StatusLine()
-    status.show("loading")
-    try:
-        idx, generator = open_for_answers(index, spec)
-        with idx:
-            pattern = source_filter(idx, source)
-            rag = rag_for(idx, generator.result(), max_tokens, mode)
-            rag.progress = status.show
-            for piece in until_first_piece(rag.stream_answer(question, k, source=pattern), status):
-                if isinstance(piece, str):
-                    if not as_json:
-                        click.echo(piece, nl=False)
-                elif as_json:
-                    click.echo(json.dumps({**asdict(piece), "notice": piece.notice}))
-                else:
-                    print_answer_end(piece)
-    finally:
-        status.clear()
+    with answering(index, llm_spec(llm, llm_model, api_key), max_tokens, mode) as (rag, status):
+        pattern = source_filter(rag.index, source)
+        for piece in until_first_piece(rag.stream_answer(question, k, source=pattern), status):
+            if isinstance(piece, str):
+                if not as_json:
+                    click.echo(piece, nl=False)
+            elif as_json:
+                click.echo(json.dumps({**asdict(piece), "notice": piece.notice}))
+            else:
+                print_answer_end(piece)
 
 
 @cli.command()
@@ -175,27 +184,18 @@ def ask(index: str, question: str, k: int, source: str | None, mode: str, llm: s
 def chat(index: str, k: int, mode: str, llm: str | None, llm_model: str | None, api_key: str | None,
          max_tokens: int) -> None:
     """Multi-turn chat over an index (empty line or Ctrl-D to quit)."""
-    spec = llm_spec(llm, llm_model, api_key)
-    status = StatusLine()
-    status.show("loading")
-    try:
-        idx, generator = open_for_answers(index, spec)
-        with idx:
-            rag = rag_for(idx, generator.result(), max_tokens, mode)
-            rag.progress = status.show
-            conv = rag.chat()
-            status.clear()
-            while True:
-                try:
-                    q = click.prompt("you", default="", show_default=False)
-                except (EOFError, click.exceptions.Abort):
-                    break
-                if not q.strip():
-                    break
-                for piece in until_first_piece(conv.stream(q, k), status):
-                    if isinstance(piece, str):
-                        click.echo(piece, nl=False)
-                    else:
-                        print_answer_end(piece)
-    finally:
+    with answering(index, llm_spec(llm, llm_model, api_key), max_tokens, mode) as (rag, status):
+        conv = rag.chat()
         status.clear()
+        while True:
+            try:
+                q = click.prompt("you", default="", show_default=False)
+            except (EOFError, click.exceptions.Abort):
+                break
+            if not q.strip():
+                break
+            for piece in until_first_piece(conv.stream(q, k), status):
+                if isinstance(piece, str):
+                    click.echo(piece, nl=False)
+                else:
+                    print_answer_end(piece)

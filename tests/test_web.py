@@ -179,7 +179,8 @@ def test_ask_stream_cite_search_and_status(page: Page, base: str, index: Index, 
     answer = page.locator(".turn").nth(0).locator(".answer")
     page.wait_for_function("""() => { const a = document.querySelector('.turn .answer');
                                       return a.getAttribute('aria-busy') === 'true' && a.textContent.length > 0; }""")
-    expect(answer).to_have_attribute("aria-busy", "false")
+    expect(answer).to_have_attribute("aria-busy", "false")  # screen readers read it once, whole
+    expect(answer).to_have_attribute("aria-live", "polite")
     sent = echo.requests_to("/v1/chat/completions")[-1]["body"]
     reply, _ = OpenAIServer.reply(sent["messages"], sent.get("max_tokens"))
     expect(answer).to_have_text(reply)
@@ -220,7 +221,7 @@ def test_ask_stream_cite_search_and_status(page: Page, base: str, index: Index, 
     page.get_by_role("button", name="Search", exact=True).click()
     pdf = page.locator("#search-results li", has_text="papers/telescope.pdf").first
     expect(pdf).to_contain_text("page 1")
-    pdf.locator("button.cite").click()
+    pdf.locator("button.cite").press("Enter")  # the keyboard opens a citation too
     expect(page.locator("#passage-source")).to_have_text("papers/telescope.pdf")
     expect(page.locator("#passage-page")).to_have_text("page 1")
 
@@ -254,6 +255,21 @@ def test_ask_stream_cite_search_and_status(page: Page, base: str, index: Index, 
     assert middle.text.startswith(before.text[len(shown_before):])  # what was cut is the passage's start
     assert after.text.endswith(shown_after) and len(shown_after) < len(after.text)
     assert middle.text.endswith(after.text[: len(after.text) - len(shown_after)])
+
+
+def test_every_control_has_a_name(page: Page, base: str) -> None:
+    page.goto(base)
+    enter_key(page, KEY)
+    page.get_by_label("Search the index").fill("cat")
+    page.get_by_role("button", name="Search", exact=True).click()
+    expect(page.locator("#search-results li").first).to_be_visible()
+    unnamed = page.evaluate("""() => [
+        ...[...document.querySelectorAll('input, select, textarea')].filter(c => c.labels.length === 0)
+            .map(c => c.outerHTML),
+        ...[...document.querySelectorAll('button')].filter(b => !b.textContent.trim() && !b.ariaLabel)
+            .map(b => b.outerHTML)]""")
+    assert unnamed == []
+    assert page.locator("html").get_attribute("lang") == "en"
 
 
 def test_the_key_is_asked_once_per_tab(page: Page, base: str) -> None:

@@ -320,11 +320,12 @@ def test_cli_sync_reports_counts_and_json(synced: tuple[Path, Index], tmp_path: 
     runner = CliRunner()
     res = runner.invoke(cli, ["sync", str(folder), str(idx.root), "--json"])
     assert res.exit_code == 0, res.output
-    out = json.loads(res.output)
+    out = json.loads(res.stdout)
+    assert "indexed: files 9/9" in res.stderr  # the progress display of build/add, as log lines off a terminal
     assert (out["added"], out["removed"], out["unchanged"], out["read"]) == (1, 1, 4, 1)
     assert out["files"]["removed"] == ["a.txt"] and out["skipped_by_reason"]["ignored"] == 3
     res = runner.invoke(cli, ["sync", str(folder), str(idx.root)])
-    assert res.exit_code == 0 and res.output.startswith("0 added, 0 updated, 0 removed, 5 unchanged (0 read)")
+    assert res.exit_code == 0 and res.stdout.startswith("0 added, 0 updated, 0 removed, 5 unchanged (0 read)")
     res = runner.invoke(cli, ["sync", str(folder), str(tmp_path / "typo.slimrag")])
     assert res.exit_code == 2 and "does not exist; create it with `slimrag build" in res.output
 

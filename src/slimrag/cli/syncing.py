@@ -18,6 +18,7 @@ import click
 
 from slimrag.cli.base import cli, open_index, print_report
 from slimrag.cli.options import config_error
+from slimrag.cli.progress import show_progress
 from slimrag.index.watch import Batch, WatchConfig
 
 WATCH = {f.name: f.default for f in fields(WatchConfig)}
@@ -46,7 +47,7 @@ def sync(folder: str, index: str, as_json: bool) -> None:
     deleted and renamed ones; unchanged files (same mtime and size) are not read. Documents added
     from other folders are kept."""
     _existing_index(index, folder)
-    with open_index(index) as idx:
+    with open_index(index) as idx, show_progress():  # on stderr: a bar on a terminal, log lines otherwise
         rep = idx.sync(folder)
     print_report(rep, as_json)
 

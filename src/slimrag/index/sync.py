@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Any
 import pathspec
 
 from slimrag.errors import IngestError
+from slimrag.index.progress import current_tracker
 from slimrag.index.report import AddReport
 from slimrag.ingest.crawl import IGNORE_FILES, MAX_IGNORE_FILE_BYTES
 from slimrag.ingest.outcome import ADDED, OUTSIDE, UNCHANGED, UPDATED, SkipFile, Skipped, message
@@ -212,9 +213,15 @@ class _Sync:
 
     def _prepare(self, items: Iterable[InputItem]) -> Iterator[PreparedDoc]:
         """Unchanged files (stat equal to the stored mtime and size) are noted and not read; the
-        rest are read, hashed and chunked, stored racily clean when just written (`RACY_S`)."""
+        rest are read, hashed and chunked, stored racily clean when just written (`RACY_S`).
+        Under a progress display (`slimrag.index.progress`) the listing is taken first, for its total."""
+        tracker = current_tracker()
+        if tracker.counts_files:
+            items = list(items)
+            tracker.start(len(items) + len(self.report.skipped), done=len(self.report.skipped))
         for item in items:
             if item.source not in self.scope:
+                tracker.file()
                 continue  # a symlink to a file of another folder: named there, synced there
             try:
                 st = os.stat(item.path) if item.path is not None else None
@@ -223,6 +230,7 @@ class _Sync:
             old = self.stored.get(item.source)
             if st is not None and old is not None and old.mtime == st.st_mtime and old.size == st.st_size:
                 self.report.note(UNCHANGED, item.source)
+                tracker.file()
                 continue
             if st is not None and time.time() - st.st_mtime < RACY_S:
                 item = replace(item, mtime=RACY_MTIME)
@@ -230,9 +238,11 @@ class _Sync:
             doc = prepare(item, old.doc_id if old is not None else None, self.index.chunker)
             if isinstance(doc, Skipped):
                 self.report.skip(doc.source, doc.reason, doc.kind)
+                tracker.file()
                 continue
             if old is not None and doc.doc_id == old.doc_id and st is not None:
                 self.touched.append((item.mtime, st.st_size, item.source))
+            tracker.file(len(doc.pieces))
             yield doc
 
     def _store_touched(self) -> None:

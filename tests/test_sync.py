@@ -176,6 +176,18 @@ def test_partial_sync_of_paths_matches_a_full_sync(synced: tuple[Path, Index]) -
     assert rep.full and stored(idx) == readable(folder)
 
 
+def test_an_index_inside_the_folder_is_never_indexed_nor_a_link_out_of_it(tmp_path: Path) -> None:
+    folder = write_tree(tmp_path / "notes", {"a.txt": "Apples ripen in autumn."})
+    (folder / "out.txt").symlink_to("/etc/hostname")
+    with Index.create(folder / "notes.slimrag", embedder=HashEmbedder(), source_root=folder) as idx:
+        rep = idx.sync(folder)
+        assert stored(idx) == {"a.txt": hashlib.sha256(b"Apples ripen in autumn.").hexdigest()}
+        assert rep.listing()["ignored"] == ["notes.slimrag/"]
+        assert rep.listing()["symlink outside the folder"] == ["out.txt"]
+        rep = idx.sync(folder, paths=["out.txt", "notes.slimrag/manifest.json"])
+        assert rep.listing() == {"symlink outside the folder": ["out.txt"]} and len(stored(idx)) == 1
+
+
 def test_remove_reads_paths_as_typed(synced: tuple[Path, Index], tmp_path: Path,
                                      monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     folder, idx = synced

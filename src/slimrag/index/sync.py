@@ -271,7 +271,10 @@ class _Sync:
             if not os.path.lexists(path) or not rules.admits(path):
                 continue
             if not Path(os.path.realpath(path)).is_relative_to(self.folder):
-                self.report.skip(name, message(OUTSIDE, f"points to {os.path.realpath(path)}"), OUTSIDE)
+                link = Path(os.path.abspath(path))  # the link's own name, as the crawl shows it
+                shown = link.relative_to(self.naming_root).as_posix() if link.is_relative_to(self.naming_root) \
+                    else link.as_posix()
+                self.report.skip(shown, message(OUTSIDE, f"points to {os.path.realpath(path)}"), OUTSIDE)
                 continue
             items += iter_inputs(path, self.naming_root, (), self.index.config.max_file_bytes, self.report.skipped)
         return items, owned

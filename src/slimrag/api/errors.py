@@ -31,7 +31,14 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 
-from slimrag.errors import BackendError, IndexFormatError, ModelNotFoundError, RequestError, SlimragError
+from slimrag.errors import (
+    BackendError,
+    IndexFormatError,
+    ModelNotFoundError,
+    NotFoundError,
+    RequestError,
+    SlimragError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +62,8 @@ def api_error(exc: Exception) -> APIError:
         return exc
     if isinstance(exc, RequestError):
         return APIError(400, str(exc), code="invalid_request")
+    if isinstance(exc, NotFoundError):
+        return APIError(404, str(exc), code="not_found")
     if isinstance(exc, BackendError):
         return APIError(502, f"the language model backend failed: {exc}", code="backend_error")
     if isinstance(exc, IndexFormatError | ModelNotFoundError):

@@ -179,6 +179,10 @@ class _Sync:
         self.index, self.folder = index, folder
         root = index.manifest.get("source_root")
         self.naming_root = Path(root) if root else folder
+        if root and not self.naming_root.is_dir() and not folder.is_relative_to(self.naming_root):
+            log.warning("%s: the folder it was built from, %s, is gone, and %s is not inside it: its files are "
+                        "stored under absolute names, beside the old ones. If the folder moved, rebuild the "
+                        "index from its new place (slimrag build FOLDER -o INDEX --force)", index.root, root, folder)
         self.scope = scope_of(folder, self.naming_root)
         self.ignore = tuple(index.config.ignore)
         own = Path(os.path.realpath(index.root))

@@ -388,3 +388,21 @@ def test_screenshots_with_the_local_model(browser: Browser, tmp_path: Path, embe
             shoot(page, "web-phone.png", full_page=False)
         finally:
             phone.close()
+
+
+def test_the_page_and_its_routes_work_behind_the_router(base: str, client: httpx.Client, index: Index) -> None:
+    """``slimrag route`` serves the same page (without the key) and forwards its read-only routes
+    to a replica, byte for byte: the page works the same behind the router."""
+    from slimrag.route.app import create_router_app
+    from slimrag.route.policy import RouterConfig
+
+    chunk = index.search(CAT_Q, k=1, mode="keyword")[0].chunk_id
+    with running(create_router_app([base], RouterConfig(health_interval_s=0))) as front, \
+            httpx.Client(base_url=front, headers={"Authorization": f"Bearer {KEY}"}, timeout=10) as via:
+        page = httpx.get(f"{front}/", timeout=10)
+        assert page.status_code == 200 and page.text == client.get("/").text
+        assert "content-security-policy" in page.headers
+        assert via.get("/v1/status").json() == client.get("/v1/status").json()
+        assert via.get(f"/v1/passages/{chunk}?around=1").json() == client.get(f"/v1/passages/{chunk}?around=1").json()
+        assert via.get("/v1/passages/999999999").status_code == 404
+        assert httpx.get(f"{front}/v1/status", timeout=10).status_code == 401  # the replica's key still holds

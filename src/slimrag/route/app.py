@@ -9,8 +9,9 @@ Endpoints
     ``POST /v1/chat/completions``: validated as ``slimrag serve`` validates it (`ChatRequest`, so a
     bad request gets the same OpenAI-shaped 400 without a round trip), routed by its conversation
     text, and forwarded byte for byte, streaming or not. ``POST /v1/embeddings``,
-    ``POST /v1/search`` and ``GET /v1/models``: forwarded to the least-loaded replica, which
-    validates them. ``GET /healthz``: the router's view of each replica (healthy, in flight, tree
+    ``POST /v1/search``, ``GET /v1/models``, ``GET /v1/status`` and ``GET /v1/passages/{id}``:
+    forwarded to the least-loaded replica, which validates them. ``GET /``: the web page, served
+    by the router itself without the key (`slimrag.api.page`), so it works behind the router too. ``GET /healthz``: the router's view of each replica (healthy, in flight, tree
     size); 503 when every replica is cooling down. ``GET /metrics``. The ``Authorization`` header
     is passed through: replicas with an API key check it, the router holds none. Every forwarded
     answer names its replica in ``X-Slimrag-Replica``. Bodies over ``max_body_bytes`` get 413.
@@ -63,6 +64,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -75,6 +77,7 @@ from slimrag.api.disconnect import ClientGone, until_gone
 from slimrag.api.errors import APIError, install_handlers
 from slimrag.api.gate import Gate
 from slimrag.api.metrics import Metrics
+from slimrag.api.page import PageFront
 from slimrag.api.schemas import ChatRequest
 from slimrag.route.policy import Replica, RouterConfig, choose, replica_url
 from slimrag.route.prefix_tree import PrefixTree
@@ -348,6 +351,7 @@ def create_router_app(replicas: list[str], config: RouterConfig | None = None) -
 
     app = FastAPI(title="slimrag router", summary="cache-aware routing over slimrag replicas", lifespan=lifespan)
     app.add_middleware(Gate, api_key=None, max_body_bytes=config.max_body_bytes, metrics=router.metrics)
+    app.add_middleware(PageFront, metrics=router.metrics)  # the web page, as a replica serves it
     install_handlers(app)
 
     @app.post("/v1/chat/completions")
@@ -365,6 +369,16 @@ def create_router_app(replicas: list[str], config: RouterConfig | None = None) -
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
         return await router.forward(request, "/v1/models", None)
+
+    # The web page's read-only routes: every replica serves the same index, so any one answers.
+    @app.get("/v1/status")
+    async def status(request: Request) -> Response:
+        return await router.forward(request, "/v1/status", None)
+
+    @app.get("/v1/passages/{chunk_id}")
+    async def passage(chunk_id: str, request: Request) -> Response:
+        query = f"?{request.url.query}" if request.url.query else ""
+        return await router.forward(request, f"/v1/passages/{quote(chunk_id, safe='')}{query}", None)
 
     @app.get("/healthz")
     async def healthz() -> JSONResponse:

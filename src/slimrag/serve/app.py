@@ -20,7 +20,7 @@ Endpoints
     ``GET /v1/models``, ``GET /healthz``, ``GET /metrics`` (Prometheus text format, see
     `slimrag.api.metrics`).
     ``GET /``: the web page (ask, streamed answer, citations that open their passage, search,
-    status), served with its two static files without the API key; see `slimrag.serve.web`.
+    status), served with its two static files without the API key; see `slimrag.api.page`.
 
 Errors and limits
     Every error, FastAPI's own included (422 validation errors become 400, unknown routes 404), is
@@ -61,6 +61,7 @@ from slimrag.api.errors import APIError, install_handlers
 from slimrag.api.gate import Gate, check_api_key
 from slimrag.api.metrics import Metrics
 from slimrag.api.openapi import error_responses, publish
+from slimrag.api.page import PageFront
 from slimrag.api.schemas import (
     ChatRequest,
     EmbeddingsRequest,
@@ -70,7 +71,7 @@ from slimrag.api.schemas import (
 )
 from slimrag.rag.pipeline import RAG
 from slimrag.serve.chat import answer_pieces, conversation, extension, generation_config, sse_chunks
-from slimrag.serve.web import PageFront, add_browse_routes
+from slimrag.serve.web import add_browse_routes
 from slimrag.serve.workers import Worker, Workers
 from slimrag.types import Answer
 

@@ -1,23 +1,4 @@
-"""The web page of ``slimrag serve`` (``GET /``) and the two read-only routes it adds to the API.
-
-The page
-    Three static files shipped in the package (``static/index.html``, ``app.js``, ``style.css``):
-    no build step, no CDN, no framework, so it works offline and is read as written. It talks
-    only to this server's own routes: ``POST /v1/chat/completions`` with ``stream: true`` (the
-    answer streams; the last event's ``slimrag`` field lists the sources), ``POST /v1/search``,
-    and the two routes below. With an API key, the page gets 401 from those routes, asks for the
-    key once and keeps it in the tab's ``sessionStorage``.
-
-Why a front in front of `Gate`
-    The page must load to ask for the key, so its files are served without it, while every API
-    route keeps needing it. `PageFront` is raw ASGI placed outside `Gate`: it answers ``GET`` and
-    ``HEAD`` of exactly the paths in `PAGE_FILES` (``/``, ``/static/app.js``, ``/static/style.css``)
-    from bytes read once at start-up, and hands every other request, unchanged, to `Gate` and the
-    routes behind it. Matching is by equality on the decoded path, as `Gate` does, so no request
-    path ever reaches the file system (``/static/../x`` is just an unknown path, gated and 404).
-    The page's responses carry a strict Content-Security-Policy (scripts, styles and requests to
-    this origin only, no inline script, no framing), ``nosniff`` and no referrer; they are counted
-    in ``/metrics`` like every request.
+"""The two read-only routes that ``slimrag serve`` adds for the web page (`slimrag.api.page`).
 
 Routes
     ``GET /v1/status``: `Index.status` (documents, chunks, bytes on disk, last update, storage,
@@ -29,17 +10,14 @@ Routes
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import FastAPI
 from fastapi import Path as PathParam
 from fastapi import Query as QueryParam
 from pydantic import BaseModel
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from slimrag.api.errors import APIError
-from slimrag.api.metrics import Metrics, endpoint_of
 from slimrag.api.openapi import error_responses
 from slimrag.api.schemas import ErrorBody
 from slimrag.errors import NotFoundError
@@ -47,46 +25,8 @@ from slimrag.index.browse import MAX_AROUND
 from slimrag.serve.workers import Worker, Workers
 from slimrag.types import Excerpt
 
-STATIC = Path(__file__).with_name("static")
-
-#: URL path → (file in `STATIC`, content type): the only files the page serves.
-PAGE_FILES = {
-    "/": ("index.html", "text/html; charset=utf-8"),
-    "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
-    "/static/style.css": ("style.css", "text/css; charset=utf-8"),
-}
-
-#: Headers of every page file: this origin only, nothing inline, never framed, no referrer.
-PAGE_HEADERS = (
-    (b"content-security-policy", b"default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-                                 b"img-src 'self' data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"),
-    (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
-    (b"cache-control", b"no-cache"),
-)
-
 #: 404 as the passage route publishes it.
 _NOT_FOUND = {404: {"model": ErrorBody, "description": "No chunk has this id (never added, or removed since)."}}
-
-
-class PageFront:
-    """ASGI middleware outside `Gate`: serves `PAGE_FILES` to ``GET``/``HEAD`` without the API
-    key, passes everything else on (see the module header). The files are read once, here."""
-
-    def __init__(self, app: ASGIApp, *, metrics: Metrics, static: Path = STATIC) -> None:
-        self.app, self.metrics = app, metrics
-        self.files = {path: ((static / name).read_bytes(), ctype.encode()) for path, (name, ctype) in PAGE_FILES.items()}
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        page = self.files.get(scope["path"]) if scope["type"] == "http" else None
-        if page is None or scope["method"] not in ("GET", "HEAD"):
-            await self.app(scope, receive, send)
-            return
-        body, ctype = page
-        headers = [(b"content-type", ctype), (b"content-length", str(len(body)).encode()), *PAGE_HEADERS]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
-        self.metrics.inc("slimrag_requests_total", endpoint=endpoint_of(scope["path"]), status="200")
 
 
 class StatusOut(BaseModel):

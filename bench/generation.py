@@ -25,6 +25,9 @@ recomputed tokens per request and fidelity against exact prefill of the same pro
 (``bench.gen_fidelity``): identical-answer rate, mean KL over the exact answer, and the F1 of the
 exact answers. ``--warmup N`` serves the first N arrivals to the caching modes untimed (steady
 state; mode a has no state to warm). Prints a table and writes ``bench/results/generation.json``.
+
+``--workloads multiturn`` runs the chat workload of :mod:`bench.gen_chat` instead (conversations
+of ``--turns`` questions; TTFT of each turn with and without reuse).
 """
 
 from __future__ import annotations
@@ -205,10 +208,13 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=0, help="serve only the first N arrivals of each workload")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--report", type=Path, help="print the tables of a results file (partial or whole) and exit")
+    from bench import gen_chat
+
+    gen_chat.add_args(ap)
     args = ap.parse_args()
     if args.report:
         for workload, result in json.loads(args.report.read_text())["workloads"].items():
-            print(table(workload, result))
+            print(gen_chat.table(result) if workload == "multiturn" else table(workload, result))
         return
     if args.quick:
         args.workloads, args.passages = "grouped", 9
@@ -233,6 +239,10 @@ def main() -> None:
         args.out.write_text(json.dumps(out, indent=1))
 
     for workload in args.workloads.split(","):
+        if workload == "multiturn":
+            result = gen_chat.run(args, model, lambda r: checkpoint("multiturn", r))
+            print(gen_chat.table(result), flush=True)
+            continue
         result = run(args, workload, model, lambda r, w=workload: checkpoint(w, r))
         print(table(workload, result), flush=True)
     print(f"wrote {args.out}")

@@ -159,6 +159,12 @@ def test_a_sync_never_removes_documents_of_other_folders(synced: tuple[Path, Ind
     assert rep.removed_sources == ["sub/c.txt"] and "b.md" in stored(idx)
     assert stored(idx) == {**readable(folder), "b.md": stored(idx)["b.md"], x: stored(idx)[x]}
 
+    (other / "w.txt").write_text("Walruses rest on the ice.")
+    rep = idx.sync(tmp_path)  # holds the source root: owns its relative names and the absolute ones below it
+    w = (other / "w.txt").resolve().as_posix()
+    assert rep.removed_sources == ["b.md"] and rep.files["added"] == [w]
+    assert stored(idx) == {**readable(folder), x: stored(idx)[x], w: stored(idx)[w]}
+
 
 def test_partial_sync_of_paths_matches_a_full_sync(synced: tuple[Path, Index]) -> None:
     folder, idx = synced

@@ -20,7 +20,8 @@ Which documents are "of this folder" (the only candidates for removal, so a sync
 deletes what came from folder B): names are formed as `add` forms them, relative to the index's
 source root (the folder it was built from) when the folder is inside it, absolute otherwise. So
 the folder's scope is the prefix ``sub/`` for a subfolder of the root, every relative name for the
-root itself, ``/abs/path/`` for a folder outside it. An index with no source root (created from
+root itself, ``/abs/path/`` for a folder outside it (and both, every relative name and its own
+absolute prefix, for a folder that contains the root). An index with no source root (created from
 files or texts) names a synced folder's files relative to that folder. A text added as a
 ``(source, text)`` pair under a name inside the scope is indistinguishable from a file of the
 folder, and a sync removes it when no such file exists. When the index folder itself lies inside
@@ -121,14 +122,18 @@ class SyncReport(AddReport):
 
 @dataclass(frozen=True, slots=True)
 class Scope:
-    """The stored names one folder owns (module header): ``prefix`` on names relative to the
-    source root (``absolute`` False), or on absolute names (``absolute`` True)."""
+    """The stored names one folder owns (module header): names relative to the source root that
+    start with ``relative`` and absolute names that start with ``absolute`` (None: none of that
+    kind). A folder that contains the source root owns both kinds."""
 
-    prefix: str
-    absolute: bool
+    relative: str | None
+    absolute: str | None
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name.startswith("/") == self.absolute and name.startswith(self.prefix)
+        if not isinstance(name, str):
+            return False
+        prefix = self.absolute if name.startswith("/") else self.relative
+        return prefix is not None and name.startswith(prefix)
 
 
 def name_of(path: Path, naming_root: Path) -> str:
@@ -141,9 +146,11 @@ def name_of(path: Path, naming_root: Path) -> str:
 def scope_of(folder: Path, naming_root: Path) -> Scope:
     """The names ``folder`` (resolved) owns in an index whose names are relative to ``naming_root``."""
     if folder == naming_root:
-        return Scope("", False)
+        return Scope("", None)
+    if naming_root.is_relative_to(folder):  # the root inside the folder: all of the root's names too
+        return Scope("", folder.as_posix().rstrip("/") + "/")
     name = name_of(folder, naming_root)
-    return Scope(name + "/", name.startswith("/"))
+    return Scope(None, name + "/") if name.startswith("/") else Scope(name + "/", None)
 
 
 class IndexSync:

@@ -127,7 +127,7 @@ def remove(ctx: click.Context, index: str, paths: tuple[str, ...]) -> None:
         for arg in match.nothing:
             click.echo(f"warning: nothing in {index} matches {arg!r}; stored names look like "
                        f"{example_names(names)} (see `slimrag info {index} --docs`)", err=True)
-        chunks = idx.remove(match.sources) if match.sources else 0
+        chunks = idx.remove_sources(match.sources)  # stored names: not read as paths a second time
     click.echo(f"removed {len(match.sources)} documents ({chunks} chunks)")
     if match.nothing:
         ctx.exit(1)

@@ -125,6 +125,11 @@ class Catalog:
             (doc.source, doc.doc_id, doc.mtime, doc.size),
         )
 
+    def touch_documents(self, rows: Iterable[tuple[float, int, str]]) -> None:
+        """Set ``(mtime, size)`` of stored documents by source, leaving their chunks alone (a
+        plain UPDATE: `put_document`'s INSERT OR REPLACE would cascade to the chunks)."""
+        self.db.executemany("UPDATE documents SET mtime=?, size=? WHERE source=?", rows)
+
     def delete_document(self, source: str) -> list[int]:
         """Delete a document and its chunks (tombstoning them); returns the removed chunk ids."""
         ids = [r[0] for r in self.db.execute("SELECT chunk_id FROM chunks WHERE source=?", (source,))]

@@ -258,13 +258,11 @@ class _Sync:
 
     def _store_touched(self) -> None:
         """Bring the stored mtime and size of documents read but unchanged (same hash) up to date,
-        so the next sync trusts ``stat`` for them. One transaction; the chunks are not touched.
-        (A plain UPDATE: the catalog's ``put_document`` is INSERT OR REPLACE, which with foreign
-        keys on would cascade to the document's chunks.)"""
+        so the next sync trusts ``stat`` for them. One transaction; the chunks are not touched."""
         if not self.touched:
             return
         with self.index.catalog.transaction():
-            self.index.catalog.db.executemany("UPDATE documents SET mtime=?, size=? WHERE source=?", self.touched)
+            self.index.catalog.touch_documents(self.touched)
 
     def _partial(self, targets: Iterable[Path]) -> tuple[list[InputItem], set[str]]:
         """The inputs among ``targets`` (files a walk of the folder would reach, named as it names

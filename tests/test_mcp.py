@@ -298,7 +298,7 @@ def test_source_filter_forms_against_sqlite_glob() -> None:
 
     from mcp.server.mcpserver.exceptions import ToolError
 
-    from slimrag.mcp.server import source_matches, source_pattern
+    from slimrag.mcp.server import source_pattern, sources_meant
 
     names = ["guide/cats.md", "guide/dogs.md", "guidebook.md", "notes/a[1].txt", "notes/b.txt"]
     db = sqlite3.connect(":memory:")
@@ -311,7 +311,7 @@ def test_source_filter_forms_against_sqlite_glob() -> None:
     assert selected("notes/a[1].txt") == ["notes/a[1].txt"]  # a name with glob characters, taken literally
     assert selected("*.md") == ["guide/cats.md", "guide/dogs.md", "guidebook.md"]
     for value in ("guide", "notes/a[1].txt", "*.md"):
-        assert selected(value) == [n for n in names if source_matches(n, value) or n == value]
+        assert selected(value) == sources_meant(value, names)
     assert source_pattern(None, names) is None
     with pytest.raises(ToolError, match="no stored source matches 'gui'"):
         source_pattern("gui", names)

@@ -32,7 +32,6 @@ and while it serves, the SDK points file descriptor 1 at stderr, so a stray ``pr
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -45,6 +44,7 @@ from pydantic import Field
 from slimrag.config import SEARCH_MODES, GenerationConfig, SearchConfig
 from slimrag.errors import SlimragError
 from slimrag.index.browse import MAX_AROUND
+from slimrag.index.sources import match_one, source_glob
 from slimrag.mcp.results import (
     AddResult,
     AnswerResult,
@@ -73,45 +73,36 @@ PDFs, a page); open more context around a hit with `get_passage`; use `ask` when
 with citations is wanted. `list_documents` shows what is indexed; `add_paths` indexes more files.
 Cite passages by their label."""
 
-GLOB_CHARS = frozenset("*?[")
 #: Search defaults, read from `SearchConfig` so the tool, the CLI and the library agree.
 DEFAULT_K: int = SearchConfig().k
 DEFAULT_MODE: str = SearchConfig().mode
 
 
-def _escape_glob(text: str) -> str:
-    """``text`` as a SQLite GLOB pattern that matches only itself."""
-    return "".join(f"[{c}]" if c in GLOB_CHARS else c for c in text)
-
-
-def source_matches(name: str, value: str) -> bool:
-    """Whether stored source ``name`` is meant by ``value``: the name itself, a folder above it,
-    or a glob that matches it (``*`` crossing ``/``)."""
-    if any(c in GLOB_CHARS for c in value):
-        return fnmatch.fnmatchcase(name, value)
-    return name == value or name.startswith(value.rstrip("/") + "/")
-
-
-def source_pattern(value: str | None, names: Sequence[str]) -> str | None:
-    """The GLOB `Index.search` filters by for a ``source`` argument: a stored name (exact), a glob
-    (``*`` also crosses ``/``, as in SQLite), or a folder (every name under it). None for no
-    filter; a `ToolError` when nothing stored matches, with examples of stored names."""
+def source_pattern(value: str | None, names: Sequence[str], root: str | None = None) -> str | None:
+    """The GLOB `Index.search` filters by for a ``source`` argument, by the CLI's ``--source``
+    rules (`slimrag.index.sources`): a stored name (exact), a folder (every name under it) or a
+    glob (``*`` also crosses ``/``). None for no filter; a `ToolError` when nothing stored
+    matches, with examples of stored names."""
     if value is None or not value.strip():
         return None
-    value = value.strip()
-    if value in names:
-        return _escape_glob(value)
-    if any(source_matches(n, value) for n in names):
-        glob = any(c in GLOB_CHARS for c in value)
-        return value if glob else _escape_glob(value.rstrip("/") + "/") + "*"
-    examples = ", ".join(repr(n) for n in names[:3]) or "none: the index is empty"
-    raise ToolError(f"no stored source matches {value!r}; give a stored name from list_documents, a folder "
-                    f"or a glob such as 'docs/*.md' (stored names look like {examples})")
+    pattern = source_glob(value.strip(), names, root)
+    if pattern is None:
+        examples = ", ".join(repr(n) for n in names[:3]) or "none: the index is empty"
+        raise ToolError(f"no stored source matches {value!r}; give a stored name from list_documents, a folder "
+                        f"or a glob such as 'docs/*.md' (stored names look like {examples})")
+    return pattern
+
+
+def sources_meant(value: str, names: Sequence[str], root: str | None = None) -> list[str]:
+    """The stored names a ``source`` argument means (same rules as `source_pattern`)."""
+    return match_one(value.strip(), names, root, Path.cwd())[1]
 
 
 def _source_filter(idx: Any, source: str | None) -> str | None:
     """`source_pattern` against ``idx``'s stored names (listed only when a filter is given)."""
-    return None if source is None else source_pattern(source, [d.source for d in idx.documents()])
+    if source is None:
+        return None
+    return source_pattern(source, [d.source for d in idx.documents()], idx.manifest.get("source_root"))
 
 
 class SlimragTools:
@@ -181,7 +172,8 @@ class SlimragTools:
         def run(idx: Any) -> DocumentList:
             docs = idx.documents()
             if source:
-                docs = [d for d in docs if source_matches(d.source, source.strip())]
+                meant = set(sources_meant(source, [d.source for d in docs], idx.manifest.get("source_root")))
+                docs = [d for d in docs if d.source in meant]
             return DocumentList(len(docs), [DocumentInfo.from_document(d) for d in docs[:limit]],
                                 int(idx.status()["chunks"]))
         return self._call(run)

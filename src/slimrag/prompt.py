@@ -20,7 +20,8 @@ Chat context never goes into the system segment: the system segment and everythi
 turns then stay a byte-identical prefix from turn to turn, so a follow-up question reuses their
 KV. Three kinds:
 
-- ``exchanges``: what `slimrag.rag.chat.Chat` sends by default: each earlier turn replayed whole
+- ``exchanges``: what `slimrag.rag.chat.Chat` sends to the embedded engine (a generator whose
+  ``replays_turns`` is True): each earlier turn replayed whole
   (an :class:`Exchange`): its new passages, its question segment exactly as it was rendered
   then, and the model's answer, as ChatML user and assistant turns. A prompt with exchanges is
   ``[system][turn 1 passages...][turn 1 question][turn 1 answer][turn 2 passages...]...[new
@@ -28,8 +29,10 @@ KV. Three kinds:
   every one of them cacheable (keys ``asked@digest`` and ``answer@digest``), and prefills only
   its new passages and question (issue 9, multi-turn). The answer segment ends with the opening
   of the next user turn, so nothing between the answer and the next passages depends on them.
-
-- ``questions``: what ``Chat(replay=False)`` sends: the earlier *questions* only (``Earlier
+  In `messages` each exchange is a user message (its passages and question) and an assistant
+  message (the answer).
+- ``questions``: what a `Chat` sends otherwise (``replay=False``, remote generators): the
+  earlier *questions* only (``Earlier
   questions in this conversation: ...``). The model is not shown its own earlier answers: a
   small model copies a visible earlier answer word for word, and the facts those answers came
   from are still in the prompt (the earlier turns' passages stay in it). The questions are enough
@@ -41,8 +44,9 @@ KV. Three kinds:
 
 The chat markup is ChatML (``<|im_start|>role ... <|im_end|>``), which SmolLM2, Qwen and many
 others use. Remote backends receive the same text as OpenAI messages: one system message and one
-user message whose content is the concatenation of the passage and question segments, so their
-prefix caches see identical bytes for identical passage orders.
+user message whose content is the concatenation of the passage and question segments (earlier
+history and exchanges as messages before it), so their prefix caches see identical bytes for
+identical passage orders.
 """
 
 from __future__ import annotations

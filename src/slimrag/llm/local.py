@@ -196,6 +196,9 @@ class LocalGenerator(Generator):
             raise ValueError("keep() takes cacheable segments only (each with a key)")
         root, path = root_key(self.name, head.key), [str(s.key) for s in rest]
         seg_ids = self.encode_texts([s.text for s in segments])
+        limit = getattr(self.load().model.config, "max_position_embeddings", None)
+        if limit is not None and sum(len(s) for s in seg_ids) >= limit:
+            return 0  # no request can start with it (``_room`` refuses the prompt)
         with self.scheduler.turn(lambda: reuse.cached_tokens(root, path)), reuse.lease(root, path) as lease:
             if lease.segments == len(seg_ids):
                 return 0  # all cached already

@@ -77,9 +77,10 @@ def llm_options(func: F) -> F:
         click.option("--max-tokens", type=click.IntRange(min=1), default=GENERATION["max_new_tokens"],
                       show_default=True, help="Longest answer, in tokens; a cut answer says so."),
     ]
+    func = reuse_options(func)  # applied first, so --help lists them after the flags above
     for option in reversed(options):
         func = option(func)
-    return reuse_options(func)
+    return func
 
 
 #: Where the ``--reuse``/``--recompute`` callbacks leave their values in ``click.Context.meta``.

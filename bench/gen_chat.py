@@ -25,8 +25,9 @@
   between turns, not on any TTFT). Modes run turn by turn in a rotating order so a noisy
   neighbour hits them alike.
 
-Reported: per mode and turn, mean TTFT, prompt tokens, computed tokens, the ratio to mode a, and
-the share of turns whose answer equals mode a's.
+Reported: per mode and turn, mean TTFT, prompt tokens, computed tokens, the ratio to mode a, the
+share of turns whose answer equals mode a's, and the share of follow-ups whose answer repeats the
+previous turn's word for word (``repeat``: a small model shown its own answer tends to copy it).
 """
 
 from __future__ import annotations
@@ -125,6 +126,7 @@ def summary(modes: list[str], specs: dict[str, Any], rows: dict[str, list[dict[s
             wall_s: float, done: int, of: int) -> dict[str, Any]:
     """Per mode and turn: means of TTFT, prompt, computed tokens and keep cost; answers equal to a's."""
     reference = {(r["conv"], r["turn"]): r["answer"] for r in rows.get("a", [])}
+    answers = {m: {(r["conv"], r["turn"]): r["answer"].strip() for r in rows[m]} for m in modes}
     out: dict[str, Any] = {"conversations": done, "of": of, "wall_s": wall_s, "modes": {}}
     for m in modes:
         per_turn = {}
@@ -139,6 +141,8 @@ def summary(modes: list[str], specs: dict[str, Any], rows: dict[str, list[dict[s
                 "same_as_a": 100 * statistics.mean(r["answer"] == reference[(r["conv"], r["turn"])] for r in rs)
                 if reference else None,
                 "f1": 100 * statistics.mean(r["f1"] for r in rs),
+                "repeat": 100 * statistics.mean(r["answer"].strip() == answers[m][(r["conv"], t - 1)] for r in rs)
+                if t > 1 else None,
             }
         out["modes"][m] = {"label": specs[m][0], "turns": per_turn, "rows": rows[m]}
     return out
@@ -148,14 +152,16 @@ def table(res: dict[str, Any]) -> str:
     """The result as a text table: one line per mode and turn."""
     lines = [f"multiturn ({res['conversations']} of {res['of']} conversations, {res['wall_s']:.0f} s)",
              f"{'mode':<30}{'turn':>5}{'TTFT mean':>10}{'vs a':>7}{'prompt':>8}{'computed':>9}"
-             f"{'keep':>7}{'kept':>6}{'same':>7}{'F1':>6}"]
+             f"{'keep':>7}{'kept':>6}{'same':>7}{'F1':>6}{'repeat':>8}"]
     base = res["modes"].get("a", {}).get("turns", {})
     for m, mode in res["modes"].items():
         for t, row in mode["turns"].items():
             ratio = f"{base[t]['ttft_mean_s'] / row['ttft_mean_s']:.2f}x" if t in base else "-"
             same = f"{row['same_as_a']:.0f}%" if row["same_as_a"] is not None else "-"
+            repeat = f"{row['repeat']:.0f}%" if row.get("repeat") is not None else "-"
             lines.append(f"{m} {mode['label']:<28}{t:>5}{row['ttft_mean_s']:>9.2f}s{ratio:>7}{row['prompt']:>8.0f}"
-                         f"{row['computed']:>9.0f}{row['keep_s']:>6.2f}s{row['kept']:>6.0f}{same:>7}{row['f1']:>6.1f}")
+                         f"{row['computed']:>9.0f}{row['keep_s']:>6.2f}s{row['kept']:>6.0f}{same:>7}{row['f1']:>6.1f}"
+                         f"{repeat:>8}")
     return "\n".join(lines)
 
 

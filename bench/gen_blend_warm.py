@@ -5,7 +5,9 @@ of ~160 tokens, a ~75-token question segment), stores every passage's entry once
 permutations of the passages (so exact prefix reuse serves only the system segment and the first
 passage) in no reuse and in blend mode for each ``--recompute`` policy, interleaved, and prints
 mean TTFT per mode (engine usage ``ttft_s``) and tokens computed. This is the steady state's best
-case: no passage unseen. Writes ``bench/results/gen_blend_warm.json``.
+case: no passage unseen. ``--per-segment`` adds, for each policy, a mode that runs its recompute
+set one forward per segment (the schedule every policy used before; now only ``all`` does), to
+measure the one-forward schedule within one run. Writes ``bench/results/gen_blend_warm.json``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--recompute", default="none,boundary:8+deviation:0.15,deviation:0.5")
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--per-segment", action="store_true", help="also each policy with one forward per segment")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "gen_blend_warm.json")
     args = ap.parse_args()
     import torch
@@ -49,6 +52,10 @@ def main() -> None:
     gens = {"a no reuse": LocalGenerator(loaded=model, cache=None)}
     for policy in args.recompute.split(","):
         gens[f"blend {policy}"] = LocalGenerator(loaded=model, cache=CacheConfig(reuse="blend", recompute=policy))
+        if args.per_segment:
+            gen = LocalGenerator(loaded=model, cache=CacheConfig(reuse="blend", recompute=policy))
+            gen.reuse.policy.exact = True  # type: ignore[attr-defined]  # forces the per-segment schedule
+            gens[f"blend {policy} (per segment)"] = gen
     for name, gen in gens.items():  # store every entry: each passage first once
         if name != "a no reuse":
             for p in passages:

@@ -73,6 +73,9 @@ def test_policies_pick_boundaries_top_deviations_and_their_union() -> None:
     assert parse_recompute("deviation:0.25").select(spans, scores) == {11, 21}
     assert parse_recompute("boundary:1+deviation:0.25").select(spans, scores) == {10, 11, 20, 21}
     assert parse_recompute("all").select(spans, None) == set(range(10, 15)) | {20, 21, 22}
+    # only a policy that recomputes every placed token keeps exact mode's schedule
+    assert parse_recompute("all").exact and parse_recompute("boundary:2+all").exact
+    assert not parse_recompute("boundary:2+deviation:0.25").exact and not parse_recompute("none").exact
     assert parse_recompute("none").select(spans, None) == set()
     assert parse_recompute("deviation:0.5").select([], None) == set()  # nothing placed: nothing to score
     assert parse_recompute("boundary:8+deviation:0.15").needs_deviation

@@ -49,9 +49,12 @@ class Span:
 
 class RecomputePolicy(ABC):
     """Chooses the placed tokens to recompute. ``needs_deviation``: whether :meth:`select` reads
-    the per-token deviation scores (the engine only pays for them when it does)."""
+    the per-token deviation scores (the engine only pays for them when it does). ``exact``:
+    whether it recomputes every placed token, so blend can give exact mode's tokens (the engine
+    then keeps exact mode's one-forward-per-segment schedule)."""
 
     needs_deviation: bool = False
+    exact: bool = False
 
     @abstractmethod
     def select(self, spans: Sequence[Span], deviation: Sequence[float] | None) -> set[int]:
@@ -95,6 +98,8 @@ class Deviation(RecomputePolicy):
 class Every(RecomputePolicy):
     """Every placed token (the limiting case)."""
 
+    exact = True
+
     def select(self, spans: Sequence[Span], deviation: Sequence[float] | None) -> set[int]:
         return {s.start + i for s in spans for i in range(s.tokens)}
 
@@ -112,6 +117,7 @@ class Union(RecomputePolicy):
     def __init__(self, parts: Sequence[RecomputePolicy]) -> None:
         self.parts = tuple(parts)
         self.needs_deviation = any(p.needs_deviation for p in parts)
+        self.exact = any(p.exact for p in parts)
 
     def select(self, spans: Sequence[Span], deviation: Sequence[float] | None) -> set[int]:
         return set().union(*(p.select(spans, deviation) for p in self.parts))

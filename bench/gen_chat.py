@@ -11,12 +11,12 @@
   both see the very same conversation, which the ``same`` column checks):
 
   - ``a`` no reuse (``cache=None``): every turn prefills its whole prompt;
-  - ``d`` exact tree + turn replay (``CacheConfig()``, the default): after each answer the chat
+  - ``d`` exact tree + turn replay (``CacheConfig()``, ``Chat(replay=True)``, opt-in): after each answer the chat
     keeps the turn and its answer in the tree (``Generator.keep``: the question and answer
     segments in one forward each, off the first-token path), so turn n+1 prefills only its new
     passages and question;
-  - ``q`` (optional, ``--chat-modes adq``) exact tree without replay (``Chat.replay = False``):
-    the earlier design, earlier passages reused but the question segment, which carries the
+  - ``q`` (optional, ``--chat-modes adq``) exact tree without replay (``Chat.replay = False``,
+    the default chat), earlier passages reused but the question segment, which carries the
     earlier questions, prefilled every turn; its prompts differ from a's (no answers in them).
 
 - Measured per turn: engine TTFT (tokenize, match, prefill, first token; the usage of the

@@ -38,9 +38,7 @@ EARLIER_ANSWER = "It proofs for twelve hours in the fridge."
 
 class Recorder(Generator):
     """Answers every prompt with the same sentence and keeps the prompts (and what it is asked to
-    keep warm); like the embedded engine, it asks chats to replay their turns."""
-
-    replays_turns = True
+    keep warm)."""
 
     def __init__(self) -> None:
         self.prompts: list[Prompt] = []
@@ -83,7 +81,7 @@ def test_topic_switch_keeps_the_new_topics_best_passage(index: Index) -> None:
 
 def test_each_turn_starts_with_the_last_turn_and_its_answer(index: Index) -> None:
     gen = Recorder()
-    chat = RAG(index, gen).chat()
+    chat = RAG(index, gen).chat(replay=True)
     chat.ask("How long does a sourdough loaf proof before baking?", k=2)
     chat.ask("And at what temperature?", k=2)
     chat.ask("How do I fix a flat bicycle tyre?", k=2)
@@ -113,8 +111,7 @@ def test_exchanges_own_the_first_passages() -> None:
 
 def test_the_model_sees_earlier_questions_not_earlier_answers(index: Index) -> None:
     gen = Recorder()
-    chat = RAG(index, gen).chat()
-    chat.replay = False
+    chat = RAG(index, gen).chat()  # the default: no replay
     first_q = "How long does a sourdough loaf proof before baking?"
     chat.ask(first_q, k=2)
     chat.ask("And at what temperature?", k=2)
@@ -135,7 +132,7 @@ def test_the_model_sees_earlier_questions_not_earlier_answers(index: Index) -> N
 def test_remote_chat_replays_the_last_turn_as_messages(index: Index) -> None:
     with OpenAIServer() as srv:
         chat = RAG(index, llm=srv.base_url).chat()
-        assert not chat.replaying  # a remote generator's default: earlier questions only
+        assert not chat.replaying  # the default: earlier questions only
         chat.replay = True
         first = chat.ask("How long does a sourdough loaf proof before baking?", k=2)
         second = chat.ask("And at what temperature?", k=2)

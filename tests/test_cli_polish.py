@@ -277,3 +277,16 @@ def test_ask_mode_picks_the_passages(built: Path, mode: str) -> None:
     assert r.exit_code == 0, r.output
     answer = json.loads(r.stdout.strip().splitlines()[-1])
     assert {(s["chunk_id"], round(s["score"], 4)) for s in answer["sources"]} == expected
+
+
+@pytest.mark.parametrize("replay", [False, True])
+def test_chat_shows_earlier_answers_only_with_replay(built: Path, replay: bool) -> None:
+    """``slimrag chat`` keeps earlier answers out of the prompt (a small model copies them) unless
+    ``--replay`` asks for the whole transcript."""
+    with OpenAIServer() as srv:
+        args = ["chat", str(built), "--llm", srv.base_url, *(["--replay"] if replay else [])]
+        r = CliRunner().invoke(cli, args, input="Where does Whiskers sleep?\nAnd what does he eat?\n\n")
+        assert r.exit_code == 0, r.output
+        second = srv.requests_to("/v1/chat/completions")[1]["body"]["messages"]
+    roles = [m["role"] for m in second]
+    assert roles == (["system", "user", "assistant", "user"] if replay else ["system", "user"])

@@ -168,7 +168,7 @@ def test_chat_turn_two_is_served_from_turn_one_and_its_answer_exactly(
     idx = Index.build(docs_dir, tmp_path / "chat.slimrag", embedder=embedder)
     gen = _Recording(loaded=model)
     cfg = GenerationConfig(max_new_tokens=NEW_TOKENS)
-    conv = RAG(idx, llm=gen, generation=cfg).chat()
+    conv = RAG(idx, llm=gen, generation=cfg).chat(replay=True)
     first = conv.ask("Where does Whiskers sleep?", k=2)
     kept = conv.prefix()
     second = conv.ask("And how do I install slimrag on Windows?", k=2)

@@ -20,8 +20,7 @@ Chat context never goes into the system segment: the system segment and everythi
 turns then stay a byte-identical prefix from turn to turn, so a follow-up question reuses their
 KV. Three kinds:
 
-- ``exchanges``: what `slimrag.rag.chat.Chat` sends to the embedded engine (a generator whose
-  ``replays_turns`` is True): each earlier turn replayed whole
+- ``exchanges``: what `slimrag.rag.chat.Chat` sends with ``replay`` on: each earlier turn replayed whole
   (an :class:`Exchange`): its new passages, its question segment exactly as it was rendered
   then, and the model's answer, as ChatML user and assistant turns. A prompt with exchanges is
   ``[system][turn 1 passages...][turn 1 question][turn 1 answer][turn 2 passages...]...[new

@@ -180,12 +180,15 @@ def ask(index: str, question: str, k: int, source: str | None, mode: str, llm: s
 @click.option("-k", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--mode", type=click.Choice(SEARCH_MODES), default=SEARCH["mode"], show_default=True,
               help="How passages are retrieved for the answer.")
+@click.option("--replay", is_flag=True,
+              help="Show the model its earlier answers too, as a chat transcript: follow-ups reuse the whole "
+                   "previous turn's KV (faster), but a small model tends to repeat its last answer.")
 @llm_options
-def chat(index: str, k: int, mode: str, llm: str | None, llm_model: str | None, api_key: str | None,
+def chat(index: str, k: int, mode: str, replay: bool, llm: str | None, llm_model: str | None, api_key: str | None,
          max_tokens: int) -> None:
     """Multi-turn chat over an index (empty line or Ctrl-D to quit)."""
     with answering(index, llm_spec(llm, llm_model, api_key), max_tokens, mode) as (rag, status):
-        conv = rag.chat()
+        conv = rag.chat(replay=replay)
         status.clear()
         while True:
             try:

@@ -14,7 +14,6 @@ Capabilities
     ``thread_safe``                False   True              True
     ``default_repetition_penalty`` 1.0     1.1               1.0
     ``shadows_prefix_cache``       False   False             True
-    ``replays_turns``              False   True              False
     ============================== ======= ================= ==================
 
     :meth:`Generator.load` loads what the generator needs before the first request (the local
@@ -84,10 +83,6 @@ class Generator(ABC):
     #: The generator sits behind a prefix cache it cannot show (a remote server's), so the pipeline
     #: should plan against a shadow of what it sent (`slimrag.rag.shadow`).
     shadows_prefix_cache: bool = False
-    #: A chat should replay its earlier turns whole (questions and answers, `slimrag.prompt.Exchange`)
-    #: because :meth:`keep` caches each turn before the next, so a follow-up prefills only what is
-    #: new. Otherwise a chat shows earlier questions only (`slimrag.rag.chat`).
-    replays_turns: bool = False
 
     def load(self) -> LoadReport | None:
         """Load what generation needs now (idempotent), so the first request does not wait;

@@ -91,7 +91,6 @@ class LocalGenerator(Generator):
 
     thread_safe = True
     default_repetition_penalty = LOCAL_REPETITION_PENALTY
-    replays_turns = True
 
     def __init__(
         self,

@@ -9,10 +9,19 @@ Each turn (see `RAG.turn`):
   repeated when retrieved again; the ranking stated after the passages names them, so the model
   is pointed back at them. The system segment and the earlier passages are then a byte-identical
   prefix of the next turn, whose KV the engine (or a remote server's prefix cache) reuses.
-- Context for the model, two ways (``replay``; by default the generator's ``replays_turns``:
-  the embedded engine, whose KV tree keeps turns, replays; a remote generator does not):
+- Context for the model, two ways (``replay``, off by default; the speed-up needs a generator
+  whose `Generator.keep` caches turns: the embedded engine; a remote one gets the turns as
+  messages):
 
-  - ``replay=True`` (issue 9, multi-turn): every earlier turn is replayed whole, as
+  - ``replay=False``, the default: the earlier *questions* only, after the passages; never the
+    earlier answers. A small model shown its previous answer repeats it word for word: measured
+    on SmolLM2-135M, 6 of 16 follow-ups copied the previous answer with replay against 1 of 8
+    without (docs/bench_generation.md, "Multi-turn chat"). The facts that answer came from are
+    still in the prompt as passages, and the questions resolve "it" and "that". The earlier
+    passages stay a cached prefix, which already gives most of replay's speed (turns 2 and 3:
+    3.4x and 4.1x lower TTFT than no reuse, against 3.6x and 4.9x with replay, same run).
+  - ``replay=True`` (issue 9, multi-turn; for a model that answers follow-ups rather than
+    copying): every earlier turn is replayed whole, as
     ChatML user and assistant turns (`slimrag.prompt.Exchange`): its passages, its question
     segment exactly as it was rendered, and the answer. Turn n+1's prompt then *starts with
     exactly* turn n's prompt and answer, and after each answer the chat asks the generator to
@@ -23,10 +32,6 @@ Each turn (see `RAG.turn`):
     forward, which differs from a segment forward by float rounding (exact mode promises tokens
     bitwise equal to no reuse), and the answer's text, re-tokenized, need not be the ids the
     model sampled. The cost is one forward of the answer's length, off both turns' first token.
-  - ``replay=False``: the earlier *questions* only, after the passages; never the earlier
-    answers. A small model shown its previous answer may repeat it word for word; the facts
-    that answer came from are still in the prompt as passages, and the questions resolve "it"
-    and "that". The earlier passages stay a cached prefix; the question and answer do not.
 
   (`Chat.history` keeps the answers for the caller either way.)
 - Sources of a turn: that turn's retrieved passages by relevance.
@@ -53,13 +58,13 @@ class Chat:
     """A multi-turn conversation (see the module header). history: (role, text) of every turn so
     far, answers included, for the caller; turn_passages: the passages each turn added;
     turn_exchanges: each turn as the next prompts replay it (None for an abstained turn, or
-    without replay); replay: whether to replay turns, None for the generator's ``replays_turns``."""
+    without replay); replay: whether to replay earlier turns whole (module header)."""
 
     rag: RAG
     history: list[tuple[str, str]] = field(default_factory=list)
     max_turns: int = 4
     turn_passages: list[list[Passage]] = field(default_factory=list)
-    replay: bool | None = None
+    replay: bool = False
     turn_exchanges: list[Exchange | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -79,8 +84,8 @@ class Chat:
 
     @property
     def replaying(self) -> bool:
-        """Whether earlier turns are replayed whole (``replay``, else the generator's choice)."""
-        return self.rag.llm.replays_turns if self.replay is None else self.replay
+        """Whether earlier turns are replayed whole (``replay``)."""
+        return self.replay
 
     @property
     def exchanges(self) -> tuple[Exchange, ...]:

@@ -242,8 +242,9 @@ class RAG:
         OpenAI-compatible server's messages), shown to the model and used for retrieval."""
         yield from self.answer(self.turn(question, k, source=source, history=history), config)
 
-    def chat(self) -> Chat:
-        """Start a multi-turn conversation."""
+    def chat(self, *, replay: bool = False) -> Chat:
+        """Start a multi-turn conversation; ``replay`` shows the model its earlier answers (see
+        `slimrag.rag.chat`: faster follow-ups, but a small model copies them)."""
         from slimrag.rag.chat import Chat
 
-        return Chat(self)
+        return Chat(self, replay=replay)

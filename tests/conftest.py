@@ -8,11 +8,14 @@ import random
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
+from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
 from slimrag.embed.local import LocalEmbedder  # noqa: E402
+from slimrag.errors import ModelNotFoundError  # noqa: E402
+from slimrag.llm import weights  # noqa: E402
 from slimrag.prompt import Passage  # noqa: E402
 
 DOCS = {
@@ -119,3 +122,23 @@ def docs_dir(tmp_path: Path) -> Path:
     (root / "papers").mkdir()
     (root / "papers" / "telescope.pdf").write_bytes(make_pdf("The telescope was pointed at the Andromeda galaxy."))
     return root
+
+
+@pytest.fixture(scope="module")
+def smollm() -> Iterator[weights.LoadedModel]:
+    """The embedded SmolLM2, loaded once per test module and run on one torch thread there: with two
+    threads on two cores that other processes also use, torch's threads spin against each other
+    (an exactness test took 443 s instead of 27 s). Exactness does not depend on it (warm and cold
+    runs share the setting). Skips when the model package is not installed."""
+    import torch
+
+    try:
+        weights.default_gguf_path()
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield weights.load_model(device="cpu")
+    finally:
+        torch.set_num_threads(threads)

@@ -17,7 +17,6 @@ import pytest
 from conftest import word_passages
 
 from slimrag.config import GenerationConfig
-from slimrag.errors import ModelNotFoundError
 from slimrag.llm import weights
 from slimrag.llm.kv.blend import REUSE_STRATEGIES, BlendReuse, Rotary
 from slimrag.llm.kv.config import REUSE_MODES, CacheConfig
@@ -29,23 +28,6 @@ from slimrag.prompt import Prompt
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
-
-
-@pytest.fixture(scope="module")
-def smollm() -> Iterator[weights.LoadedModel]:
-    """SmolLM2 on one torch thread (two threads on two shared cores spin; see test_warm)."""
-    import torch
-
-    try:
-        weights.default_gguf_path()
-    except ModelNotFoundError as exc:
-        pytest.skip(str(exc))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield weights.load_model(device="cpu")
-    finally:
-        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

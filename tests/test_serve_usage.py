@@ -21,7 +21,6 @@ from conftest import DOCS, write_tree
 
 from slimrag.config import GenerationConfig
 from slimrag.embed.local import LocalEmbedder
-from slimrag.errors import ModelNotFoundError
 from slimrag.index.core import Index
 from slimrag.llm import weights
 from slimrag.llm.base import Delta, Generator
@@ -66,22 +65,6 @@ def test_loop_is_stop_on_the_wire_and_loop_in_the_slimrag_field(index: Index) ->
                   if line.startswith("data:") and line.strip() != "data: [DONE]"]
         assert [e["choices"][0]["finish_reason"] for e in events if e["choices"]][-1] == "stop"
         assert events[-1]["slimrag"]["finish_reason"] == "loop"
-
-
-@pytest.fixture(scope="module")
-def smollm() -> Iterator[weights.LoadedModel]:
-    import torch
-
-    try:
-        weights.default_gguf_path()
-    except ModelNotFoundError as exc:
-        pytest.skip(str(exc))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # two threads on two shared cores spin (see test_warm)
-    try:
-        yield weights.load_model(device="cpu")
-    finally:
-        torch.set_num_threads(threads)
 
 
 def test_blend_usage_reports_cached_recomputed_and_reuse(index: Index, smollm: weights.LoadedModel) -> None:

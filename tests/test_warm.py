@@ -16,7 +16,6 @@ import pytest
 from conftest import WORDS, word_passages
 
 from slimrag.config import GenerationConfig
-from slimrag.errors import ModelNotFoundError
 from slimrag.llm import weights
 from slimrag.llm.base import Delta
 from slimrag.llm.kv.config import CacheConfig
@@ -30,37 +29,18 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 NEW_TOKENS = 8
 
 
-@pytest.fixture(scope="module")
-def model() -> Iterator[weights.LoadedModel]:
-    """The model, run on one torch thread for this module: with two threads on two cores that other
-    processes also use, torch's threads spin against each other and the exactness test took 443 s
-    instead of 27 s. Exactness does not depend on it (warm and cold runs share the setting)."""
-    import torch
-
-    try:
-        weights.default_gguf_path()
-    except ModelNotFoundError as exc:
-        pytest.skip(str(exc))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield weights.load_model(device="cpu")
-    finally:
-        torch.set_num_threads(threads)
-
-
 @pytest.fixture()
-def cold(model: weights.LoadedModel) -> LocalGenerator:
-    return LocalGenerator(loaded=model, cache=None)
+def cold(smollm: weights.LoadedModel) -> LocalGenerator:
+    return LocalGenerator(loaded=smollm, cache=None)
 
 
 
 
-def test_cached_tokens_equal_uncached_over_random_passage_sets(model: weights.LoadedModel,
+def test_cached_tokens_equal_uncached_over_random_passage_sets(smollm: weights.LoadedModel,
                                                                 cold: LocalGenerator) -> None:
     rng = random.Random(1234)
     passages = word_passages(rng)
-    warm = LocalGenerator(loaded=model)
+    warm = LocalGenerator(loaded=smollm)
     served = 0
     for case in range(12):
         chosen = tuple(rng.sample(passages, rng.randint(1, 4)))
@@ -81,13 +61,13 @@ def test_cached_tokens_equal_uncached_over_random_passage_sets(model: weights.Lo
     warm.reuse.tree.check()  # type: ignore[attr-defined]
 
 
-def test_exact_through_eviction_and_the_disk_tier(model: weights.LoadedModel, cold: LocalGenerator,
+def test_exact_through_eviction_and_the_disk_tier(smollm: weights.LoadedModel, cold: LocalGenerator,
                                                    tmp_path: Path) -> None:
     """A host budget of a few segments: nodes are demoted to disk and promoted back, output unchanged."""
     rng = random.Random(7)
     passages = word_passages(rng, 6)
     budget = 46_080 * 130  # SmolLM2-135M KV in float32: the system segment (~45 tokens) + ~4 passages
-    warm = LocalGenerator(loaded=model, cache=CacheConfig(host_bytes=budget, disk_bytes=50 * budget,
+    warm = LocalGenerator(loaded=smollm, cache=CacheConfig(host_bytes=budget, disk_bytes=50 * budget,
                                                           disk_dir=str(tmp_path)))
     prompts = [Prompt("Which colour is named?", tuple(rng.sample(passages, 2))) for _ in range(6)]
     for prompt in prompts + prompts:
@@ -103,10 +83,10 @@ def test_exact_through_eviction_and_the_disk_tier(model: weights.LoadedModel, co
     assert not any(tmp_path.rglob("*.pt")), "close() must delete the disk tier's files"
 
 
-def test_stream_reports_cached_tokens_and_the_planner_puts_them_first(model: weights.LoadedModel) -> None:
+def test_stream_reports_cached_tokens_and_the_planner_puts_them_first(smollm: weights.LoadedModel) -> None:
     rng = random.Random(3)
     a, b, c, d = word_passages(rng, 4)
-    warm = LocalGenerator(loaded=model)
+    warm = LocalGenerator(loaded=smollm)
     cfg = GenerationConfig(max_new_tokens=2)
     first, plan = plan_prompt("Which tree?", [a, b, c], warm.planning_cache())
     assert [p.key for p in first.passages] == ["p0", "p1", "p2"] and plan.cached == 0
@@ -120,7 +100,7 @@ def test_stream_reports_cached_tokens_and_the_planner_puts_them_first(model: wei
     assert usage.cached_tokens == sum(len(s) for s in warm.encode_segments(second)[:3])
 
 
-def test_rag_reuses_passages_across_questions(model: weights.LoadedModel, docs_dir: Path, tmp_path: Path,
+def test_rag_reuses_passages_across_questions(smollm: weights.LoadedModel, docs_dir: Path, tmp_path: Path,
                                               embedder) -> None:  # noqa: ANN001
     """A second question over the first one's passages, retrieved in another order: the planner
     restores the cached order, the system segment and every passage come from the tree, and the
@@ -129,7 +109,7 @@ def test_rag_reuses_passages_across_questions(model: weights.LoadedModel, docs_d
     from slimrag.rag.pipeline import RAG
 
     idx = Index.build(docs_dir, tmp_path / "warm.slimrag", embedder=embedder)
-    gen, cfg = LocalGenerator(loaded=model), GenerationConfig(max_new_tokens=3)
+    gen, cfg = LocalGenerator(loaded=smollm), GenerationConfig(max_new_tokens=3)
     rag = RAG(idx, llm=gen, generation=cfg)
     first = rag.ask("What is the name of the office cat?", k=3)
     assert first.usage.cached_tokens == 0 and len(first.sources) == 3
@@ -140,7 +120,7 @@ def test_rag_reuses_passages_across_questions(model: weights.LoadedModel, docs_d
     assert [h.chunk_id for h in second.sources] == [h.chunk_id for h in first.sources]
     segments = gen.encode_segments(prompt)
     assert second.usage.cached_tokens == sum(len(s) for s in segments[:-1]) > len(segments[0])
-    cold = LocalGenerator(loaded=model, cache=None).generate(prompt, cfg)
+    cold = LocalGenerator(loaded=smollm, cache=None).generate(prompt, cfg)
     assert cold.usage.cached_tokens == 0
     assert (second.text, second.usage.completion_tokens) == (cold.text.strip(), cold.usage.completion_tokens)
 
@@ -158,7 +138,7 @@ class _Recording(LocalGenerator):
 
 
 def test_chat_turn_two_is_served_from_turn_one_and_its_answer_exactly(
-        model: weights.LoadedModel, cold: LocalGenerator, docs_dir: Path, tmp_path: Path,
+        smollm: weights.LoadedModel, cold: LocalGenerator, docs_dir: Path, tmp_path: Path,
         embedder) -> None:  # noqa: ANN001
     """Turn two prefills only its new passages and question: turn one's whole prompt and answer
     come from the tree (kept after turn one), and its tokens equal a run without any cache."""
@@ -166,7 +146,7 @@ def test_chat_turn_two_is_served_from_turn_one_and_its_answer_exactly(
     from slimrag.rag.pipeline import RAG
 
     idx = Index.build(docs_dir, tmp_path / "chat.slimrag", embedder=embedder)
-    gen = _Recording(loaded=model)
+    gen = _Recording(loaded=smollm)
     cfg = GenerationConfig(max_new_tokens=NEW_TOKENS)
     conv = RAG(idx, llm=gen, generation=cfg).chat(replay=True)
     first = conv.ask("Where does Whiskers sleep?", k=2)

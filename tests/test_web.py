@@ -406,3 +406,15 @@ def test_the_page_and_its_routes_work_behind_the_router(base: str, client: httpx
         assert via.get(f"/v1/passages/{chunk}?around=1").json() == client.get(f"/v1/passages/{chunk}?around=1").json()
         assert via.get("/v1/passages/999999999").status_code == 404
         assert httpx.get(f"{front}/v1/status", timeout=10).status_code == 401  # the replica's key still holds
+
+
+def test_page_routes_have_their_own_metrics_series(client: httpx.Client, index: Index) -> None:
+    """The page and its routes are counted by route, a passage by its template (one series for
+    every id), so /metrics tells the page's traffic from scans ("other")."""
+    chunk = index.search(CAT_Q, k=1, mode="keyword")[0].chunk_id
+    for path in ("/", "/static/app.js", "/v1/status", f"/v1/passages/{chunk}", "/v1/passages/999999999"):
+        client.get(path)
+    text = client.get("/metrics").text
+    for endpoint, status in (("/", "200"), ("/static/app.js", "200"), ("/v1/status", "200"),
+                             ("/v1/passages/{chunk_id}", "200"), ("/v1/passages/{chunk_id}", "404")):
+        assert f'slimrag_requests_total{{endpoint="{endpoint}",status="{status}"}}' in text, endpoint

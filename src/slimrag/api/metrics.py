@@ -13,7 +13,10 @@ import threading
 from slimrag.types import Usage
 
 #: The routes, and so the values of the ``endpoint`` label (anything else counts as ``other``).
-ENDPOINTS = ("/v1/chat/completions", "/v1/embeddings", "/v1/search", "/v1/models", "/healthz", "/metrics")
+ENDPOINTS = ("/v1/chat/completions", "/v1/embeddings", "/v1/search", "/v1/models", "/healthz", "/metrics",
+             "/v1/status", "/", "/static/app.js", "/static/style.css")
+#: Routes with a path parameter, labelled by their template (one series, whatever the id).
+TEMPLATES = (("/v1/passages/", "/v1/passages/{chunk_id}"),)
 
 
 class Metrics:
@@ -59,4 +62,6 @@ class Metrics:
 def endpoint_of(path: str) -> str:
     """The metrics label of a request path: the route, or ``other`` (so scans cannot add series)."""
     path = path.rstrip("/") or "/"
-    return path if path in ENDPOINTS else "other"
+    if path in ENDPOINTS:
+        return path
+    return next((label for prefix, label in TEMPLATES if path.startswith(prefix)), "other")

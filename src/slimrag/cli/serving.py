@@ -62,6 +62,8 @@ def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None
         rag = RAG(idx, make_generator(llm, cache=cache))
         warm_up(rag)  # here, so a missing model is one error line rather than a failed startup
         app = create_app(rag, api_key=api_key, workers=workers, search_workers=search_workers, warm=False)
+        where = f"http://{host}:{port}/" if port else "/ on the port uvicorn names below"
+        click.echo(f"slimrag: the web page is at {where}; the OpenAI-compatible API under /v1", err=True)
         uvicorn.run(app, host=host, port=port, log_level="info")
 
 

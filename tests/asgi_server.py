@@ -1,9 +1,11 @@
 """A real uvicorn server for an ASGI app, on 127.0.0.1 in a thread: what the HTTP tests serve
-slimrag's own apps (``slimrag serve``, ``slimrag route``) with; and the check of OpenAI's error
-shape that both apps must answer bad requests with."""
+slimrag's own apps (``slimrag serve``, ``slimrag route``) with; the check of OpenAI's error
+shape that both apps must answer bad requests with; and `Endless`, the generator that tests of a
+client leaving mid-answer serve."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import socket
 import subprocess
@@ -15,6 +17,11 @@ from typing import Any
 
 import httpx
 import uvicorn
+
+from slimrag.config import GenerationConfig
+from slimrag.llm.base import Delta, Generator
+from slimrag.prompt import Prompt
+from slimrag.types import Usage
 
 
 @contextmanager
@@ -57,3 +64,24 @@ def cli_server_url(proc: subprocess.Popen[str]) -> str:
         if m := re.search(r"running on (http://127\.0\.0\.1:\d+)", line):
             return m.group(1)
     raise AssertionError("no 'running on' line from uvicorn")
+
+
+class Endless(Generator):
+    """A generator that would run for 5 s: a distinct piece every 10 ms, 500 at most (distinct, so
+    the loop guard never stops it); records how many it made and when its stream was closed."""
+
+    thread_safe = True
+
+    def __init__(self) -> None:
+        self.closed = threading.Event()
+        self.pieces = 0
+
+    def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:
+        try:
+            for i in range(500):
+                time.sleep(0.01)
+                self.pieces += 1
+                yield Delta(hashlib.sha1(str(i).encode()).hexdigest()[:6] + " ")
+            yield Delta("", usage=Usage(), finish_reason="length")
+        finally:
+            self.closed.set()

@@ -9,7 +9,6 @@ server (tests/openai_server.py) and a stalling socket server; the slow suite kil
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -26,20 +25,16 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_server import running
+from asgi_server import Endless, running
 from conftest import DOCS, write_tree
 from openai_server import OpenAIServer
 
-from slimrag.config import GenerationConfig
 from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
-from slimrag.llm.base import Delta, Generator
-from slimrag.prompt import Prompt
 from slimrag.rag.pipeline import RAG
 from slimrag.route.app import create_router_app
 from slimrag.route.policy import RouterConfig
 from slimrag.serve.app import create_app
-from slimrag.types import Usage
 
 CHAT = "/v1/chat/completions"
 TIMEOUT = 30.0
@@ -176,28 +171,9 @@ def test_a_hung_replica_is_found_and_its_requests_go_elsewhere() -> None:
         assert healthy(client) == [False, True]
 
 
-class _Slow(Generator):
-    """A generator making a piece every 10 ms, 500 at most; records when its stream is closed."""
-
-    thread_safe = True
-
-    def __init__(self) -> None:
-        self.closed = threading.Event()
-        self.pieces = 0
-
-    def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:
-        try:
-            for i in range(500):
-                time.sleep(0.01)
-                self.pieces += 1
-                yield Delta(hashlib.sha1(str(i).encode()).hexdigest()[:6] + " ")
-            yield Delta("", usage=Usage(), finish_reason="length")
-        finally:
-            self.closed.set()
-
 
 def test_a_client_leaving_the_router_stops_the_replicas_generation(tmp_path: Path, embedder: LocalEmbedder) -> None:
-    gen = _Slow()
+    gen = Endless()
     docs = write_tree(tmp_path / "docs", DOCS)
     with Index.build(docs, tmp_path / "r.slimrag", embedder=embedder) as idx, \
             running(create_app(RAG(idx, gen))) as replica, router([replica], **FAST) as client:

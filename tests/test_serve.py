@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +18,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from asgi_server import assert_error, cli_server_url, running
+from asgi_server import Endless, assert_error, cli_server_url, running
 from conftest import DOCS, write_tree
 from openai_server import OpenAIServer
 
@@ -202,26 +201,9 @@ def test_answer_carries_the_finish_reason_of_the_last_piece(index: Index) -> Non
     assert (answer.text, answer.finish_reason, answer.usage.completion_tokens) == ("cut", "length", 1)
 
 
-class _Endless(Generator):
-    """A generator that would run for seconds; records when its stream is closed."""
-
-    def __init__(self) -> None:
-        self.closed = threading.Event()
-        self.pieces = 0
-
-    def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:
-        try:
-            for i in range(500):
-                time.sleep(0.01)
-                self.pieces += 1
-                yield Delta(f"{i} ")
-            yield Delta("", usage=Usage(), finish_reason="length")
-        finally:
-            self.closed.set()
-
 
 def test_client_leaving_a_stream_stops_generation(index: Index) -> None:
-    gen = _Endless()
+    gen = Endless()
     with running(create_app(RAG(index, gen))) as url, httpx.Client(base_url=url, timeout=TIMEOUT) as c:
         body = {"messages": [{"role": "user", "content": CAT_Q}], "stream": True}
         with c.stream("POST", "/v1/chat/completions", json=body) as r:

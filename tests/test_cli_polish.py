@@ -18,10 +18,10 @@ from openai_server import OpenAIServer
 from slimrag.cli import cli
 from slimrag.cli.feedback import StatusLine, until_first_piece
 from slimrag.cli.options import llm_spec
-from slimrag.cli.sources import escape_glob, match_sources, source_glob
 from slimrag.config import GenerationConfig
 from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
+from slimrag.index.sources import escape_glob, match_sources, source_glob
 from slimrag.llm.base import Delta, Generator
 from slimrag.prompt import Prompt
 from slimrag.rag.pipeline import RAG

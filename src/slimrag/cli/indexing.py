@@ -23,8 +23,9 @@ import click
 from slimrag.cli.base import IDX, RAY, cli, open_index, print_report
 from slimrag.cli.options import config_error, url_option_check
 from slimrag.cli.progress import show_progress
-from slimrag.cli.sources import example_names, match_sources
+from slimrag.cli.sources import example_names
 from slimrag.config import DTYPES, STORAGES, IndexConfig
+from slimrag.index.sources import match_sources
 
 #: IndexConfig field -> the build flag that sets it (for error messages).
 BUILD_FLAGS = {"storage": "--storage", "chunk_tokens": "--chunk-tokens", "chunk_overlap": "--chunk-overlap",

@@ -178,10 +178,11 @@ def config_error(exc: ValueError, flags: Mapping[str, str]) -> click.UsageError:
 
 def source_filter(idx: Any, value: str | None) -> str | None:
     """The ``source`` glob `Index.search` takes for a ``--source`` value (see
-    `slimrag.cli.sources`); a bad parameter naming ``--source`` when nothing stored matches."""
+    `slimrag.index.sources`); a bad parameter naming ``--source`` when nothing stored matches."""
     if value is None:
         return None
-    from slimrag.cli.sources import example_names, source_glob
+    from slimrag.cli.sources import example_names
+    from slimrag.index.sources import source_glob
 
     names = [d.source for d in idx.documents()]
     pattern = source_glob(value, names, idx.manifest.get("source_root"))

@@ -1,23 +1,9 @@
-"""Paths as a user types them, for the CLI: the matching itself lives in `slimrag.index.sources`
-(so `Index.remove` reads a path as ``slimrag remove`` does); this module re-exports it and adds
-what only messages need."""
+"""What the CLI's messages about stored names need beyond the matching itself (which lives in
+`slimrag.index.sources`, so `Index.remove` reads a path as ``slimrag remove`` does)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-from slimrag.index.sources import (
-    SourceMatch,
-    escape_glob,
-    is_glob,
-    match_one,
-    match_sources,
-    source_glob,
-    spellings,
-)
-
-__all__ = ["SourceMatch", "escape_glob", "example_names", "is_glob", "match_one", "match_sources",
-           "source_glob", "spellings"]
 
 
 def example_names(names: Sequence[str], n: int = 3) -> str:

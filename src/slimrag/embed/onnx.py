@@ -55,6 +55,7 @@ from slimrag.files import (
     sweep_stale_tmp,
     write_json_atomic,
 )
+from slimrag.hf import using_transformers
 
 log = logging.getLogger("slimrag.embed")
 
@@ -167,6 +168,11 @@ def ensure_exported(model_dir: Path, variant: str = "fp32", home: Path | None = 
 
 def export(model_dir: Path, dest: Path) -> None:
     """Trace ``model_dir`` with its pooling into ``dest/model.onnx``, checked, atomically (see header)."""
+    with using_transformers():
+        _export(model_dir, dest)
+
+
+def _export(model_dir: Path, dest: Path) -> None:
     import torch
     from transformers import AutoModel
 

@@ -46,6 +46,7 @@ import torch
 
 from slimrag.config import GenerationConfig
 from slimrag.errors import RequestError
+from slimrag.hf import using_transformers
 from slimrag.llm.base import Delta, Generator
 from slimrag.llm.decoding import Chooser, chooser, eos_ids, find_stop, greedy, safe_len
 from slimrag.llm.kv.config import CacheConfig
@@ -346,7 +347,8 @@ class LocalGenerator(Generator):
 
     def new_cache(self, past: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> DynamicCache:
         """A ``DynamicCache`` seeded with per-layer (K, V), or empty."""
-        from transformers import DynamicCache
+        with using_transformers():  # a first lazy look-up may meet an embedder loading on another thread
+            from transformers import DynamicCache
 
         return DynamicCache(past, config=self.load().model.config)
 

@@ -53,6 +53,7 @@ from slimrag.files import (
     sweep_stale_tmp,
     write_json_atomic,
 )
+from slimrag.hf import using_transformers
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -186,6 +187,11 @@ def load_model(
 
 def convert_gguf(gguf_path: Path, dest: Path) -> None:
     """Dequantize ``gguf_path`` and write it to ``dest`` in transformers format, atomically."""
+    with using_transformers():
+        _convert_gguf(gguf_path, dest)
+
+
+def _convert_gguf(gguf_path: Path, dest: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -223,16 +229,17 @@ def convert_gguf(gguf_path: Path, dest: Path) -> None:
 def _load_folder(
     folder: Path, device: str, dtype: torch.dtype
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    with using_transformers():
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(folder))
-        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, device_map=device)
-    except OSError as exc:
-        raise ModelNotFoundError(
-            f"Could not load a model from {folder} ({exc}). If it is a slimrag cache folder, delete it "
-            "and load again to reconvert."
-        ) from exc
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(folder))
+            model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, device_map=device)
+        except OSError as exc:
+            raise ModelNotFoundError(
+                f"Could not load a model from {folder} ({exc}). If it is a slimrag cache folder, delete it "
+                "and load again to reconvert."
+            ) from exc
     model.eval()
     return model, tokenizer
 

@@ -15,6 +15,7 @@ the README.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -297,7 +298,9 @@ def test_readable_on_a_phone(browser: Browser, base: str) -> None:
 
 # -- the page's routes over HTTP (no browser needed) --------------------------------------------
 def test_page_files_need_no_key_and_the_api_still_does(base: str) -> None:
-    for path, kind in (("/", "text/html"), ("/static/app.js", "text/javascript"), ("/static/style.css", "text/css")):
+    for path, kind in (("/", "text/html"), ("/static/app.js", "text/javascript"), ("/static/style.css", "text/css"),
+                       ("/static/markdown.js", "text/javascript"), ("/static/favicon.svg", "image/svg+xml"),
+                       ("/favicon.ico", "image/svg+xml")):
         r = httpx.get(base + path, timeout=10)
         assert r.status_code == 200 and r.headers["content-type"].startswith(kind)
         assert "script-src 'self'" in r.headers["content-security-policy"]
@@ -333,6 +336,140 @@ def test_status_and_passage_routes(client: httpx.Client, index: Index) -> None:
     published = client.get("/openapi.json").json()["paths"]
     assert "/v1/status" in published
     assert "404" in published["/v1/passages/{chunk_id}"]["get"]["responses"]
+
+
+# -- Markdown answers and hostile text ------------------------------------------------------------
+#: A JavaScript function that writes a node tree as nested lists: ["tag", {attrs}, ...children] or "text".
+TREE = """(root) => { const walk = (n) => n.nodeType === Node.TEXT_NODE ? n.data
+  : [n.tagName.toLowerCase(), Object.fromEntries([...n.attributes].map((a) => [a.name, a.value])),
+     ...[...n.childNodes].map(walk)];
+  return [...root.childNodes].map(walk); }"""
+
+#: Markdown → the tree the page must build (raw HTML always as text; only http(s) links are links).
+MARKDOWN_CASES = [
+    ("Plain text.", [["p", {}, "Plain text."]]),
+    ("one\ntwo\n\nthree", [["p", {}, "one", ["br", {}], "two"], ["p", {}, "three"]]),
+    ("Use `make demo` **now**, *please* ~~later~~.",
+     [["p", {}, "Use ", ["code", {}, "make demo"], " ", ["strong", {}, "now"], ", ", ["em", {}, "please"], " ",
+       ["del", {}, "later"], "."]]),
+    ("```python\nprint('<b>x</b>')\n  indented\n```\nafter",
+     [["pre", {}, ["code", {"data-lang": "python"}, "print('<b>x</b>')\n  indented"]], ["p", {}, "after"]]),
+    ("```\nstill streaming", [["pre", {}, ["code", {}, "still streaming"]]]),  # an open fence, mid-stream
+    ("- a\n- b\n  - b1\n- c", [["ul", {}, ["li", {}, "a"], ["li", {}, "b", ["ul", {}, ["li", {}, "b1"]]],
+                                  ["li", {}, "c"]]]),
+    ("3. three\n4. four", [["ol", {"start": "3"}, ["li", {}, "three"], ["li", {}, "four"]]]),
+    ("# Title\n> quoted *text*\n\n---", [["h3", {}, "Title"], ["blockquote", {}, ["p", {}, "quoted ", ["em", {}, "text"]]],
+                                           ["hr", {}]]),
+    ("See [the docs](https://example.org/a?b=1) or <https://example.org>.",
+     [["p", {}, "See ", ["a", {"href": "https://example.org/a?b=1", "rel": "noopener noreferrer nofollow",
+                               "target": "_blank"}, "the docs"],
+       " or ", ["a", {"href": "https://example.org/", "rel": "noopener noreferrer nofollow", "target": "_blank"},
+                "https://example.org/"], "."]]),
+    ("[click](javascript:alert(1)) [data](data:text/html,x) [rel](/v1/status)",
+     [["p", {}, "click", " ", "data", " ", "rel"]]),
+    ("<img src=x onerror=alert(1)> <script>alert(2)</script>",
+     [["p", {}, "<img src=x onerror=alert(1)> <script>alert(2)</script>"]]),
+    ("snake_case_name and 2 * 3 * 4 and \\*not em\\*", [["p", {}, "snake_case_name and 2 * 3 * 4 and *not em*"]]),
+]
+
+
+def test_markdown_renderer_builds_nodes_not_html(page: Page, base: str) -> None:
+    """markdown.js, as the served page loads it, on each case: the exact node tree."""
+    page.goto(base)
+    enter_key(page, KEY)
+    for text, want in MARKDOWN_CASES:
+        got = page.evaluate(f"(text) => ({TREE})(renderMarkdown(text))", text)
+        assert got == want, text
+
+
+#: Text that would run script if any of it were parsed as HTML or followed as a URL.
+PAYLOADS = ('<script>window.__pwned = "script"</script>', '<img src=x onerror="window.__pwned=\'img\'">',
+            '<svg onload="window.__pwned=\'svg\'"></svg>', '<iframe srcdoc="<script>parent.__pwned=1</script>">')
+HOSTILE_DOC = "# Hostile notes\n\nThe parrot passage holds markup: " + " ".join(PAYLOADS) + "\n"
+#: A text indented as a page's source often is: shown without the indentation its lines share.
+INDENTED_DOC = ("The albatross log, kept by the lighthouse keeper:\n        the albatross landed at noon.\n"
+                "            it stayed on the gallery rail.\n        the albatross left at dusk.\n")
+
+
+@pytest.fixture(scope="module")
+def hostile_base(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder,
+                 echo: OpenAIServer) -> Iterator[tuple[str, Index]]:
+    docs = write_tree(tmp_path_factory.mktemp("hostile"), {"notes/parrot.md": HOSTILE_DOC, "notes/albatross.txt": INDENTED_DOC,
+                                                                 **DOCS})
+    with Index.build(docs, tmp_path_factory.mktemp("idx") / "hostile.slimrag", embedder=embedder) as idx, \
+            running(create_app(RAG(idx, echo.base_url))) as url:
+        yield url, idx
+
+
+def assert_nothing_ran(page: Page, violations: list[str], dialogs: list[str]) -> None:
+    assert page.evaluate("window.__pwned") is None and page.evaluate("parent.__pwned") is None
+    hostile = ('main img, main script, main svg, main iframe, main [onerror], main [onload], '
+               'main a[href^="javascript"], main a[href^="data"]')
+    found = page.evaluate("(sel) => [...document.querySelectorAll(sel)].map((n) => n.outerHTML)", hostile)
+    assert found == [] and violations == [] and dialogs == []
+
+
+def test_hostile_text_in_questions_answers_and_passages_never_runs(browser: Browser, hostile_base: tuple[str, Index]) -> None:
+    base, index = hostile_base
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    statuses: list[tuple[str, int]] = []
+    page.on("response", lambda r: statuses.append((r.url, r.status)))
+    page.goto(base)
+    page.evaluate("""() => { window.__violations = [];
+        document.addEventListener('securitypolicyviolation', (e) => window.__violations.push(e.violatedDirective)); }""")
+    try:
+        # a question full of payloads: the echo model repeats it in the answer; the passage holds them too
+        question = "parrot " + " ".join(PAYLOADS)
+        ask(page, question)
+        turn = page.locator(".turn").nth(0)
+        expect(turn.locator(".answer")).to_have_attribute("aria-busy", "false")
+        expect(turn.locator(".question")).to_contain_text(PAYLOADS[0])
+        expect(turn.locator(".answer")).to_contain_text("<script>window.__pwned")
+        # an answer in Markdown whose text is hostile: fenced, inline, as a link, as raw HTML
+        hostile_answer = ("**Bold** answer with [a link](javascript:window.__pwned=3) and " + PAYLOADS[1] + "\n\n"
+                          "```html\n" + PAYLOADS[0] + "\n```\n\n- item `" + PAYLOADS[2] + "`\n- " + PAYLOADS[3] + "\n")
+        events = [{"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+                  for piece in (hostile_answer[:40], hostile_answer[40:])]
+        events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                       "slimrag": {"sources": [], "ttft_s": 0.1, "total_s": 0.2}})
+        body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+        page.route("**/v1/chat/completions", lambda route: route.fulfill(
+            status=200, headers={"content-type": "text/event-stream"}, body=body))
+        ask(page, "Show me the markdown")
+        answer = page.locator(".turn").nth(1).locator(".answer")
+        expect(answer).to_have_attribute("aria-busy", "false")
+        expect(answer.locator("strong")).to_have_text("Bold")
+        expect(answer.locator("pre code")).to_have_text(PAYLOADS[0])
+        expect(answer.locator("li")).to_have_count(2)
+        expect(answer.locator("a")).to_have_count(0)  # a javascript: link is text, not a link
+        expect(answer).to_contain_text("a link")
+
+        # the passage and the search snippet show the markup as text
+        page.get_by_label("Search the index").fill("parrot passage markup")
+        page.get_by_label("Mode").select_option("keyword")
+        page.get_by_role("button", name="Search", exact=True).click()
+        hit = page.locator("#search-results li", has_text="notes/parrot.md").first
+        expect(hit.locator(".snippet")).to_contain_text("<script>")
+        hit.locator("button.cite").click()
+        expect(page.locator("#passage-text")).to_contain_text(PAYLOADS[1])
+        # shown without the source's indentation: the lines' common indent is gone, the relative one kept
+        page.get_by_label("Search the index").fill("albatross gallery rail")
+        page.get_by_role("button", name="Search", exact=True).click()
+        page.locator("#search-results li", has_text="notes/albatross.txt").first.locator("button.cite").click()
+        expect(page.locator("#passage-source")).to_have_text("notes/albatross.txt")
+        assert page.locator("#passage-text").text_content().strip() == (
+            "The albatross log, kept by the lighthouse keeper:\nthe albatross landed at noon.\n"
+            "    it stayed on the gallery rail.\nthe albatross left at dusk.")
+        page.wait_for_timeout(300)  # any img/onerror would have fired by now
+        assert_nothing_ran(page, page.evaluate("window.__violations"), dialogs)
+        missing = [(url, status) for url, status in statuses if status >= 400]
+        assert missing == []  # the favicon included
+    finally:
+        context.close()
 
 
 # -- screenshots with the real local model (SLIMRAG_SCREENSHOTS=1) -------------------------------

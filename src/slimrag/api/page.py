@@ -1,7 +1,10 @@
-"""The web page (``GET /``): three static files, served without the API key by both HTTP programs.
+"""The web page (``GET /``): its static files, served without the API key by both HTTP programs.
 
-The files (``static/index.html``, ``app.js``, ``style.css``) ship in the package: no build step,
-no CDN, no framework, so the page works offline and is read as written. It talks only to its own
+The files (``static/index.html``, ``app.js``, ``markdown.js``, ``style.css``, ``favicon.svg``)
+ship in the package: no build step, no CDN, no framework, so the page works offline and is read as
+written. ``markdown.js`` is slimrag's own small Markdown renderer for answers: it builds DOM nodes
+and sets text with text nodes only, so raw HTML in an answer shows as text (see its header). The
+icon is served at ``/favicon.ico`` too, where browsers look for it unasked. It talks only to its own
 origin: ``POST /v1/chat/completions`` (streamed), ``POST /v1/search``, ``GET /v1/status`` and
 ``GET /v1/passages/{chunk_id}``. ``slimrag serve`` answers those itself (`slimrag.serve.web`);
 ``slimrag route`` forwards them to a replica, so the page works the same behind the router.
@@ -31,7 +34,10 @@ STATIC = Path(__file__).with_name("static")
 PAGE_FILES = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/static/markdown.js": ("markdown.js", "text/javascript; charset=utf-8"),
     "/static/style.css": ("style.css", "text/css; charset=utf-8"),
+    "/static/favicon.svg": ("favicon.svg", "image/svg+xml"),
+    "/favicon.ico": ("favicon.svg", "image/svg+xml"),
 }
 
 #: Headers of every page file: this origin only, nothing inline, never framed, no referrer.

@@ -2,7 +2,8 @@
 // code. It talks only to this server: POST /v1/chat/completions (streamed server-sent events; the
 // last event's `slimrag` field lists the sources), POST /v1/search, GET /v1/status and
 // GET /v1/passages/{chunk_id}. Text from the server is always set with textContent, never parsed
-// as HTML. With an API key on the server, the first 401 opens a dialog; the key is kept in this
+// as HTML: answers go through markdown.js (loaded first), which builds DOM nodes from Markdown and
+// shows raw HTML as text; passages and snippets are plain text. With an API key on the server, the first 401 opens a dialog; the key is kept in this
 // tab's sessionStorage and sent as a bearer token.
 "use strict";
 
@@ -176,18 +177,13 @@ function newTurn(question) {
   return turn;
 }
 
-/** Replace "[label]" citations in the answer by buttons that open the passage. */
-function linkCitations(node, text, sources) {
+/** The answer as Markdown, its "[label]" citations turned into buttons that open the passage. */
+function renderAnswer(node, text, sources) {
   const byLabel = new Map(sources.map((s) => [s.label, s]));
-  node.textContent = "";
-  let last = 0;
-  for (const m of text.matchAll(/\[([^\[\]\n]+)\]/g)) {
-    const hit = byLabel.get(m[1]);
-    if (!hit) continue;
-    node.append(text.slice(last, m.index), citeButton(hit, m[0]));
-    last = m.index + m[0].length;
-  }
-  node.append(text.slice(last));
+  node.replaceChildren(renderMarkdown(text, (label) => {
+    const hit = byLabel.get(label);
+    return hit ? citeButton(hit, `[${label}]`) : null;
+  }));
 }
 
 function usageLine(usage, ext, pageTtft) {
@@ -224,7 +220,7 @@ async function ask(question) {
       if (piece) {
         if (firstAt === null) firstAt = performance.now();
         text += piece;
-        turn.answer.textContent = text;
+        renderAnswer(turn.answer, text, []);
       }
       if (choice && choice.finish_reason) finish = choice.finish_reason;
       if (event.usage) usage = event.usage;
@@ -237,7 +233,7 @@ async function ask(question) {
     return;
   }
   const sources = ext ? ext.sources : [];
-  linkCitations(turn.answer, text, sources);
+  renderAnswer(turn.answer, text, sources);
   const notice = NOTICES[finish];
   if (notice) turn.answer.append(el("span", { class: "notice" }, ` [${notice}]`));
   turn.answer.setAttribute("aria-busy", "false");
@@ -248,6 +244,23 @@ async function ask(question) {
 }
 
 // -- passages ---------------------------------------------------------------------------------
+/** Sources whose text keeps the markup's indentation (HTML pages indexed before slimrag
+ * extracted their main content): each line is shown without its leading blanks. */
+const MARKUP = /\.(x?html?|xml|epub)(\.gz)?$/i;
+
+/** A passage as the reader should see it: its lines after the first without the indentation
+ * they share (all of a markup source's indentation), and runs of blank lines folded. Code keeps
+ * its relative indentation. The first line is left alone: a neighbour's text may start mid-line.
+ * Display only: the cited text itself is unchanged. */
+function tidy(text, source = "") {
+  const [first, ...rest] = text.split("\n");
+  let lines = rest;
+  if (MARKUP.test(source)) lines = lines.map((l) => l.trimStart());
+  const leads = lines.filter((l) => l.trim()).map((l) => l.length - l.trimStart().length);
+  const common = leads.length ? Math.min(...leads) : 0;
+  return [first, ...lines.map((l) => l.slice(common))].join("\n").replace(/\n[ \t]*\n(?:[ \t]*\n)+/g, "\n\n");
+}
+
 /** Characters at the end of `a` that start `b`: neighbouring chunks of a long section overlap
  * (the chunker repeats a few tokens so a sentence cut at a boundary is found from either side). */
 function overlap(a, b) {
@@ -298,7 +311,7 @@ async function showPassage(chunkId) {
     return text;
   });
   $("passage-body").replaceChildren(...order.map((c, i) => chunkBlock(
-    c, i < p.before.length ? "before" : i === p.before.length ? "cited" : "after", shown[i])));
+    c, i < p.before.length ? "before" : i === p.before.length ? "cited" : "after", tidy(shown[i], p.source))));
   section.hidden = false;
   // the text nearest the cited passage in view: the end of what comes before it
   for (const before of section.querySelectorAll(".chunk.before .chunk-text")) before.scrollTop = before.scrollHeight;
@@ -307,6 +320,12 @@ async function showPassage(chunkId) {
 }
 
 // -- search -----------------------------------------------------------------------------------
+/** A hit's text in at most 240 characters, blank runs folded (a snippet, not the passage). */
+function snippet(text) {
+  const flat = text.replace(/[ \t]+/g, " ").replace(/\n\s*\n+/g, "\n");
+  return flat.length > 240 ? `${flat.slice(0, 240)}…` : flat;
+}
+
 async function search(query, mode) {
   showError("search-error", "");
   $("search-summary").textContent = "Searching…";
@@ -315,7 +334,7 @@ async function search(query, mode) {
     $("search-results").replaceChildren(...hits.map((h) => {
       const item = sourceItem(h);
       item.append(el("span", { class: "score" }, ` · score ${h.score.toFixed(3)}`),
-        el("p", { class: "snippet" }, h.text.length > 240 ? `${h.text.slice(0, 240)}…` : h.text));
+        el("p", { class: "snippet" }, snippet(tidy(h.text, h.source))));
       return item;
     }));
     $("search-summary").textContent = `${hits.length} result${hits.length === 1 ? "" : "s"} (${mode})`;

@@ -62,17 +62,24 @@ loaded ``Graph`` is read-only and safe to share between threads.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from slimrag.index.slim._threads import single_thread_blas
-from slimrag.index.slim.knn import exact_knn, top_k_columns
+from slimrag.index.slim.knn import top_k_columns
+from slimrag.index.slim.pool import candidate_pool
+from slimrag.index.slim.rows import Reader
 
 INDPTR_FILE = "graph_indptr.npy"
 INDICES_FILE = "graph_indices.npy"
 _PRUNE_BATCH = 512
+_MERGE_BLOCK = 65536  # nodes per block of the reverse-edge merge
+_MAX_PIVOTS = 2048  # long-range pivots: 2 sqrt(n) up to 1M rows, this many beyond
+_NEAR = 8  # closest candidates kept per node for the connectivity repair
+POOLS = ("auto", "exact", "hnsw", "hnsw-knn")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +94,12 @@ class GraphConfig:
     long_range: int = 8
     block: int = 0
     seed: int = 0
+    pool: str = "auto"
+    exact_below: int = 50_000
+    hnsw_m: int = 16
+    hnsw_ef: int = 64
+    partition_rows: int = 250_000
+    overlap: int = 2
 
     def __post_init__(self) -> None:
         if not 1 <= self.base_degree <= self.max_degree:
@@ -106,6 +119,14 @@ class GraphConfig:
             raise ValueError(f"long_range must be >= 0, got {self.long_range}")
         if self.block < 0:
             raise ValueError(f"block must be >= 0 (0 = automatic), got {self.block}")
+        if self.pool not in POOLS:
+            raise ValueError(f"pool must be one of {POOLS}, got {self.pool!r}")
+        if self.exact_below < 0 or self.hnsw_m < 2 or self.hnsw_ef < 1:
+            raise ValueError(
+                f"need exact_below >= 0, hnsw_m >= 2, hnsw_ef >= 1, got {self.exact_below}, {self.hnsw_m}, {self.hnsw_ef}"
+            )
+        if self.partition_rows < 1000 or self.overlap < 1:
+            raise ValueError(f"need partition_rows >= 1000 and overlap >= 1, got {self.partition_rows}, {self.overlap}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,16 +191,19 @@ def index_dtype(n: int) -> np.dtype:
 
 
 def robust_prune(
-    vectors: np.ndarray, cand: np.ndarray, cand_sims: np.ndarray, limits: np.ndarray, alpha: float | np.ndarray
+    vectors: np.ndarray, cand: np.ndarray, cand_sims: np.ndarray, limits: np.ndarray, alpha: float | np.ndarray,
+    gathered: np.ndarray | None = None,
 ) -> np.ndarray:
     """Vamana's RobustPrune, vectorised over rows: which candidates each node keeps.
 
     cand: (b, c) candidate ids sorted closest first, ``-1`` for padding; cand_sims: their inner
-    products with the node; limits: (b,) max kept per node. Returns a (b, c) bool mask.
+    products with the node; limits: (b,) max kept per node; gathered: the candidates' vectors
+    (b, c, d) when the caller has them already (else read from ``vectors``). Returns a (b, c)
+    bool mask.
     """
     b, c = cand.shape
     valid = cand >= 0
-    g = vectors[np.where(valid, cand, 0)]
+    g = vectors[np.where(valid, cand, 0)] if gathered is None else gathered
     # Sims among candidates. A loop of 2-D products: numpy's stacked matmul does not use BLAS
     # and is ~30x slower here.
     pair = np.empty((b, c, c), dtype=np.float32)
@@ -204,70 +228,113 @@ def robust_prune(
     return kept
 
 
-def build_graph(vectors: np.ndarray, config: GraphConfig | None = None) -> Graph:
-    """Build the pruned proximity graph of unit-norm ``vectors`` (n, d) float32.
+def build_graph(vectors: np.ndarray, config: GraphConfig | None = None, stats: dict | None = None) -> Graph:
+    """Build the pruned proximity graph of unit-norm ``vectors`` (n, d) float32, in memory or an
+    ``np.memmap`` (read in blocks, `rows.Reader`; never copied whole).
 
     The result is strongly connected, so best-first search can start from any node. Deterministic
-    for the same input and config.
+    for the same input and config with an exact pool; HNSW pools vary slightly with faiss's
+    threads (``pool.py``). ``stats`` (optional) receives seconds per phase and the pool's shape.
     """
     config = config or GraphConfig()
-    x = np.ascontiguousarray(vectors, dtype=np.float32)
+    x = vectors if isinstance(vectors, np.ndarray) and vectors.dtype == np.float32 else np.asarray(vectors, np.float32)
     if x.ndim != 2:
         raise ValueError(f"expected a (n, d) matrix, got shape {x.shape}")
     n = x.shape[0]
     if n == 0:
         return Graph(np.zeros(1, np.uint32), np.zeros(0, index_dtype(1)))
-    ids, sims = exact_knn(x, config.candidates, config.block)
-    pool_ids, pool_sims = _add_long_range(x, ids, sims, config)
-    indeg = np.bincount(ids.reshape(-1), minlength=n)
+    stats = {} if stats is None else stats
+    t0 = time.perf_counter()
+    pool = candidate_pool(x, config, stats)
+    t1 = time.perf_counter()
+    stats["pool_s"] = t1 - t0
+    indeg = np.zeros(n, dtype=np.int64)
+    for start in range(0, n, 65536):
+        part = pool[start : start + 65536]
+        indeg += np.bincount(part[part >= 0], minlength=n)
     n_hubs = int(round(config.hub_fraction * n))
     limits = np.full(n, config.base_degree, dtype=np.int64)
     if n_hubs:
         limits[np.argsort(-indeg, kind="stable")[:n_hubs]] = config.max_degree
-
-    # Forward prune from the kNN pool.
-    kept = np.zeros(pool_ids.shape, dtype=bool)
-    with single_thread_blas():
-        for start in range(0, n, _PRUNE_BATCH):
-            sl = slice(start, start + _PRUNE_BATCH)
-            kept[sl] = robust_prune(x, pool_ids[sl], pool_sims[sl], limits[sl], config.alpha)
-    flat = kept.reshape(-1)
-    src = np.repeat(np.arange(n, dtype=np.int64), pool_ids.shape[1])[flat]
-    dst = pool_ids.reshape(-1)[flat].astype(np.int64)
-    sim = pool_sims.reshape(-1)[flat]
-
-    # Merge with reverse edges; re-prune only nodes over budget.
+    root = int(np.argmax(indeg))
+    del indeg
+    src, dst, sim, near = _forward_prune(x, pool, limits, config)
+    del pool
+    t2 = time.perf_counter()
+    stats["prune_s"] = t2 - t1
     src, dst, sim = _merge_reverse(x, src, dst, sim, limits, config)
+    del sim
+    t3 = time.perf_counter()
+    stats["reverse_s"] = t3 - t2
+    src, dst = _make_strongly_connected(n, src, dst, near, root)
+    graph = _to_csr(n, src, dst)
+    stats["connect_s"] = time.perf_counter() - t3
+    return graph
 
-    src, dst = _make_strongly_connected(n, src, dst, ids, int(np.argmax(indeg)))
-    return _to_csr(n, src, dst)
 
-
-def _add_long_range(
-    x: np.ndarray, ids: np.ndarray, sims: np.ndarray, config: GraphConfig
-) -> tuple[np.ndarray, np.ndarray]:
-    """Extend each kNN pool with the node's ``long_range`` nearest *pivots* (a seeded random
-    sample of ~2 sqrt(n) nodes). Pivots are spread over the whole set, so the prune can keep a few
-    edges that leave the local cluster: a flat stand-in for HNSW's upper layers."""
-    n = x.shape[0]
+def _pivots(n: int, config: GraphConfig) -> np.ndarray:
+    """The seeded sample whose nearest members give each node its long-range candidates: ~2
+    sqrt(n) nodes, at most ``_MAX_PIVOTS`` (their scores cost ``n * pivots * d`` flops)."""
     extra = min(config.long_range, n - 1)
     if extra <= 0:
-        return ids, sims
+        return np.zeros(0, dtype=np.int64)
     rng = np.random.default_rng(config.seed)
-    pivots = np.sort(rng.choice(n, min(n, max(extra + 1, int(2 * np.sqrt(n)))), replace=False))
-    ps = x @ x[pivots].T  # (n, P); P ~ 2 sqrt(n) keeps this small
-    ps[pivots, np.arange(len(pivots))] = -np.inf  # a pivot is not its own long-range neighbour
-    top = top_k_columns(ps, extra)
-    e_ids = pivots[top].astype(ids.dtype)
-    e_sims = np.take_along_axis(ps, top, axis=1)
-    # Drop pivots already in the kNN pool, and the node itself (only possible when P is tiny).
-    dup = (e_ids[:, :, None] == ids[:, None, :]).any(axis=2) | ~np.isfinite(e_sims)
-    e_ids[dup] = -1
-    e_sims[dup] = -np.inf
-    all_ids = np.concatenate([ids, e_ids], axis=1)
-    all_sims = np.concatenate([sims, e_sims], axis=1)
-    order = np.argsort(-all_sims, axis=1, kind="stable")
-    return np.take_along_axis(all_ids, order, axis=1), np.take_along_axis(all_sims, order, axis=1)
+    count = min(n, max(extra + 1, min(_MAX_PIVOTS, int(2 * np.sqrt(n)))))
+    return np.sort(rng.choice(n, count, replace=False)).astype(np.int64)
+
+
+def _forward_prune(
+    x: np.ndarray, pool: np.ndarray, limits: np.ndarray, config: GraphConfig
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Robust-prune every node's candidates, ``_PRUNE_BATCH`` nodes at a time: the pool's ids
+    (deduplicated, scored exactly, closest ``candidates`` kept) plus the node's ``long_range``
+    nearest pivots. Returns the kept edges (src, dst int32, sim float32; grouped by src, closest
+    first) and each node's ``_NEAR`` closest candidates (n, _NEAR) int32, for connectivity repair."""
+    n = len(x)
+    reader = Reader(x)
+    pivots = _pivots(n, config)
+    pivot_vecs = reader.take(pivots)
+    extra = min(config.long_range, max(len(pivots) - 1, 0))
+    near = np.full((n, _NEAR), -1, dtype=np.int32)
+    out_s, out_d, out_v = [], [], []
+    with single_thread_blas():
+        for start in range(0, n, _PRUNE_BATCH):
+            stop = min(n, start + _PRUNE_BATCH)
+            own = np.arange(start, stop)
+            cand = np.sort(pool[start:stop].astype(np.int64), axis=1)
+            dup = np.zeros(cand.shape, dtype=bool)
+            dup[:, 1:] = cand[:, 1:] == cand[:, :-1]
+            cand[dup | (cand == own[:, None])] = -1
+            xb = reader.block(start, stop)
+            g = reader.take(np.maximum(cand, 0))  # (b, w, d)
+            sims = np.einsum("bwd,bd->bw", g, xb)
+            sims[cand < 0] = -np.inf
+            if extra:
+                ps = xb @ pivot_vecs.T
+                ps[pivots[None, :] == own[:, None]] = -np.inf  # a pivot is not its own long-range neighbour
+                top = top_k_columns(ps, extra)
+                e_ids = pivots[top]
+                e_sims = np.take_along_axis(ps, top, axis=1)
+                clash = (e_ids[:, :, None] == cand[:, None, :]).any(axis=2) | ~np.isfinite(e_sims)
+                e_ids[clash] = -1
+                e_sims[clash] = -np.inf
+                cand = np.concatenate([cand, e_ids], axis=1)
+                sims = np.concatenate([sims, e_sims], axis=1)
+                g = np.concatenate([g, pivot_vecs[top]], axis=1)
+            width = min(cand.shape[1], config.candidates + extra)
+            order = np.argsort(-sims, axis=1, kind="stable")[:, :width]
+            cand = np.take_along_axis(cand, order, axis=1)
+            sims = np.take_along_axis(sims, order, axis=1)
+            g = np.take_along_axis(g, order[:, :, None], axis=1)
+            cand[~np.isfinite(sims)] = -1
+            near[start:stop, : min(_NEAR, width)] = cand[:, :_NEAR]
+            kept = robust_prune(x, cand, sims, limits[start:stop], config.alpha, gathered=g)
+            r, c = np.nonzero(kept)
+            out_s.append((start + r).astype(np.int32))
+            out_d.append(cand[r, c].astype(np.int32))
+            out_v.append(sims[r, c].astype(np.float32))
+    reader.done()
+    return np.concatenate(out_s), np.concatenate(out_d), np.concatenate(out_v), near
 
 
 def pick_hubs(graph: Graph, count: int) -> np.ndarray:
@@ -285,44 +352,61 @@ def _merge_reverse(
     limits: np.ndarray,
     config: GraphConfig,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Add every kept edge's reverse and robust-prune the nodes then over budget (Vamana's second
+    pass). ``src`` must be grouped by node (as `_forward_prune` returns it). Works in blocks of
+    ``_MERGE_BLOCK`` nodes, so its temporaries are a block's edges, not all of them; returns the
+    merged edges (int32, float32) grouped by src, closest first."""
     n = x.shape[0]
-    s_all = np.concatenate([src, dst])
-    d_all = np.concatenate([dst, src])
-    v_all = np.concatenate([sim, sim])
-    key = s_all * n + d_all
-    _, first = np.unique(key, return_index=True)
-    s_all, d_all, v_all = s_all[first], d_all[first], v_all[first]
-    order = np.lexsort((-v_all, s_all))
-    s_all, d_all, v_all = s_all[order], d_all[order], v_all[order]
-    counts = np.bincount(s_all, minlength=n)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    rank = np.arange(len(s_all)) - starts[s_all]
-    over = counts > limits
-    keep = ~over[s_all]
-    # Nodes over budget: robust-prune their merged lists (capped at `candidates`, closest first).
-    width = config.candidates
-    sel = over[s_all] & (rank < width)
-    rows = np.flatnonzero(over)
-    if len(rows):
-        pos = np.full(n, -1, dtype=np.int64)
-        pos[rows] = np.arange(len(rows))
-        cand = np.full((len(rows), width), -1, dtype=np.int64)
-        csim = np.full((len(rows), width), -np.inf, dtype=np.float32)
-        cand[pos[s_all[sel]], rank[sel]] = d_all[sel]
-        csim[pos[s_all[sel]], rank[sel]] = v_all[sel]
-        kept = np.zeros(cand.shape, dtype=bool)
-        with single_thread_blas():
-            for start in range(0, len(rows), _PRUNE_BATCH):
-                sl = slice(start, start + _PRUNE_BATCH)
-                kept[sl] = robust_prune(x, cand[sl], csim[sl], limits[rows[sl]], config.alpha)
-        r_idx, c_idx = np.nonzero(kept)
-        extra_s, extra_d, extra_v = rows[r_idx], cand[r_idx, c_idx], csim[r_idx, c_idx]
-        s_all = np.concatenate([s_all[keep], extra_s])
-        d_all = np.concatenate([d_all[keep], extra_d])
-        v_all = np.concatenate([v_all[keep], extra_v])
+    rev = np.argsort(dst, kind="stable")
+    r_src, r_dst, r_sim = dst[rev], src[rev], sim[rev]
+    del rev
+    f_ptr = np.searchsorted(src, np.arange(0, n + _MERGE_BLOCK, _MERGE_BLOCK).clip(max=n))
+    r_ptr = np.searchsorted(r_src, np.arange(0, n + _MERGE_BLOCK, _MERGE_BLOCK).clip(max=n))
+    reader = Reader(x)
+    out_s, out_d, out_v = [], [], []
+    for b, a in enumerate(range(0, n, _MERGE_BLOCK)):
+        fs, fe, rs, re_ = f_ptr[b], f_ptr[b + 1], r_ptr[b], r_ptr[b + 1]
+        s_all = np.concatenate([src[fs:fe], r_src[rs:re_]]).astype(np.int64)
+        d_all = np.concatenate([dst[fs:fe], r_dst[rs:re_]]).astype(np.int64)
+        v_all = np.concatenate([sim[fs:fe], r_sim[rs:re_]])
+        _, first = np.unique((s_all - a) * n + d_all, return_index=True)
+        s_all, d_all, v_all = s_all[first], d_all[first], v_all[first]
         order = np.lexsort((-v_all, s_all))
         s_all, d_all, v_all = s_all[order], d_all[order], v_all[order]
-    return s_all, d_all, v_all
+        width_nodes = min(_MERGE_BLOCK, n - a)
+        counts = np.bincount(s_all - a, minlength=width_nodes)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        rank = np.arange(len(s_all)) - starts[s_all - a]
+        over = counts > limits[a : a + width_nodes]
+        keep = ~over[s_all - a]
+        rows = np.flatnonzero(over)
+        if len(rows):
+            # Nodes over budget: robust-prune their merged lists (capped at `candidates`, closest first).
+            width = config.candidates
+            sel = over[s_all - a] & (rank < width)
+            pos = np.full(width_nodes, -1, dtype=np.int64)
+            pos[rows] = np.arange(len(rows))
+            cand = np.full((len(rows), width), -1, dtype=np.int64)
+            csim = np.full((len(rows), width), -np.inf, dtype=np.float32)
+            cand[pos[s_all[sel] - a], rank[sel]] = d_all[sel]
+            csim[pos[s_all[sel] - a], rank[sel]] = v_all[sel]
+            kept = np.zeros(cand.shape, dtype=bool)
+            with single_thread_blas():
+                for start in range(0, len(rows), _PRUNE_BATCH):
+                    sl = slice(start, start + _PRUNE_BATCH)
+                    g = reader.take(np.maximum(cand[sl], 0))
+                    kept[sl] = robust_prune(x, cand[sl], csim[sl], limits[a + rows[sl]], config.alpha, gathered=g)
+            r_idx, c_idx = np.nonzero(kept)
+            s_all = np.concatenate([s_all[keep], a + rows[r_idx]])
+            d_all = np.concatenate([d_all[keep], cand[r_idx, c_idx]])
+            v_all = np.concatenate([v_all[keep], csim[r_idx, c_idx]])
+            order = np.lexsort((-v_all, s_all))
+            s_all, d_all, v_all = s_all[order], d_all[order], v_all[order]
+        out_s.append(s_all.astype(np.int32))
+        out_d.append(d_all.astype(np.int32))
+        out_v.append(v_all)
+    reader.done()
+    return np.concatenate(out_s), np.concatenate(out_d), np.concatenate(out_v)
 
 
 def _reached_from(n: int, src: np.ndarray, dst: np.ndarray, seeds: np.ndarray, reached: np.ndarray) -> None:
@@ -353,7 +437,11 @@ def _link_unreached(
     _reached_from(n, src, dst, np.array([root]), reached)
     while not reached.all():
         lost = np.flatnonzero(~reached)
-        ok = reached[knn[lost]] if knn.shape[1] else np.zeros((len(lost), 1), dtype=bool)
+        if knn.shape[1]:
+            near = knn[lost]
+            ok = (near >= 0) & reached[np.maximum(near, 0)]  # -1 pads a short candidate list
+        else:
+            ok = np.zeros((len(lost), 1), dtype=bool)
         has = ok.any(axis=1)
         if has.any():
             targets = lost[has]
@@ -361,8 +449,8 @@ def _link_unreached(
         else:
             targets = lost[:1]
             parents = np.array([root], dtype=np.int64)
-        src = np.concatenate([src, parents])
-        dst = np.concatenate([dst, targets])
+        src = np.concatenate([src, parents.astype(src.dtype)])
+        dst = np.concatenate([dst, targets.astype(dst.dtype)])
         _reached_from(n, src, dst, targets, reached)
     return src, dst
 

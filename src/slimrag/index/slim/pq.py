@@ -323,6 +323,12 @@ def load_pq(folder: str | Path, bits: int, mmap: bool = True) -> tuple[ProductQu
     return ProductQuantizer(books.astype(np.float32, copy=False), bits), codes
 
 
+def kmeans(x: np.ndarray, k: int, iters: int, rng: np.random.Generator) -> np.ndarray:
+    """Centroids (k, d) float32 of ``x`` by seeded Lloyd's k-means (see `_kmeans`); also the
+    partitioner of the graph build (``pool.py``)."""
+    return _kmeans(np.ascontiguousarray(x, dtype=np.float32), k, iters, rng)
+
+
 def _kmeans(x: np.ndarray, k: int, iters: int, rng: np.random.Generator) -> np.ndarray:
     """Lloyd's k-means with k-means++-lite init (random distinct points); empty clusters are
     re-seeded with the points farthest from their centroid, so no centroid is wasted."""

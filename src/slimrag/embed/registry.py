@@ -3,10 +3,12 @@
 `Embedder.record` writes ``{"kind": ..., "id": ..., "dim": ..., ...}`` into the manifest;
 `from_record` looks ``kind`` up in `FACTORIES` and calls the factory with the whole record. The
 built-in kinds are "local" (`LocalEmbedder`; ``runtime``, absent in records written before it
-existed and then "torch", what built them; ``model_dir`` when not the packaged MiniLM) and
-"remote" (`RemoteEmbedder`; ``base_url``, ``model``, ``dim``). A record without ``kind`` (written
-before the key existed) is "local". Another embedder either registers its kind with `register`
-or is passed to `Index.open` each time ("custom", the base class's kind, has no factory).
+existed and then "torch", what built them; ``model_dir`` when not the packaged MiniLM),
+"remote" (`RemoteEmbedder`; ``base_url``, ``model``, ``dim``) and "synthetic" (`SyntheticEmbedder`,
+the model-free stand-in of the scale benchmarks; ``topics``, ``rank``, ``seed``, ``topic_from``).
+A record without ``kind`` (written before the key existed) is "local". Another embedder either
+registers its kind with `register` or is passed to `Index.open` each time ("custom", the base
+class's kind, has no factory).
 
 Factories import their module lazily, so reading a manifest loads neither torch nor an HTTP client.
 """
@@ -34,8 +36,14 @@ def _remote(rec: dict[str, Any]) -> Embedder:
     return RemoteEmbedder(rec["base_url"], rec["model"], dim=rec.get("dim"))
 
 
+def _synthetic(rec: dict[str, Any]) -> Embedder:
+    from slimrag.embed.synthetic import SyntheticEmbedder
+
+    return SyntheticEmbedder.from_record(rec)
+
+
 #: kind -> factory that rebuilds an embedder from its record
-FACTORIES: dict[str, Factory] = {"local": _local, "remote": _remote}
+FACTORIES: dict[str, Factory] = {"local": _local, "remote": _remote, "synthetic": _synthetic}
 
 
 def register(kind: str, factory: Factory) -> None:

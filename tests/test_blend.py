@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from conftest import word_passages
@@ -31,17 +30,14 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 
 @pytest.fixture(scope="module")
-def qwen2(smollm: weights.LoadedModel) -> weights.LoadedModel:
-    """A tiny random-weight Qwen2 (a second RoPE architecture, with q/k/v biases), SmolLM2's tokenizer."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+def qwen2(smollm: weights.LoadedModel, tmp_path_factory: pytest.TempPathFactory) -> weights.LoadedModel:
+    """A tiny random-weight Qwen2 (a second RoPE architecture, with q/k/v biases), SmolLM2's
+    tokenizer, built with transformers and loaded by the engine from its safetensors folder."""
+    from reference_models import build_reference
 
-    config = Qwen2Config(vocab_size=len(smollm.tokenizer), hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=4096, rope_theta=10000.0)
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config).eval()
-    return weights.LoadedModel(model, smollm.tokenizer, 0.0, False, Path("."), "cpu")
+    folder = tmp_path_factory.mktemp("qwen2")
+    build_reference("qwen2", folder, smollm.tokenizer)
+    return weights.load_model(folder, device="cpu")
 
 
 # -- policies, without a model -------------------------------------------------------------------
@@ -111,8 +107,7 @@ def test_rerotated_keys_equal_keys_computed_later(which: str, request: pytest.Fi
         keys = []
         for start in (0, delta):
             cache = gen.new_cache()
-            gen.run_model(input_ids=torch.tensor([ids]), position_ids=torch.arange(start, start + len(ids))[None],
-                          past_key_values=cache, use_cache=True)
+            gen.forward(torch.tensor(ids), torch.arange(start, start + len(ids)), cache)
             keys.append([k for k, _ in cache_layers(cache)])
         for k0, kd in zip(*keys, strict=True):
             shifted = rotary.shift(k0, torch.full((len(ids),), delta))
@@ -178,7 +173,8 @@ def _ancestors(node: object) -> Iterator[object]:
         parent = parent.parent
 
 
-def test_unseen_passages_are_computed_once_before_the_first_token(smollm: weights.LoadedModel) -> None:
+def test_unseen_passages_are_computed_once_before_the_first_token(smollm: weights.LoadedModel,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A passage without an entry is prefilled in context, not as an entry and then again: the
     prefill runs every prompt token through the model exactly once. Its entry is computed when the
     lease stores (after the first token), equal to a prefill of system + passage alone."""
@@ -188,15 +184,18 @@ def test_unseen_passages_are_computed_once_before_the_first_token(smollm: weight
     seg_ids = gen.encode_segments(prompt)
     root, path = gen.cache_path(prompt.segments())
     seen: list[int] = []
-    hook = smollm.model.base_model.register_forward_pre_hook(
-        lambda module, args, kwargs: seen.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
-    try:
-        with gen.reuse.lease(root, path) as lease:
-            cache, _ = lease.prefill(gen, seg_ids)
-        prefilled = sum(seen)
-        added = lease.store(cache_layers(cache), [len(s) for s in seg_ids[:-1]])
-    finally:
-        hook.remove()
+    forward = smollm.model.forward
+
+    def counting(ids, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202  (the decoder's own forward, counted)
+        seen.append(int(ids.shape[0]))
+        return forward(ids, *args, **kwargs)
+
+    monkeypatch.setattr(smollm.model, "forward", counting)
+    with gen.reuse.lease(root, path) as lease:
+        cache, _ = lease.prefill(gen, seg_ids)
+    prefilled = sum(seen)
+    added = lease.store(cache_layers(cache), [len(s) for s in seg_ids[:-1]])
+    monkeypatch.undo()
     assert prefilled == sum(len(s) for s in seg_ids)  # each token once, before the first token
     assert added == 4 and sum(seen) == prefilled + sum(len(s) for s in seg_ids[1:-1])  # system + 3 entries
     entry = gen.reuse.tree.entries(root, path[2:])  # type: ignore[attr-defined]

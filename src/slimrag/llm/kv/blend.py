@@ -16,8 +16,8 @@ A request ``[system][p1]...[pn][question]`` in blend mode (:meth:`_BlendLease.pr
    segment is computed first.
 2. Every later passage with an entry is *placed*: its entry's V as is, its K re-rotated by the
    offset ``Δ = start - len(system)`` (RoPE rotations compose, ``R(p + Δ) = R(Δ) R(p)``; the
-   rotation is the model's own rotary embedding at position Δ, so this step is exact to float
-   rounding). A passage *without* an entry is not placed: all its tokens join the tokens
+   rotation is the engine's own RoPE (:meth:`slimrag.llm.engine.Rope.shift`) at Δ, so this step
+   is exact to float rounding). A passage *without* an entry is not placed: all its tokens join the tokens
    computed in full context in step 4 (exact, like a prefill), and its entry (one forward over
    its tokens after the system segment only) is computed when the lease stores, after the
    first token. An unseen passage thus costs one in-context forward on the first-token path,
@@ -27,8 +27,8 @@ A request ``[system][p1]...[pn][question]`` in blend mode (:meth:`_BlendLease.pr
    ``deviation`` first runs every token after the exact prefix through the first layers to
    score each placed token's K/V deviation.
 4. The recomputed tokens and the question are prefilled on top of the placed K/V with the
-   model's own layers: their true position ids, and a 4-D attention mask by position (a query
-   at position q sees every key at a position ≤ q), in one forward. Only the limiting policy
+   model's own layers: their true positions, and an attention mask by position (a query at
+   position q sees every key at a position ≤ q), in one forward. Only the limiting policy
    (``all``, ``RecomputePolicy.exact``) runs one forward per segment as exact mode does, so its
    tokens stay bitwise exact; for the others the schedule changes nothing but float rounding,
    and each forward saved is a pass over the weights (on this CPU ~0.5 s a forward under load:
@@ -40,9 +40,8 @@ Limiting case: with every placed token recomputed (``recompute="all"``) the cach
 exact prefill computes, segment by segment, and the tokens equal exact mode's (tested on SmolLM2
 and on a Qwen2 config); every cheaper policy trades only fidelity.
 
-Only RoPE variants whose rotation is linear in the position (``default``, ``linear``,
-``llama3``, ``yarn``) can be re-rotated; others (``dynamic``, ``longrope``) raise a ValueError
-at the first blend request. Blend never inserts deeper exact paths: the KV of a passage placed
+Every RoPE variant the engine runs (``default``, ``linear``, ``llama3``, ``yarn``) has a
+rotation linear in the position, so keys can always be re-rotated. Blend never inserts deeper exact paths: the KV of a passage placed
 behind others is approximate, so only system segments and entries are stored.
 
 Usage: ``Lease.tokens`` (``Usage.cached_tokens``) counts prompt tokens served from the cache and
@@ -54,49 +53,26 @@ in context like any uncached token.
 from __future__ import annotations
 
 import itertools
-import sys
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from slimrag.llm.kv.payload import SegmentKV, assemble_kv, cache_layers
+from slimrag.llm.kv.payload import SegmentKV, assemble_kv
 from slimrag.llm.kv.recompute import DEVIATION_LAYER, RecomputePolicy, Span, parse_recompute
 from slimrag.llm.kv.reuse import Layers, Lease, PrefillEngine, TreeReuse
 from slimrag.llm.kv.tree import KVTree, Match
 
-#: RoPE types whose rotation angle is linear in the position, so a rotation by Δ composes.
-COMPOSABLE_ROPE = frozenset({"default", "linear", "llama3", "yarn"})
-
 
 class Rotary:
-    """Re-rotates RoPE keys by a position offset with a model's own rotary embedding and its
-    ``apply_rotary_pos_emb``; a ValueError when the model has neither or a non-composable type."""
+    """Re-rotates RoPE keys by a position offset with the decoder's own RoPE (``model.rope``)."""
 
     def __init__(self, model: Any) -> None:
-        base = model.base_model
-        self.emb = getattr(base, "rotary_emb", None)
-        rope_type = getattr(self.emb, "rope_type", None)
-        if self.emb is None or rope_type not in COMPOSABLE_ROPE:
-            raise ValueError(f"blend reuse needs RoPE with a position-linear rotation ({sorted(COMPOSABLE_ROPE)}); "
-                             f"{type(model).__name__} has {rope_type!r}. Use CacheConfig(reuse='exact').")
-        module = sys.modules[type(base.layers[0].self_attn).__module__]
-        self.apply = getattr(module, "apply_rotary_pos_emb", None)
-        if self.apply is None:
-            raise ValueError(f"{module.__name__} has no apply_rotary_pos_emb; use CacheConfig(reuse='exact')")
-        self.scale = float(getattr(self.emb, "attention_scaling", 1.0))
+        self.rope = model.rope
 
     def shift(self, k: Any, deltas: Any) -> Any:
         """``k`` (``[1, heads, n, head_dim]``) with token i rotated further by ``deltas[i]``
         positions (a long tensor of n offsets), computed in float32."""
-        x = k.float()
-        cos, sin = self.emb(x, deltas.view(1, -1))
-        _, out = self.apply(x, x, cos / self.scale, sin / self.scale)
-        return out.to(k.dtype)
-
-
-class _Stop(Exception):
-    """Raised by a layer hook to end a forward early (deviation scoring needs only the first layers)."""
+        return self.rope.shift(k, deltas)
 
 
 class _BlendLease(Lease):
@@ -120,10 +96,10 @@ class _BlendLease(Lease):
         for key, ids in self._unseen:
             assert self._engine is not None
             n = len(system_ids)
-            cache = self._engine.new_cache([(k.clone(), v.clone()) for k, v in system])
+            cache = self._engine.new_cache(system)
             self._engine.prefill_segments([system_ids, ids], cache, 1)
             self._pending.append(([key], SegmentKV.from_layers(
-                [(k[:, :, n:].clone(), v[:, :, n:].clone()) for k, v in cache_layers(cache)])))
+                [(k[:, :, n:].clone(), v[:, :, n:].clone()) for k, v in cache.layers()])))
         self._unseen, self._engine, self._system = [], None, ([], [])
         added = 0
         for path, payload in self._pending:
@@ -134,8 +110,7 @@ class _BlendLease(Lease):
     def prefill(self, engine: PrefillEngine, seg_ids: list[list[int]]) -> tuple[Any, Any]:
         import torch
 
-        model = engine.causal_lm
-        rotary = Rotary(model)
+        rotary = Rotary(engine.model)
         lengths = [len(s) for s in seg_ids]
         starts = list(itertools.accumulate(lengths, initial=0))
         sys_len, ask = lengths[0], starts[-2]  # ask: where the question starts
@@ -146,7 +121,7 @@ class _BlendLease(Lease):
         else:
             cache = engine.new_cache()
             engine.prefill_segments(seg_ids[:1], cache, 0)
-            prefix = [(k.clone(), v.clone()) for k, v in cache_layers(cache)]
+            prefix = [(k.clone(), v.clone()) for k, v in cache.layers()]
             self._pending.append(([], SegmentKV.from_layers(prefix)))
             self.segments = 1  # computed, not served: ``tokens`` stays 0
         m = self.segments
@@ -215,30 +190,16 @@ class _BlendLease(Lease):
         for group in (g for g in groups if g):
             qpos = torch.tensor(group, device=device)
             kpos = torch.cat([kpos, qpos])
-            out = engine.run_model(
-                input_ids=torch.tensor([[flat[p] for p in group]], device=device), position_ids=qpos.view(1, -1),
-                attention_mask=_mask(kpos, qpos, model), past_key_values=cache, use_cache=True, logits_to_keep=1)
-            logits = out.logits[0, -1].float()
+            seen = kpos.view(1, -1) <= qpos.view(-1, 1)  # keys in cache order, seen by position
+            logits = engine.forward(torch.tensor([flat[p] for p in group], device=device), qpos, cache, mask=seen)
         order = torch.argsort(kpos)
-        sorted_cache = engine.new_cache([(k[:, :, order], v[:, :, order]) for k, v in cache_layers(cache)])
+        sorted_cache = engine.new_cache([(k[:, :, order], v[:, :, order]) for k, v in cache.layers()])
         return sorted_cache, logits
 
 
 def _placed_segments(m: int, lengths: Sequence[int]) -> Iterator[tuple[int, int]]:
     """(segment index, tokens) of the placed passages: non-empty segments after the exact prefix."""
     return ((i, lengths[i]) for i in range(m, len(lengths) - 1) if lengths[i])
-
-
-def _mask(kpos: Any, qpos: Any, model: Any) -> Any:
-    """The 4-D attention mask of queries at ``qpos`` over keys at ``kpos`` (cache order): a key is
-    seen when its position is ≤ the query's. Boolean for SDPA, additive for eager attention."""
-    import torch
-
-    seen = (kpos.view(1, -1) <= qpos.view(-1, 1))[None, None]
-    if model.config._attn_implementation == "sdpa":
-        return seen
-    dtype = model.dtype
-    return torch.zeros(seen.shape, dtype=dtype, device=seen.device).masked_fill(~seen, torch.finfo(dtype).min)
 
 
 def _deviation(engine: PrefillEngine, prefix: Layers, context: Layers, seg_ids: list[list[int]], start: int,
@@ -248,26 +209,12 @@ def _deviation(engine: PrefillEngine, prefix: Layers, context: Layers, seg_ids: 
     (``start``) run through the first layers only, on the exact prefix."""
     import torch
 
-    model = engine.causal_lm
     flat = [t for s in seg_ids for t in s]
     device = prefix[0][0].device
     cache = engine.new_cache(prefix)
-    owner = threading.get_ident()
-
-    def stop(module: Any, args: Any, output: Any) -> None:
-        if threading.get_ident() == owner:  # another thread's forward runs through untouched
-            raise _Stop
-
-    handle = model.base_model.layers[DEVIATION_LAYER].register_forward_hook(stop)
-    try:
-        engine.run_model(input_ids=torch.tensor([flat[start:]], device=device),
-                         position_ids=torch.arange(start, len(flat), device=device).view(1, -1),
-                         past_key_values=cache, use_cache=True)
-    except _Stop:
-        pass  # the hook ended the forward after the layer we need; its K/V are in the cache
-    finally:
-        handle.remove()
-    true_k, true_v = cache_layers(cache)[DEVIATION_LAYER]
+    engine.forward(torch.tensor(flat[start:], device=device), torch.arange(start, len(flat), device=device),
+                   cache, stop_after=DEVIATION_LAYER)  # only the first layers: their K/V are in the cache
+    true_k, true_v = cache.layers()[DEVIATION_LAYER]
     have_k, have_v = context[DEVIATION_LAYER]
     idx = torch.tensor([s.start + i for s in spans for i in range(s.tokens)], device=device)
     dk = (true_k[:, :, idx] - have_k[:, :, idx]).float().pow(2).sum(dim=(0, 1, 3))

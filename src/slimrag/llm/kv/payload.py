@@ -1,9 +1,10 @@
 """Key/value payloads of prompt segments and the tensor helpers an engine needs around them.
 
 A :class:`SegmentKV` is what one node of the knowledge tree (:mod:`slimrag.llm.kv.tree`) holds: the
-per-layer K and V of one segment, computed after the path above it. The helpers cut a model's
-cache into per-segment payloads (:func:`split_kv`) and join matched payloads back into the
-tensors a ``DynamicCache`` is built from (:func:`assemble_kv`); both copy, so the tree never
+per-layer K and V of one segment, computed after the path above it, in the engine's layout
+(:class:`slimrag.llm.engine.KVCache`: ``[1, kv_heads, tokens, head_dim]`` per layer, keys
+rotated). The helpers cut a model's cache into per-segment payloads (:func:`split_kv`) and join
+matched payloads back into the tensors a cache is seeded with (:func:`assemble_kv`); both copy, so the tree never
 aliases a live cache and a live cache never aliases the tree.
 
 torch is imported lazily, inside the helpers that need it: a simulated payload (sizes only) works
@@ -50,9 +51,12 @@ class SegmentKV:
 
 
 def cache_layers(cache: Any) -> list[tuple[Any, Any]]:
-    """Per-layer (K, V) tensors of a transformers ``DynamicCache`` (``.layers[i].keys/.values`` in
-    transformers >= 4.56, ``key_cache``/``value_cache`` before) or of a legacy tuple of pairs."""
-    if hasattr(cache, "layers"):
+    """Per-layer (K, V) tensors of the engine's ``KVCache`` (``cache.layers()``), of a transformers
+    ``DynamicCache`` (``.layers[i].keys/.values``; the tests' reference) or of a tuple of pairs."""
+    layers = getattr(cache, "layers", None)
+    if callable(layers):
+        return list(layers())
+    if layers is not None:
         return [(layer.keys, layer.values) for layer in cache.layers]
     if hasattr(cache, "key_cache"):
         return list(zip(cache.key_cache, cache.value_cache, strict=True))
@@ -83,7 +87,7 @@ def split_kv(layers: Sequence[tuple[Any, Any]], lengths: Sequence[int], first: i
 def assemble_kv(payloads: Sequence[SegmentKV], device: str | None = None) -> list[tuple[Any, Any]]:
     """Concatenate matched payloads along the sequence axis: one (K, V) per layer, new tensors
     (the tree's copies are never aliased), on ``device`` when given. Feed the result to
-    ``DynamicCache(list_of_pairs)`` and prefill the rest at position ``sum(p.tokens)``."""
+    ``KVCache.seeded`` and prefill the rest at position ``sum(p.tokens)``."""
     import torch
 
     if not payloads or not payloads[0].layers:

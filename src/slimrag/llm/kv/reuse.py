@@ -3,8 +3,8 @@
 The engine (:mod:`slimrag.llm.local`) asks a :class:`KVReuse` for a :class:`Lease` on the
 cacheable segments of a prompt (``[system][passage]...``; the question segment never is). The
 lease says how many leading segments are served from the cache and hands their K/V, joined along
-the sequence axis (new tensors; the tree's copies are never aliased); the engine seeds the
-model's ``DynamicCache`` with them, prefills the remaining segments, and gives the lease the
+the sequence axis (new tensors; the tree's copies are never aliased); the engine seeds its
+``KVCache`` with them, prefills the remaining segments, and gives the lease the
 per-layer K/V of the whole prompt so the segments it computed are stored.
 
 Three strategies, picked by what the engine is given (a null object, not ``if enabled:`` branches):
@@ -52,21 +52,23 @@ Layers = list[tuple[Any, Any]]
 
 class PrefillEngine(Protocol):
     """What a lease prefills with: the engine's cache factory, its segment-wise prefill, and one
-    model call under the engine's lock (``LocalGenerator`` provides them)."""
+    forward under the engine's lock (``LocalGenerator`` provides them)."""
 
     @property
-    def causal_lm(self) -> Any:
-        """The transformers model (read its config and rotary embedding; call it via run_model)."""
+    def model(self) -> Any:
+        """The decoder (:class:`slimrag.llm.engine.Decoder`: its config and its ``rope``)."""
 
     def new_cache(self, past: Layers | None = None) -> Any:
-        """A model cache (``DynamicCache``) seeded with per-layer (K, V), or empty."""
+        """An engine ``KVCache`` seeded with per-layer (K, V) (copied), or empty."""
 
     def prefill_segments(self, seg_ids: list[list[int]], cache: Any, first: int) -> Any:
         """Prefill ``seg_ids[first:]`` one forward per segment on top of ``cache``; the last
         position's logits."""
 
-    def run_model(self, **inputs: Any) -> Any:
-        """``causal_lm(**inputs)`` under the engine's lock and ``torch.inference_mode``."""
+    def forward(self, ids: Any, positions: Any, cache: Any, *, mask: Any = None,
+                stop_after: int | None = None) -> Any:
+        """``Decoder.forward`` (last position's logits) under the engine's lock and
+        ``torch.inference_mode``."""
 
 
 class Lease:

@@ -25,7 +25,7 @@ Engine usage (``slimrag.llm.kv.reuse.TreeReuse`` does exactly this for the embed
 
     m = tree.match(root, keys)                       # pins the cached prefix
     try:
-        past = assemble_kv(m.payloads, device) if m.nodes else None  # -> DynamicCache(past)
+        past = assemble_kv(m.payloads, device) if m.nodes else None  # -> KVCache.seeded(past)
         ...prefill the segments after m.nodes, one forward each, on top of past...
         tree.insert(root, keys, split_kv(cache_layers(cache), seg_lengths, first=len(m.nodes)))
     finally:

@@ -1,0 +1,18 @@
+"""The engine: a Llama-family decoder in plain PyTorch (Llama/SmolLM2, Qwen2/2.5, Qwen3, Mistral).
+
+Parts, one module each, imported one way down: ``config`` (the model's shape), ``rope``
+(rotary embedding and its scalings), ``norm`` (RMSNorm), ``cache`` (the engine's K/V layout),
+``attention`` (grouped-query attention over the cache), ``model`` (the decoder and its
+forward), ``gguf`` (the GGUF reader and dequantizer), ``tokenizer`` (``tokenizers`` built from
+GGUF metadata or ``tokenizer.json``), ``loader`` (a file or folder to a model and tokenizer).
+No part imports transformers.
+"""
+
+from slimrag.llm.engine.cache import KVCache
+from slimrag.llm.engine.config import ModelConfig
+from slimrag.llm.engine.loader import load_checkpoint
+from slimrag.llm.engine.model import Decoder
+from slimrag.llm.engine.rope import Rope, RopeConfig
+from slimrag.llm.engine.tokenizer import Tokenizer
+
+__all__ = ["Decoder", "KVCache", "ModelConfig", "Rope", "RopeConfig", "Tokenizer", "load_checkpoint"]

@@ -1,0 +1,67 @@
+"""Grouped-query attention of one decoder layer over the engine's :class:`KVCache`.
+
+``q``, ``k`` and ``v`` come out of one fused projection (``[q; k; v]`` rows stacked at load,
+one matrix product instead of three). Qwen3 normalizes each head's q and k (RMSNorm over
+``head_dim``) before RoPE. The new keys are rotated at their positions and written into the
+cache; the queries then attend over every cached position with PyTorch's
+``scaled_dot_product_attention`` and ``enable_gqa`` (each KV head serves
+``num_heads / num_kv_heads`` query heads without copying K/V per query head).
+
+Masks. A single new token (decode) sees every cached key: no mask. Several new tokens (a prefill
+segment on top of a cache of ``past`` positions) see key ``j`` when ``j <= past + i``: a boolean
+mask built here. Blend reuse passes its own mask by position (keys in cache order, not position
+order), which replaces the causal one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from slimrag.llm.engine.cache import KVCache
+from slimrag.llm.engine.norm import rms_norm
+from slimrag.llm.engine.rope import Rope
+
+
+@dataclass(slots=True)
+class AttentionWeights:
+    """One layer's attention parameters. ``qkv``: ``[(heads + 2 kv_heads) * head_dim, hidden]``;
+    ``qkv_bias``: matching bias or None; ``q_norm``/``k_norm``: per-head RMSNorm weights (Qwen3)
+    or None; ``o``: ``[hidden, heads * head_dim]``."""
+
+    qkv: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    q_norm: torch.Tensor | None
+    k_norm: torch.Tensor | None
+    o: torch.Tensor
+
+
+def causal_mask(n: int, past: int, device: torch.device) -> torch.Tensor:
+    """``[n, past + n]`` booleans: query ``i`` (at position ``past + i``) sees keys ``<= past + i``."""
+    q = torch.arange(past, past + n, device=device)
+    return torch.arange(past + n, device=device)[None, :] <= q[:, None]
+
+
+def attention(x: torch.Tensor, w: AttentionWeights, layer: int, cache: KVCache, rope: Rope,
+              cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None, *,
+              heads: int, kv_heads: int, head_dim: int, eps: float) -> torch.Tensor:
+    """Attention output (``[n, hidden]``) for ``x`` (``[n, hidden]``, normalized), writing the
+    new K/V into ``cache`` at the cache's current length. ``mask``: ``[n, length + n]`` booleans,
+    or None for the causal rule (see the module header)."""
+    n = x.shape[0]
+    qkv = F.linear(x, w.qkv, w.qkv_bias)
+    q_end, k_end = heads * head_dim, (heads + kv_heads) * head_dim
+    q = qkv[:, :q_end].view(n, heads, head_dim).transpose(0, 1)
+    k = qkv[:, q_end:k_end].view(n, kv_heads, head_dim).transpose(0, 1)
+    v = qkv[:, k_end:].view(n, kv_heads, head_dim).transpose(0, 1)
+    if w.q_norm is not None and w.k_norm is not None:
+        q, k = rms_norm(q, w.q_norm, eps), rms_norm(k, w.k_norm, eps)
+    q, k = rope.apply(q, cos, sin), rope.apply(k, cos, sin)
+    past = cache.length
+    keys, values = cache.write(layer, k[None], v[None])
+    if mask is None and n > 1:
+        mask = causal_mask(n, past, x.device)
+    out = F.scaled_dot_product_attention(q[None], keys, values, attn_mask=mask, enable_gqa=heads != kv_heads)
+    return F.linear(out[0].transpose(0, 1).reshape(n, heads * head_dim), w.o)

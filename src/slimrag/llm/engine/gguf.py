@@ -1,0 +1,201 @@
+"""Read a GGUF file: its metadata and its tensors, dequantized one by one, straight into the engine.
+
+Format (GGUF v2/v3, little-endian): magic ``GGUF``, version, tensor count, metadata count; the
+metadata as (key, typed value) pairs (arrays of scalars or strings included); one record per
+tensor (name, dims innermost first, ggml type, offset); then the tensor data, aligned to
+``general.alignment`` (32). The header is parsed here with ``struct`` over a memory map (the
+``gguf`` package's own reader builds a numpy view per array element, about 2 s for a 49k-token
+vocabulary; this parser takes a few tens of milliseconds). Tensor bytes are never copied before
+use: each is a ``numpy`` view of the map, dequantized by ``gguf.quants.dequantize`` (the
+reference dequantizers that llama.cpp's Python tools and transformers use, so the float32 values
+are the same numbers) and turned into a torch tensor, one tensor at a time, so peak memory is the
+model in the target dtype plus one tensor. Tensors are dequantized on a thread pool (numpy
+releases the GIL): about 1.3 s for SmolLM2-135M Q4_1 on one core, 0.7 s on two.
+
+Names. llama.cpp's names map to HF's (``blk.3.attn_q.weight`` -> ``model.layers.3.self_attn.q_proj.weight``).
+For the llama architecture (Llama, SmolLM2, Mistral) llama.cpp's converter permuted the rows of
+``attn_q``/``attn_k`` so each head's rotary pairs are interleaved (GGML's "normal" RoPE); the
+loader permutes them back to the half-split layout of HF's ``rotate_half``, which
+:mod:`slimrag.llm.engine.rope` uses for every family. Qwen2/Qwen3 files use the half-split
+("NEOX") RoPE and are left as they are. ``rope_freqs.weight`` (Llama 3's frequency factors) goes
+into the RoPE config.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MAGIC = b"GGUF"
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_NUMPY = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32, 6: np.float32,
+          7: np.bool_, 10: np.uint64, 11: np.int64, 12: np.float64}
+_STRING, _ARRAY = 8, 9
+#: Architectures whose GGUF q/k rows were permuted by llama.cpp's converter (see the header).
+PERMUTED_ARCHS = frozenset({"llama", "mistral"})
+
+_LAYER_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight", "ffn_norm.weight": "post_attention_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight", "attn_output.weight": "self_attn.o_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias", "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias", "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight", "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight", "ffn_down.weight": "mlp.down_proj.weight",
+}
+_TOP_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+              "output.weight": "lm_head.weight"}
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """One tensor record: numpy shape (outermost first), ggml type id, byte offset in the data."""
+
+    name: str
+    shape: tuple[int, ...]
+    ggml_type: int
+    offset: int
+
+
+class GGUFFile:
+    """A memory-mapped GGUF file: ``metadata`` (key -> value; arrays as lists) and ``tensors``."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        with self.path.open("rb") as f:
+            try:
+                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except ValueError as exc:  # an empty file
+                raise ValueError(f"{self.path} is empty, not a GGUF file") from exc
+        buf = self._map
+        if buf[:4] != MAGIC:
+            raise ValueError(f"{self.path} is not a GGUF file (magic {bytes(buf[:4])!r})")
+        self._pos = 4
+        version = self._scalar(4)
+        if version not in (2, 3):
+            raise ValueError(f"{self.path}: GGUF version {version} is not supported (2 or 3)")
+        n_tensors, n_kv = self._scalar(10), self._scalar(10)
+        self.metadata: dict[str, Any] = {}
+        for _ in range(n_kv):
+            key = self._string()
+            self.metadata[key] = self._value(self._scalar(4))
+        infos = []
+        for _ in range(n_tensors):
+            name = self._string()
+            dims = [self._scalar(10) for _ in range(self._scalar(4))]
+            infos.append(TensorInfo(name, tuple(reversed(dims)), self._scalar(4), self._scalar(10)))
+        align = int(self.metadata.get("general.alignment", 32))
+        self.data_start = -(-self._pos // align) * align
+        self.tensors = {t.name: t for t in infos}
+
+    # -- header parsing ------------------------------------------------------------------------
+
+    def _scalar(self, kind: int) -> Any:
+        fmt = _SCALARS[kind]
+        (value,) = struct.unpack_from(fmt, self._map, self._pos)
+        self._pos += struct.calcsize(fmt)
+        return value
+
+    def _string(self) -> str:
+        n = self._scalar(10)
+        raw = self._map[self._pos : self._pos + n]
+        self._pos += n
+        return raw.decode("utf-8", errors="replace")
+
+    def _value(self, kind: int) -> Any:
+        if kind == _STRING:
+            return self._string()
+        if kind == _ARRAY:
+            item, count = self._scalar(4), self._scalar(10)
+            if item == _STRING:
+                return [self._string() for _ in range(count)]
+            if item in _NUMPY:
+                arr = np.frombuffer(self._map, dtype=_NUMPY[item], count=count, offset=self._pos)
+                self._pos += arr.nbytes
+                return arr.tolist()
+            return [self._value(item) for _ in range(count)]
+        if kind not in _SCALARS:
+            raise ValueError(f"{self.path}: unknown GGUF value type {kind}")
+        return self._scalar(kind)
+
+    # -- tensors -------------------------------------------------------------------------------
+
+    def raw(self, info: TensorInfo) -> np.ndarray:
+        """The stored bytes of a tensor as a read-only ``uint8`` view ``[rows, row_bytes]``."""
+        from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+        qtype = GGMLQuantizationType(info.ggml_type)
+        block, size = GGML_QUANT_SIZES[qtype]
+        cols = info.shape[-1]
+        rows = int(np.prod(info.shape[:-1], dtype=np.int64)) if len(info.shape) > 1 else 1
+        row_bytes = cols // block * size
+        return np.frombuffer(self._map, dtype=np.uint8, count=rows * row_bytes,
+                             offset=self.data_start + info.offset).reshape(rows, row_bytes)
+
+    def dequantize(self, info: TensorInfo) -> np.ndarray:
+        """A tensor as float32, in its numpy shape (a new array; the map is not written)."""
+        from gguf.constants import GGMLQuantizationType
+        from gguf.quants import dequantize
+
+        qtype = GGMLQuantizationType(info.ggml_type)
+        out = dequantize(self.raw(info), qtype)
+        if out.dtype != np.float32 or not out.flags.writeable:  # F32/F16 come back as views of the map
+            out = out.astype(np.float32)
+        return out.reshape(info.shape)
+
+    def close(self) -> None:
+        """Release the memory map (views of it must be gone)."""
+        self._map.close()
+
+
+def hf_name(name: str) -> str | None:
+    """The HF checkpoint name of a llama.cpp tensor name, or None for one the engine does not load."""
+    if name in _TOP_NAMES:
+        return _TOP_NAMES[name]
+    parts = name.split(".", 2)
+    if len(parts) == 3 and parts[0] == "blk" and parts[2] in _LAYER_NAMES:
+        return f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}"
+    return None
+
+
+def unpermute(w: np.ndarray, heads: int) -> np.ndarray:
+    """Undo llama.cpp's q/k row permutation: per head, rows ``(pair, 2)`` back to ``(2, pair)``."""
+    rows = w.shape[0]
+    return np.ascontiguousarray(w.reshape(heads, rows // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape))
+
+
+def read_tensors(gguf: GGUFFile, arch: str, heads: int, kv_heads: int, workers: int = 2,
+                 ) -> Iterator[tuple[str, np.ndarray]]:
+    """Yield (HF name, float32 array) for every tensor the engine uses, dequantized on
+    ``workers`` threads, in file order; q/k rows un-permuted for :data:`PERMUTED_ARCHS`."""
+    wanted = [(info, hf_name(name)) for name, info in gguf.tensors.items()]
+    wanted = [(info, name) for info, name in wanted if name is not None]
+    permute = arch in PERMUTED_ARCHS
+
+    def load(item: tuple[TensorInfo, str]) -> tuple[str, np.ndarray]:
+        info, name = item
+        arr = gguf.dequantize(info)
+        if permute and name.endswith("q_proj.weight"):
+            arr = unpermute(arr, heads)
+        elif permute and name.endswith("k_proj.weight"):
+            arr = unpermute(arr, kv_heads)
+        return name, arr
+
+    if workers <= 1:
+        yield from map(load, wanted)
+        return
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        yield from pool.map(load, wanted)
+
+
+def rope_freq_factors(gguf: GGUFFile) -> tuple[float, ...] | None:
+    """Llama 3's RoPE frequency factors when the file stores them (``rope_freqs.weight``)."""
+    info = gguf.tensors.get("rope_freqs.weight")
+    return None if info is None else tuple(float(x) for x in gguf.dequantize(info).ravel())

@@ -1,0 +1,131 @@
+"""The Llama-family decoder in plain PyTorch: embeddings, N x (RMSNorm, attention, RMSNorm, SwiGLU MLP), RMSNorm, output.
+
+One layer, pre-norm with residuals::
+
+    h = x + attention(rms_norm(x))            (slimrag.llm.engine.attention)
+    y = h + down(silu(gate(n)) * up(n)),  n = rms_norm(h)
+
+``gate`` and ``up`` are fused into one ``[2 * intermediate, hidden]`` matrix at load, so the MLP
+is two matrix products. The weights are plain tensors in dataclasses, not ``nn.Module``\\ s: a
+forward is a loop over layers calling functions, with no hooks, no module dispatch and no
+keyword plumbing, which is most of the per-token overhead on a small model.
+
+A forward (:meth:`Decoder.forward`) takes the new tokens of one sequence with their positions,
+writes their K/V into the sequence's :class:`KVCache`, and returns logits for the positions
+asked for (``logits="last"``: only the last, which is all generation needs; the vocabulary
+projection of every prompt position would cost more than the attention). ``stop_after=L`` ends
+the forward after layer ``L`` (blend's deviation scoring needs the first layers' K/V only).
+Weights are read-only after load, so any number of threads may run forwards on their own caches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from slimrag.llm.engine.attention import AttentionWeights, attention
+from slimrag.llm.engine.cache import KVCache
+from slimrag.llm.engine.config import ModelConfig
+from slimrag.llm.engine.norm import rms_norm
+from slimrag.llm.engine.rope import Rope
+
+
+@dataclass(slots=True)
+class LayerWeights:
+    """One decoder layer: its two norms, attention and the fused SwiGLU MLP."""
+
+    input_norm: torch.Tensor
+    attn: AttentionWeights
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
+
+
+class Decoder:
+    """A loaded model (see the module header). Build it with
+    :func:`slimrag.llm.engine.loader.load_checkpoint`, or from a name -> tensor dict in the HF
+    naming with :meth:`from_state_dict`."""
+
+    def __init__(self, config: ModelConfig, embed: torch.Tensor, layers: list[LayerWeights],
+                 norm: torch.Tensor, lm_head: torch.Tensor | None) -> None:
+        if len(layers) != config.num_layers:
+            raise ValueError(f"config says {config.num_layers} layers, got weights for {len(layers)}")
+        self.config, self.embed, self.layers, self.norm = config, embed, layers, norm
+        self.lm_head = embed if lm_head is None else lm_head
+        self.device, self.dtype = embed.device, embed.dtype
+        self.rope = Rope(config.rope, config.head_dim, self.device)
+
+    @classmethod
+    def from_state_dict(cls, config: ModelConfig, tensors: dict[str, torch.Tensor], *,
+                        dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> Decoder:
+        """From tensors named as in HF checkpoints (``model.layers.0.self_attn.q_proj.weight``, ...);
+        missing or extra names are a ValueError. ``tensors`` may be consumed (popped)."""
+        def take(name: str) -> torch.Tensor:
+            t = tensors.pop(name, None)
+            if t is None:
+                raise ValueError(f"checkpoint lacks {name}")
+            return t.to(device=device, dtype=dtype)
+
+        def maybe(name: str) -> torch.Tensor | None:
+            return take(name) if name in tensors else None
+
+        layers = []
+        for i in range(config.num_layers):
+            p = f"model.layers.{i}."
+            a = p + "self_attn."
+            qkv = torch.cat([take(a + "q_proj.weight"), take(a + "k_proj.weight"), take(a + "v_proj.weight")])
+            bias = None
+            if config.qkv_bias:
+                bias = torch.cat([take(a + "q_proj.bias"), take(a + "k_proj.bias"), take(a + "v_proj.bias")])
+            q_norm = take(a + "q_norm.weight") if config.qk_norm else None
+            k_norm = take(a + "k_norm.weight") if config.qk_norm else None
+            attn = AttentionWeights(qkv.contiguous(), bias, q_norm, k_norm, take(a + "o_proj.weight"))
+            gate_up = torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")]).contiguous()
+            layers.append(LayerWeights(take(p + "input_layernorm.weight"), attn,
+                                       take(p + "post_attention_layernorm.weight"), gate_up,
+                                       take(p + "mlp.down_proj.weight")))
+        embed, norm = take("model.embed_tokens.weight"), take("model.norm.weight")
+        head = maybe("lm_head.weight")
+        if head is not None and config.tie_embeddings and torch.equal(head, embed):
+            head = None
+        if head is None and not config.tie_embeddings:
+            raise ValueError("checkpoint lacks lm_head.weight and the config does not tie embeddings")
+        tensors.pop("model.rotary_emb.inv_freq", None)
+        extra = [n for n in tensors if not n.endswith("rotary_emb.inv_freq")]
+        if extra:
+            raise ValueError(f"checkpoint has tensors the engine does not use: {extra[:5]}")
+        return cls(config, embed, layers, norm, head)
+
+    def new_cache(self) -> KVCache:
+        """An empty cache for one sequence, on this model's device and dtype."""
+        c = self.config
+        return KVCache(c.num_layers, c.num_kv_heads, c.head_dim, dtype=self.dtype, device=self.device)
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, *,
+                mask: torch.Tensor | None = None, logits: Literal["last", "all"] = "last",
+                stop_after: int | None = None) -> torch.Tensor | None:
+        """Run ``ids`` (long, ``[n]``) at ``positions`` (``[n]``) on top of ``cache``, which gains
+        their K/V. Returns float32 logits, ``[vocab]`` for ``"last"`` or ``[n, vocab]`` for
+        ``"all"``; None when ``stop_after`` ended the forward early. ``mask``: ``[n, length + n]``
+        booleans replacing the causal rule (keys in cache order)."""
+        c = self.config
+        x = F.embedding(ids, self.embed)
+        cos, sin = self.rope.cos_sin(positions, x.dtype)
+        for i, layer in enumerate(self.layers):
+            h = rms_norm(x, layer.input_norm, c.rms_eps)
+            x = x + attention(h, layer.attn, i, cache, self.rope, cos, sin, mask, heads=c.num_heads,
+                              kv_heads=c.num_kv_heads, head_dim=c.head_dim, eps=c.rms_eps)
+            h = rms_norm(x, layer.post_norm, c.rms_eps)
+            gate, up = F.linear(h, layer.gate_up).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, layer.down)
+            if stop_after is not None and i >= stop_after:
+                cache.advance(ids.shape[0])
+                return None
+        cache.advance(ids.shape[0])
+        if logits == "last":
+            x = x[-1:]
+        out = F.linear(rms_norm(x, self.norm, c.rms_eps), self.lm_head).float()
+        return out[0] if logits == "last" else out

@@ -112,6 +112,34 @@ FINISH_NOTICES: dict[str, str] = {
 
 
 @dataclass(frozen=True, slots=True)
+class Evidence:
+    """A sentence of a retrieved passage that answers the question (`slimrag.rag.evidence`):
+    its text, the passage's ``label`` (``source#ordinal``) and chunk id, where it is in the
+    passage's text (``text[start:end]``, what the web page highlights) and its evidence score."""
+
+    text: str
+    label: str
+    chunk_id: int
+    start: int
+    end: int
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Support:
+    """How one answer sentence is backed by the passages (`slimrag.rag.attribution`): the
+    sentence, the labels of the passages whose sentences support it (best first), the supporting
+    sentences' evidence, whether it is supported at all, and the numbers and names it states that
+    no passage holds."""
+
+    sentence: str
+    labels: tuple[str, ...]
+    evidence: tuple[Evidence, ...]
+    supported: bool
+    unknown_terms: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Answer:
     """A generated answer with the passages it was given and its usage.
 
@@ -123,7 +151,12 @@ class Answer:
     model cited (``[source#n]``) that were not among the passages it was given, in order of
     appearance; the text marks or drops them (`slimrag.rag.guards.Guards.citations`).
     ``abstained``: no passage reached the relevance floor, so the model was not called and
-    ``text`` is the fixed reply.
+    ``text`` is the fixed reply. ``evidence``: the passage sentences that best answer the
+    question, best first (`slimrag.rag.evidence`). ``support``: each answer sentence with the
+    passages that back it, and ``used``: the labels of the sources that back at least one answer
+    sentence, a subset of ``sources``' labels (`slimrag.rag.attribution`); the other sources were
+    only retrieved. ``marked``: ``text`` with ``[label]`` after each supported sentence that cites
+    nothing itself (empty when attribution did not run); ``text`` stays what was streamed.
     """
 
     text: str
@@ -132,6 +165,10 @@ class Answer:
     finish_reason: str = "stop"
     unknown_citations: tuple[str, ...] = ()
     abstained: bool = False
+    evidence: tuple[Evidence, ...] = ()
+    support: tuple[Support, ...] = ()
+    used: tuple[str, ...] = ()
+    marked: str = ""
 
     @property
     def notice(self) -> str | None:
@@ -139,3 +176,8 @@ class Answer:
         token limit, stopped in a loop), else None. Kept out of ``text`` so the answer stays what
         the model wrote (an OpenAI client gets the same through ``finish_reason``)."""
         return FINISH_NOTICES.get(self.finish_reason)
+
+    @property
+    def also_retrieved(self) -> list[Hit]:
+        """The sources no answer sentence was matched to (all of them before attribution ran)."""
+        return [h for h in self.sources if h.label not in self.used]

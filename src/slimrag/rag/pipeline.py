@@ -41,6 +41,8 @@ from slimrag.llm.backends import make_generator
 from slimrag.llm.base import Delta, Generator
 from slimrag.llm.decoding import LoopGuard
 from slimrag.prompt import DEFAULT_SYSTEM, Passage, Prompt
+from slimrag.rag.attribution import attribute, with_markers
+from slimrag.rag.evidence import EvidenceConfig, evidence_answer, rank_sentences
 from slimrag.rag.guards import NO_ANSWER, CitationCheck, Guards, answerable
 from slimrag.rag.plan import PlanningCache, plan_prompt
 from slimrag.rag.shadow import ShadowCache
@@ -91,6 +93,7 @@ class Turn:
     prompt: Prompt | None
     hits: list[Hit]
     t0: float
+    question: str = ""
 
 
 class RAG:
@@ -102,7 +105,9 @@ class RAG:
     a generator whose ``shadows_prefix_cache`` is True. mode: the search mode (default: `SearchConfig`'s,
     the one `slimrag search` uses too). guards: the relevance floor, citation
     check and loop stop (`slimrag.rag.guards`); ``Guards(floor=None)`` answers whatever is
-    retrieved. progress: see the module header.
+    retrieved. progress: see the module header. evidence: how evidence sentences are chosen
+    (`slimrag.rag.evidence`); attribution: check each answer sentence against the passages after
+    generation (`slimrag.rag.attribution`; False leaves ``support``, ``used`` and ``marked`` empty).
 
     Thread-safety: `ask`/`stream` may be called from several threads when the generator's
     ``thread_safe`` is True (both built-in generators); the index should then be opened per thread.
@@ -110,7 +115,8 @@ class RAG:
 
     def __init__(self, index: Index, llm: Generator | str | None = None, *, system: str = DEFAULT_SYSTEM,
                  generation: GenerationConfig | None = None, mode: str | None = None, shadow: bool = True,
-                 guards: Guards | None = None, progress: Progress | None = None) -> None:
+                 guards: Guards | None = None, progress: Progress | None = None,
+                 evidence: EvidenceConfig | None = None, attribution: bool = True) -> None:
         self.index = index
         self.llm = make_generator(llm)
         self.system = system
@@ -119,6 +125,8 @@ class RAG:
         self.shadow = ShadowCache() if shadow and self.llm.shadows_prefix_cache else None
         self.guards = guards or Guards()
         self.progress = progress
+        self.evidence = evidence or EvidenceConfig()
+        self.attribution = attribution
 
     def _stage(self, name: str) -> None:
         if self.progress is not None:
@@ -159,8 +167,8 @@ class RAG:
         context = list(questions[-1:]) or [c for role, c in history if role == "user"][-1:]
         hits, queries = self.retrieve_in_context(question, k, source, context)
         if not answerable(self.index, self.mode, queries, hits, self.guards.floor, source):
-            return Turn(None, [], t0)
-        return Turn(self.prompt(question, hits, history, earlier, questions), by_relevance(hits), t0)
+            return Turn(None, [], t0, question)
+        return Turn(self.prompt(question, hits, history, earlier, questions), by_relevance(hits), t0, question)
 
     def _run(self, prompt: Prompt, t0: float, config: GenerationConfig | None) -> Iterator[Delta]:
         first: float | None = None
@@ -217,7 +225,26 @@ class RAG:
         if rest:
             parts.append(rest)
             yield rest
-        yield Answer("".join(parts).strip(), turn.hits, usage, reason, tuple(check.unknown))
+        yield self.checked(Answer("".join(parts).strip(), turn.hits, usage, reason, tuple(check.unknown)),
+                           turn.question)
+
+    def checked(self, answer: Answer, question: str) -> Answer:
+        """``answer`` with its evidence (the passage sentences that best answer ``question``) and,
+        with ``attribution``, each sentence's support, the sources used and the marked text."""
+        if answer.abstained or not answer.sources:
+            return answer
+        evidence = tuple(rank_sentences(question, answer.sources, self.index.embedder, self.evidence))
+        if not self.attribution:
+            return replace(answer, evidence=evidence)
+        check = attribute(question, answer.text, answer.sources, self.index.embedder)
+        return replace(answer, evidence=evidence, support=check.support, used=check.used,
+                       marked=with_markers(answer.text, check))
+
+    def evidence_answer(self, question: str, k: int = 4, *, source: str | None = None) -> Answer:
+        """Answer with evidence alone, without calling the model (`slimrag.rag.evidence.evidence_answer`,
+        this RAG's mode, relevance floor and evidence config)."""
+        return evidence_answer(self.index, question, k, mode=self.mode, source=source, floor=self.guards.floor,
+                               config=self.evidence)
 
     def ask(self, question: str, k: int = 4, *, source: str | None = None,
             config: GenerationConfig | None = None) -> Answer:

@@ -1,0 +1,171 @@
+"""Attribution after generation: which passage sentences back each answer sentence, and what the
+answer states that no passage does.
+
+A wrong answer beside the right sources borrows their authority ("The default maximum number of
+concurrent connections is 10." next to the page that says 100). Attribution checks the answer
+against its passages sentence by sentence, so the reader sees which sentences are backed and by
+what, and which are not.
+
+Algorithm
+    The answer (its citation brackets removed) and every passage are cut into sentences
+    (`slimrag.rag.sentences`); all are embedded in one batch by the index's embedder. For an answer
+    sentence ``a`` and a passage sentence ``s``:
+
+    - ``match(a, s) = (cos(a, s) + overlap(a, s)) / 2``, where ``overlap`` is the share of ``a``'s
+      content words that ``s`` or its neighbours (the sentences just before and after it, same
+      passage) hold: a short answer sentence is often the paraphrase of two passage sentences;
+    - ``s`` can back ``a`` only if every number and name of ``a`` (`key_terms`) is in ``s`` itself
+      or in the question: "is 256" is not backed by "is 128" however similar the two are, nor by a
+      neighbour's number (a heading between two recipes would otherwise lend one's time to the
+      other).
+
+    ``a`` is *supported* when some ``s`` that can back it has ``match >= SUPPORT`` (0.55); its
+    supporting passages are those of such sentences, best first. Separately, a number or name of
+    ``a`` found in no passage and not in the question is an *unknown term*: the model invented it
+    or brought it from memory. A sentence with an unknown term is never supported.
+
+    A sentence with no content words and no terms ("Sure!", "I hope this helps.") is neither
+    checked nor flagged: it claims nothing.
+
+Knobs
+    `SUPPORT` (0.55): the match needed. Chosen on the labelled set of `bench.attribution` (real
+    answers, and the same answers with a number or a name swapped for one from another passage)
+    for precision of the "unsupported" flag >= 0.9 with the best recall there (figures in
+    docs/benchmarks.md, "Attribution"). Lower calls more paraphrases supported and misses more
+    swaps; higher flags more honest paraphrases.
+
+Results
+    `Support` per answer sentence; ``used`` = the labels backing at least one sentence, in source
+    order: always a subset of the retrieved labels, by construction. `with_markers` appends
+    ``[label]`` (the citation form answers use, which the CLI and the web page already resolve) to
+    each supported sentence that cites nothing itself.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from slimrag.rag.evidence import Candidates, Embeds
+from slimrag.rag.sentences import CHATTER, Sentence, content_words, key_terms, split_sentences, stem, words
+from slimrag.types import Evidence, Hit, Support
+
+#: The match (mean of cosine and content-word recall) an answer sentence needs from a passage sentence.
+SUPPORT = 0.55
+
+_CITATION = re.compile(r"\s*\[[^\[\]\n]*#\d+[^\[\]\n]*\]")
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """The check of one answer: each sentence's `Support`, and the labels used."""
+
+    support: tuple[Support, ...]
+    used: tuple[str, ...]
+
+    @property
+    def unsupported(self) -> list[Support]:
+        """The sentences that claim something no passage backs."""
+        return [s for s in self.support if not s.supported]
+
+
+def _terms_in(text: str) -> set[str]:
+    """Every word of ``text`` lower-cased, and numbers also by their numeric core ("128mb" → "128")."""
+    out: set[str] = set()
+    for w in words(text):
+        low = w.lower().replace(",", "")
+        out.add(low)
+        core = re.match(r"[0-9][0-9.]*", low)
+        if core:
+            out.add(core.group(0).rstrip("."))
+    return out
+
+
+def _core(term: str) -> str:
+    m = re.match(r"[0-9][0-9.]*", term)
+    return m.group(0).rstrip(".") if m else term
+
+
+def _claims(sentence: str) -> bool:
+    return bool(content_words(sentence) - {stem(w) for w in CHATTER} or key_terms(sentence))
+
+
+def attribute(question: str, answer: str, hits: Sequence[Hit], embedder: Embeds,
+              threshold: float = SUPPORT) -> Attribution:
+    """Check ``answer`` against the passages of ``hits`` (module header)."""
+    plain = _CITATION.sub("", answer)
+    sents = [s for s in split_sentences(plain) if _claims(s.text)]
+    cands = Candidates.of(hits)
+    if not sents:
+        return Attribution((), ())
+    if not cands.at:
+        return Attribution(tuple(Support(s.text, (), (), False, tuple(sorted(key_terms(s.text))))
+                                 for s in sents), ())
+    vecs = np.asarray(embedder.embed([s.text for s in sents] + cands.texts), dtype=np.float64)
+    a_vecs, s_vecs = vecs[: len(sents)], vecs[len(sents):]
+    cos = np.clip(a_vecs @ s_vecs.T, 0.0, 1.0)
+    windows = _windows(cands)
+    win_words = [content_words(w) for w in windows]
+    sent_terms = [_terms_in(t) for t in cands.texts]
+    known = set().union(*sent_terms) | _terms_in(question)
+    support: list[Support] = []
+    for i, s in enumerate(sents):
+        support.append(_support(s, cos[i], hits, cands, win_words, sent_terms, known, question, threshold))
+    used = [h.label for h in hits if any(h.label in s.labels for s in support)]
+    return Attribution(tuple(support), tuple(dict.fromkeys(used)))
+
+
+def _windows(cands: Candidates) -> list[str]:
+    """Each candidate sentence with its neighbours in the same passage."""
+    out = []
+    for i, (rank, _) in enumerate(cands.at):
+        around = [cands.at[j][1].text for j in (i - 1, i, i + 1)
+                  if 0 <= j < len(cands.at) and cands.at[j][0] == rank]
+        out.append(" ".join(around))
+    return out
+
+
+def _support(s: Sentence, cos: np.ndarray, hits: Sequence[Hit], cands: Candidates, win_words: list[set[str]],
+             sent_terms: list[set[str]], known: set[str], question: str, threshold: float) -> Support:
+    words_a = content_words(s.text)
+    terms = key_terms(s.text)
+    asked = _terms_in(question)
+    unknown = tuple(sorted(t for t in terms if t not in known and _core(t) not in known))
+    backing: list[tuple[float, int]] = []
+    for j in range(len(cands.at)):
+        if not all(t in sent_terms[j] or _core(t) in sent_terms[j] or t in asked for t in terms):
+            continue
+        overlap = len(words_a & win_words[j]) / len(words_a) if words_a else 1.0
+        score = (float(cos[j]) + overlap) / 2
+        if score >= threshold:
+            backing.append((score, j))
+    backing.sort(key=lambda x: (-x[0], x[1]))
+    evidence = []
+    for score, j in backing[:3]:
+        rank, sent = cands.at[j]
+        h = hits[rank]
+        evidence.append(Evidence(sent.text, h.label, h.chunk_id, sent.start, sent.end, round(score, 4)))
+    labels = tuple(dict.fromkeys(e.label for e in evidence))
+    return Support(s.text, labels, tuple(evidence), bool(backing) and not unknown, unknown)
+
+
+def with_markers(answer: str, attribution: Attribution) -> str:
+    """``answer`` with ``[label]`` after each supported sentence that carries no citation of its own
+    (the best supporting passage's label)."""
+    out = answer
+    for s in attribution.support:
+        if not s.supported or not s.labels:
+            continue
+        at = out.find(s.sentence)
+        if at < 0:
+            continue
+        end = at + len(s.sentence)
+        if _CITATION.match(out[end:]) or _CITATION.search(s.sentence):
+            continue
+        if out[end - 1] in ".!?":  # "... 128MB [label]." as answers cite
+            end -= 1
+        out = f"{out[:end]} [{s.labels[0]}]{out[end:]}"
+    return out

@@ -1,0 +1,229 @@
+"""Evidence: the sentences of the retrieved passages that best answer the question.
+
+A small model often writes a wrong answer from the right passages (issue 19: 4 of 12 right on the
+PostgreSQL manual while the answer was in the passages every time). Evidence lets the reader check
+at a glance: the few passage sentences that answer the question, each with its passage label, shown
+with every answer and usable as the answer on their own (``slimrag ask --no-llm``).
+
+Algorithm
+    Every passage is cut into sentences (`slimrag.rag.sentences.split_sentences`); the question and
+    all sentences are embedded in one batch by the index's own embedder. Each sentence gets six
+    features, each in [0, 1]:
+
+    ========== ==================================================================================
+    cos        cosine of the sentence's and the question's embeddings
+    overlap    share of the question's content words (stemmed, stop words out) the sentence
+               holds, each word weighted by its rarity among the candidate sentences
+               (``log(1 + n / df)``): a word every sentence has says nothing
+    terms      share of the question's numbers and names the sentence holds (0 when it has none)
+    answer     1 when the sentence holds what the question's type asks for and the question does
+               not already state: a year, month or date for *when* / *what year*; a number for
+               *how many / much / long / old / far*; a name (a capitalised word) for *who* /
+               *where* / *which*; otherwise 0
+    rank       1 / (1 + passage rank): the retriever's opinion of the whole passage
+    neighbour  the best (cos + overlap) / 2 of the sentences just before and after: an answer
+               sentence often follows the one that names the subject ("Its default is 128MB.")
+    ========== ==================================================================================
+
+    score = the weighted sum (`Weights`). The weights are not learned: they were chosen on one QA
+    set (disfl_qa) among a small grid by `bench.answers --tune`, and checked on another
+    (nq_conflicts, real Natural Questions queries); both figures are in docs/benchmarks.md
+    ("Evidence"). The defaults are that choice.
+
+Knobs
+    `EvidenceConfig.top` (3): how many sentences are kept; the acceptance figure reads the first 2.
+    `EvidenceConfig.weights`: the six weights above.
+
+Cost: one embedder batch of (1 + sentences) short texts, about 30 sentences for 4 passages; the
+rest is set arithmetic. No model beyond the embedder is loaded, so `evidence_answer` (the
+``--no-llm`` answer) needs only the open index.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from slimrag.config import SearchConfig
+from slimrag.rag.guards import DEFAULT_FLOOR, NO_ANSWER, answerable
+from slimrag.rag.sentences import Sentence, content_words, key_terms, split_sentences
+from slimrag.types import Answer, Evidence, Hit, Usage
+
+#: The feature names, in the order of `Weights`' fields and of `features`' columns.
+FEATURES = ("cos", "overlap", "terms", "answer", "rank", "neighbour")
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """The weight of each evidence feature (module header); defaults chosen by `bench.answers`."""
+
+    cos: float = 1.0
+    overlap: float = 0.5
+    terms: float = 0.25
+    answer: float = 0.25
+    rank: float = 0.25
+    neighbour: float = 0.25
+
+    def __post_init__(self) -> None:
+        for name in FEATURES:
+            if getattr(self, name) < 0:
+                raise ValueError(f"evidence weight {name} must be >= 0, got {getattr(self, name)}")
+
+    def vector(self) -> np.ndarray:
+        """The weights as an array in `FEATURES` order."""
+        return np.array([getattr(self, n) for n in FEATURES], dtype=np.float64)
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceConfig:
+    """How evidence is chosen: ``top`` sentences by the weighted score of ``weights``."""
+
+    top: int = 3
+    weights: Weights = field(default_factory=Weights)
+
+    def __post_init__(self) -> None:
+        if self.top < 1:
+            raise ValueError(f"top must be >= 1, got {self.top}")
+
+
+class Embeds(Protocol):
+    """What evidence needs of an embedder: `Embedder.embed`."""
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+_YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})s?\b|\b\d{1,2}(st|nd|rd|th)\b|century|centuries", re.I)
+_MONTH = re.compile(r"\b(january|february|march|april|may|june|july|august|september|october|november|"
+                    r"december|spring|summer|autumn|winter)\b", re.I)
+_NUMBER = re.compile(r"\d|\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|"
+                     r"forty|fifty|hundred|thousand|million|billion|dozen|half)\b", re.I)
+_WHEN = re.compile(r"\bwhen\b|\bwhat (year|date|day|month|century|decade|time)\b|\bwhich (year|century)\b", re.I)
+_HOW_MANY = re.compile(r"\bhow (many|much|long|old|far|big|large|high|tall|often|fast)\b|\bwhat (percent|"
+                       r"percentage|number|amount|size|value)\b", re.I)
+_WHO = re.compile(r"\b(who|whom|whose|where|which)\b", re.I)
+
+
+def answer_type(question: str) -> str | None:
+    """What kind of value the question asks for: "when", "number", "name", or None."""
+    if _WHEN.search(question):
+        return "when"
+    if _HOW_MANY.search(question):
+        return "number"
+    if _WHO.search(question):
+        return "name"
+    return None
+
+
+def _has_type(kind: str | None, sentence: str, q_terms: set[str]) -> float:
+    if kind is None:
+        return 0.0
+    if kind == "when":
+        return float(bool(_YEAR.search(sentence) or _MONTH.search(sentence)))
+    new = key_terms(sentence) - q_terms
+    if kind == "number":
+        return float(any(any(c.isdigit() for c in t) for t in new) or bool(_NUMBER.search(sentence) and new))
+    return float(any(not any(c.isdigit() for c in t) for t in new))
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """The sentences of some hits, flattened: ``at[i]`` = (hit index, sentence)."""
+
+    at: list[tuple[int, Sentence]]
+
+    @classmethod
+    def of(cls, hits: Sequence[Hit]) -> Candidates:
+        return cls([(r, s) for r, h in enumerate(hits) for s in split_sentences(h.text)])
+
+    @property
+    def texts(self) -> list[str]:
+        return [s.text for _, s in self.at]
+
+
+def features(question: str, hits: Sequence[Hit], cands: Candidates, q_vec: np.ndarray,
+             s_vecs: np.ndarray) -> np.ndarray:
+    """The (sentences, 6) feature matrix of `FEATURES` (module header)."""
+    n = len(cands.at)
+    out = np.zeros((n, len(FEATURES)), dtype=np.float64)
+    if n == 0:
+        return out
+    out[:, 0] = np.clip(s_vecs @ q_vec, 0.0, 1.0)
+    q_words = content_words(question)
+    s_words = [content_words(t) for t in cands.texts]
+    df = {w: sum(w in sw for sw in s_words) for w in q_words}
+    idf = {w: math.log(1 + n / df[w]) if df[w] else math.log(1 + n) for w in q_words}
+    total = sum(idf.values())
+    q_terms = key_terms(question)
+    kind = answer_type(question)
+    for i, ((rank, sent), sw) in enumerate(zip(cands.at, s_words, strict=True)):
+        out[i, 1] = sum(idf[w] for w in q_words & sw) / total if total else 0.0
+        if q_terms:
+            low = sent.text.lower().replace(",", "")
+            out[i, 2] = sum(t in low for t in q_terms) / len(q_terms)
+        out[i, 3] = _has_type(kind, sent.text, q_terms)
+        out[i, 4] = 1.0 / (1.0 + rank)
+    base = (out[:, 0] + out[:, 1]) / 2
+    for i, (rank, _) in enumerate(cands.at):
+        around = [base[j] for j in (i - 1, i + 1) if 0 <= j < n and cands.at[j][0] == rank]
+        out[i, 5] = max(around, default=0.0)
+    return out
+
+
+def rank_sentences(question: str, hits: Sequence[Hit], embedder: Embeds,
+                   config: EvidenceConfig | None = None) -> list[Evidence]:
+    """The ``config.top`` best evidence sentences of ``hits`` (best first) for ``question``."""
+    cfg = config or EvidenceConfig()
+    cands = Candidates.of(hits)
+    if not cands.at:
+        return []
+    vecs = np.asarray(embedder.embed([question, *cands.texts]), dtype=np.float64)
+    scores = features(question, hits, cands, vecs[0], vecs[1:]) @ cfg.weights.vector()
+    order = sorted(range(len(scores)), key=lambda i: (-scores[i], cands.at[i][0], cands.at[i][1].start))
+    out = []
+    for i in order[: cfg.top]:
+        rank, s = cands.at[i]
+        h = hits[rank]
+        out.append(Evidence(s.text, h.label, h.chunk_id, s.start, s.end, round(float(scores[i]), 4)))
+    return out
+
+
+def evidence_text(evidence: Sequence[Evidence]) -> str:
+    """Evidence as an answer's text: each sentence followed by its passage label in brackets, the
+    citation form answers use, one sentence per line."""
+    return "\n".join(f"{e.text} [{e.label}]" for e in evidence)
+
+
+
+class Index(Protocol):
+    """What an evidence-only answer reads of an index: `Index.search` and its embedder."""
+
+    embedder: Embeds
+
+    def search(self, query: str, k: int = 5, mode: str | None = None,
+               source: str | None = None) -> list[Hit]: ...
+
+
+def evidence_answer(index: Index, question: str, k: int = 4, *, mode: str | None = None,
+                    source: str | None = None, floor: float | None = DEFAULT_FLOOR,
+                    config: EvidenceConfig | None = None) -> Answer:
+    """An answer made of evidence alone, no model (``slimrag ask --no-llm``): retrieve ``k``
+    passages in ``mode`` (default `SearchConfig`'s), apply the relevance ``floor``
+    (`slimrag.rag.guards.answerable`), and answer with the best sentences, each cited
+    (`evidence_text`). ``used`` holds the labels the evidence came from."""
+    t0 = time.perf_counter()
+    mode = mode or SearchConfig().mode
+    hits = sorted(index.search(question, k=k, mode=mode, source=source), key=lambda h: (-h.score, h.chunk_id))
+    if not answerable(index, mode, [question], hits, floor, source):  # type: ignore[arg-type]
+        elapsed = time.perf_counter() - t0
+        return Answer(NO_ANSWER, [], Usage(ttft_s=elapsed, total_s=elapsed), "stop", abstained=True)
+    evidence = rank_sentences(question, hits, index.embedder, config)
+    elapsed = time.perf_counter() - t0
+    used = tuple(dict.fromkeys(e.label for e in evidence))
+    return Answer(evidence_text(evidence), hits, Usage(ttft_s=elapsed, total_s=elapsed), "stop",
+                  evidence=tuple(evidence), used=used)

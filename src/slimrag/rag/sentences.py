@@ -1,0 +1,149 @@
+"""Sentences and the words that matter in them: what evidence and attribution compare.
+
+`split_sentences` cuts a passage into sentences with their character offsets (the web page
+highlights by offset). Rules, in order: a blank line, a Markdown heading or list item starts a new
+block; inside a block a sentence ends at ``.``, ``!`` or ``?`` (and closing quotes or brackets)
+followed by white space and an upper-case letter, a digit, a quote or a bracket, unless the word
+before the stop is a known abbreviation (``e.g.``, ``Dr.``, ``U.S.``) or a single letter (an
+initial). Decimals (``1.5``) and version numbers never split: no white space follows the stop.
+A "sentence" longer than `MAX_WORDS` words (a table or code flattened to one line) is cut into
+windows of that many words, so one huge block cannot win on overlap alone.
+
+`content_words` keeps the words that carry meaning: lower-cased, stop words dropped, a light
+suffix strip (plural ``s``/``es``, ``ing``, ``ed``) so "defaults" meets "default". `key_terms`
+are the numbers and names: tokens holding a digit, and capitalised words that do not start a
+sentence; they are what an answer must not invent (`slimrag.rag.attribution`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: Longest sentence kept whole, in words; longer runs are cut into windows this long.
+MAX_WORDS = 60
+
+_BLOCK = re.compile(r"\n\s*\n|\n(?=\s*(?:#{1,6}\s|[-*+]\s|\d+[.)]\s))")
+_STOP = re.compile(r"[.!?][\"')\]]*\s+(?=[A-Z0-9\"'(\[`])")
+_ABBREV = frozenset("e.g i.e etc vs cf mr mrs ms dr prof st no fig approx al jr sr inc ltd co".split())
+_WORD = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9'_\-.]|,(?=\d{3}))*[A-Za-z0-9]|[A-Za-z0-9]")
+STOPWORDS = frozenset("""
+a about above after again against all also am an and any are as at be because been before being below
+between both but by can could did do does doing done down during each either else ever every few for from
+further had has have having he her here hers herself him himself his how however i if in into is it its
+itself just like may me might more most much must my myself no nor not now of off on once one only or other
+ought our ours ourselves out over own per please same shall she should so some such than that the their
+theirs them themselves then there these they this those through thus to too under until up upon us use used
+using very via was we were what whatever when where whether which while who whom whose why will with within
+without would yes yet you your yours yourself yourselves um uh sorry no mean rather actually
+""".split())
+
+
+@dataclass(frozen=True, slots=True)
+class Sentence:
+    """A sentence of a passage: its text and where it is in the passage (``text[start:end]``)."""
+
+    text: str
+    start: int
+    end: int
+
+
+def _abbreviation(block: str, stop: int) -> bool:
+    """Whether the full stop at ``stop`` ends an abbreviation or an initial, not a sentence."""
+    if block[stop] != ".":
+        return False
+    word = re.search(r"([A-Za-z.]+)$", block[:stop])
+    if word is None:
+        return False
+    w = word.group(1).lower().strip(".")
+    return w in _ABBREV or len(w) == 1 or ("." in w and len(w) <= 5)
+
+
+def _windows(text: str, start: int) -> list[Sentence]:
+    spans = [m.span() for m in re.finditer(r"\S+", text)]
+    if len(spans) <= MAX_WORDS:
+        return [Sentence(text, start, start + len(text))]
+    out = []
+    for i in range(0, len(spans), MAX_WORDS):
+        a, b = spans[i][0], spans[min(i + MAX_WORDS, len(spans)) - 1][1]
+        out.append(Sentence(text[a:b], start + a, start + b))
+    return out
+
+
+def split_sentences(text: str) -> list[Sentence]:
+    """The sentences of ``text`` with their offsets, in reading order (module header)."""
+    out: list[Sentence] = []
+    pos = 0
+    for block in [*_BLOCK.split(text)]:
+        at = text.find(block, pos)
+        pos = at + len(block)
+        cut = 0
+        for m in _STOP.finditer(block):
+            if _abbreviation(block, m.start()):
+                continue
+            end = m.start() + len(m.group(0).rstrip())
+            piece = block[cut:end]
+            if piece.strip():
+                lead = len(piece) - len(piece.lstrip())
+                out += _windows(piece.strip(), at + cut + lead)
+            cut = m.end()
+        piece = block[cut:]
+        if piece.strip():
+            lead = len(piece) - len(piece.lstrip())
+            out += _windows(piece.strip(), at + cut + lead)
+    return out
+
+
+def stem(word: str) -> str:
+    """A light suffix strip so inflections meet (``defaults`` → ``default``)."""
+    w = word.lower()
+    for suffix in ("ing", "es", "ed", "s"):
+        if len(w) > len(suffix) + 3 and w.endswith(suffix) and not w.endswith("ss"):
+            return w[: -len(suffix)]
+    return w
+
+
+def words(text: str) -> list[str]:
+    """The word tokens of ``text`` (letters and digits, with inner ``'-_.``)."""
+    return _WORD.findall(text)
+
+
+#: Words of conversation, not of content: a sentence made of these ("Sure, I hope this helps!")
+#: claims nothing that a passage could back.
+CHATTER = frozenset("""sure hope help glad happy question answer passage information provided based context
+know think let please thank thanks note great certainly course here""".split())
+
+
+def content_words(text: str) -> set[str]:
+    """Stemmed words of ``text`` that are not stop words."""
+    return {stem(w) for w in words(text) if w.lower() not in STOPWORDS and len(w) > 1 or w.isdigit()}
+
+
+def _number(token: str) -> str | None:
+    """A digit-holding token in a canonical form (``1,000`` → ``1000``, ``128MB`` kept), else None."""
+    if not any(c.isdigit() for c in token):
+        return None
+    return token.replace(",", "").lower().rstrip(".")
+
+
+#: Number words: a quantity written out is a number all the same ("two hours" is not "half an hour").
+NUMBER_WORDS = frozenset("""zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen
+fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred
+thousand million billion trillion half quarter dozen first second third fourth fifth tenth""".split())
+
+
+def key_terms(text: str) -> set[str]:
+    """Numbers and names in ``text``, lower-cased: tokens with a digit, number words, and
+    capitalised words that are not the first word of a sentence (nor stop words)."""
+    out: set[str] = set()
+    for s in re.split(r"(?<=[.!?])\s+|\n", text):
+        toks = words(s)
+        for i, t in enumerate(toks):
+            n = _number(t)
+            if n is not None:
+                out.add(n)
+            elif t.lower() in NUMBER_WORDS:
+                out.add(t.lower())
+            elif i > 0 and t[0].isupper() and t.lower() not in STOPWORDS:
+                out.add(t.lower())
+    return out

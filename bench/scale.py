@@ -11,7 +11,7 @@ timed is the index's own work, not a model's. Each N is built in its own child p
 peak RSS (``VmHWM``) is that build's alone, and opened in another (a cold process, warm page cache).
 
 Reported per N (table on stdout, JSON in ``bench/results/scale.json``, one entry per (storage,
-corpus, N), later runs replacing earlier ones):
+corpus, N, ``--label``), later runs replacing earlier ones):
 
 - **build s by phase.** Measured from outside the index (no hook in ``index/`` is needed): the
   child wraps functions the build is known to call (`PROBES`, looked up by name; a name the code no
@@ -39,7 +39,9 @@ corpus, N), later runs replacing earlier ones):
 - ``--real pydocs``: the Python 3.11 documentation paragraphs (`bench.datasets`, 43k) with the
   real MiniLM embedder. Its vectors are cached per text in ``bench/data/scale-emb-pydocs.npz``:
   the first run embeds (and its ``embed`` phase is MiniLM's), later ones read the cache (the
-  JSON says which). The index records the real embedder, so it re-opens with it.
+  JSON says which). The index records the real embedder, so it re-opens with it. Its slim
+  recall@10 is measured against the flat index of the same corpus (long paragraphs are several
+  chunks), so build flat first with ``--keep``.
 
 Load: the 1-minute load average before and after each child is recorded; on a shared machine
 compare only figures taken in one run.
@@ -241,6 +243,11 @@ class Corpus:
 
         return index_of(source)
 
+    def recall(self, found: list[Any], queries: list[str], folder: Path) -> float | None:
+        """recall@10 of the hits against brute force over every passage (one chunk each)."""
+        truth = exact_topk(self, queries)
+        return _recall([[self.passage(h.source) for h in hits] for hits in found], truth)
+
 
 class PydocsCorpus(Corpus):
     """The Python docs paragraphs (one source each) with MiniLM behind a per-text vector cache."""
@@ -275,6 +282,19 @@ class PydocsCorpus(Corpus):
     def passage(self, source: str) -> int:
         return self._index[source]
 
+    def recall(self, found: list[Any], queries: list[str], folder: Path) -> float | None:
+        """Long paragraphs are several chunks, so exact search is the flat index of the same corpus
+        (same chunk ids) when one was kept beside this one; None without it, or for flat itself."""
+        flat = Path(str(folder).replace("-slim-", "-flat-"))
+        if flat == folder or not (flat / "manifest.json").exists():
+            return None
+        from slimrag import Index
+        from slimrag.config import SearchConfig
+
+        with Index.open(flat, self.embedder()) as idx:
+            truth = [[h.chunk_id for h in idx.search(q, config=SearchConfig(k=K, mode="vector"))] for q in queries]
+        return _recall([[h.chunk_id for h in hits] for hits in found], truth)
+
 
 class CachedEmbedder:
     """Wraps a real embedder with a per-text vector cache on disk; records itself as the real one,
@@ -290,7 +310,7 @@ class CachedEmbedder:
                 self.inner, self.path = inner, path
                 self.model_id, self.dim = inner.model_id, inner.dim
                 self.cache: dict[bytes, np.ndarray] = {}
-                self.hits = self.misses = 0
+                self.hits = self.misses = self._unsaved = 0
                 if path.exists():
                     z = np.load(path)
                     self.cache = dict(zip((bytes(k) for k in z["keys"]), z["vectors"], strict=True))
@@ -310,12 +330,16 @@ class CachedEmbedder:
                     fresh = inner.embed([texts[i] for i in todo], batch_size=batch_size, progress=progress)
                     for i, v in zip(todo, fresh, strict=True):
                         self.cache[keys[i]] = v
+                    self._unsaved += len(todo)
+                    if self._unsaved >= 8192:  # a killed run keeps most of its embedding work
+                        self.save()
                 if not texts:
                     return np.zeros((0, self.dim), np.float32)
                 return np.stack([self.cache[k] for k in keys]).astype(np.float32)
 
             def save(self) -> None:
-                if self.misses:
+                if self._unsaved:
+                    self._unsaved = 0
                     self.path.parent.mkdir(parents=True, exist_ok=True)
                     keys = np.array([np.frombuffer(k, np.uint8) for k in self.cache])
                     tmp = self.path.with_suffix(".tmp.npz")
@@ -382,7 +406,7 @@ def child_build(corpus: Corpus, storage: str, out: Path) -> dict[str, Any]:
     commits = _commit_costs(calls, clock)
     sizes = folder_bytes(out)
     return {
-        "build_s": round(total, 3), "phases_s": phases, "probes_missing": missing, "commits": commits,
+        "passages": corpus.n, "build_s": round(total, 3), "phases_s": phases, "probes_missing": missing, "commits": commits,
         "peak_rss_mib": round(_status_mib("VmHWM"), 1), "base_rss_mib": round(base_mib, 1),
         "chunks": chunks, "text_bytes": text_bytes, "dim": int(embedder.dim),
         "vector_mib": round(chunks * int(embedder.dim) * 4 / 2**20, 1),
@@ -466,15 +490,19 @@ def child_open(corpus: Corpus, out: Path, nq: int) -> dict[str, Any]:
         hits = idx.search(q, config=cfg)
         lat.append(time.perf_counter() - t)
         rows.append(counted[0] - before - 1)
-        found.append([corpus.passage(h.source) for h in hits])
+        found.append(hits)
     idx.close()
-    truth = exact_topk(corpus, queries[1:])
-    rec = float(np.mean([len(set(f) & set(t.tolist())) / K for f, t in zip(found, truth, strict=True)]))
+    rec = corpus.recall(found, queries[1:], out)
     return {"open_s": round(t_open, 4), "first_search_s": round(t_first, 4),
             "open_rss_mib": round(open_rss, 1), "queries": nq,
             "latency_ms_p50": round(1000 * float(np.median(lat)), 2),
             "latency_ms_p90": round(1000 * float(np.percentile(lat, 90)), 2),
-            "recall_at_10": round(rec, 4), "rows_recomputed_p50": float(np.median(rows))}
+            "recall_at_10": rec, "rows_recomputed_p50": float(np.median(rows))}
+
+
+def _recall(found: list[list[int]], truth: Any) -> float:
+    return round(float(np.mean([len(set(f) & set(np.asarray(t).tolist())) / K
+                                for f, t in zip(found, truth, strict=True)])), 4)
 
 
 def exact_topk(corpus: Corpus, queries: list[str]) -> np.ndarray:
@@ -518,9 +546,9 @@ def child_faiss(corpus: Corpus, nq: int, folder: Path) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     faiss.write_index(index, str(folder / "hnsw.faiss"))
     size = (folder / "hnsw.faiss").stat().st_size
-    rec = float(np.mean([len(set(f) & set(t.tolist())) / K for f, t in zip(found, truth, strict=True)]))
+    rec = _recall(found, truth)
     return {"build_s": round(build, 3), "peak_rss_mib": round(_status_mib("VmHWM"), 1),
-            "base_rss_mib": round(base, 1), "bytes": size, "recall_at_10": round(rec, 4),
+            "base_rss_mib": round(base, 1), "bytes": size, "recall_at_10": rec,
             "latency_ms_p50": round(1000 * float(np.median(lat)), 3)}
 
 
@@ -595,6 +623,7 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/bench-scale", help="where the indexes are built")
     ap.add_argument("--keep", action="store_true", help="keep the index folders")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per child")
+    ap.add_argument("--label", default="", help="names the code measured (e.g. a commit); part of the JSON key")
     args = ap.parse_args()
     args.corpus = args.real or "synthetic"
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -609,7 +638,8 @@ def main() -> None:
         build["load1"] = build.pop("load1")
         print(f"  built in {build['build_s']:.1f}s, peak {build['peak_rss_mib']:,.0f} MiB; opening",
               file=sys.stderr, flush=True)
-        row: dict[str, Any] = {"corpus": args.corpus, "storage": args.storage, "n": n, "build": build,
+        row: dict[str, Any] = {"corpus": args.corpus, "storage": args.storage, "n": build["passages"],
+                               "label": args.label, "build": build,
                                "open": run_child("open", args, n, folder),
                                "when": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
                                "command": " ".join(["python -m bench.scale", *sys.argv[1:]])}
@@ -619,7 +649,8 @@ def main() -> None:
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)
         rows.append(row)
-        saved = [s for s in saved if (s["corpus"], s["storage"], s["n"]) != (args.corpus, args.storage, n)] + [row]
+        key = (args.corpus, args.storage, row["n"], args.label)
+        saved = [s for s in saved if (s["corpus"], s["storage"], s["n"], s.get("label", "")) != key] + [row]
         out_json.write_text(json.dumps(saved, indent=1))
         print(table([row]), file=sys.stderr, flush=True)
     print(table(rows))

@@ -7,9 +7,11 @@ special added tokens, matched whole and dropped by ``decode(skip_special_tokens=
 marked USER_DEFINED (type 4, ``<think>``) are matched whole but kept. How text is split before
 BPE depends on the vocabulary (``tokenizer.ggml.pre``): :data:`PRE_TOKENIZERS` maps each name to
 the split its merges were learned with; an unknown name falls back to GPT-2's byte-level regex
-with a warning. SmolLM2's split (``smollm``) puts every digit on its own, as its own
-``tokenizer.json`` and llama.cpp do (transformers' GGUF reader does not, so on runs of digits
-its ids differ from the model's own tokenizer; the tests compare on text with and without digits).
+with a warning. SmolLM2's split (``smollm``) isolates every digit before GPT-2's regex, as the
+model's own ``tokenizer.json`` and llama.cpp's ``smollm`` pre-tokenizer do. transformers' GGUF
+reader splits as GPT-2 alone, so a digit after a space (``" 1"``) tokenizes differently there;
+everywhere else the ids are equal, and with the digit split given to transformers' tokenizer
+they are equal on every text (``tests/test_engine.py``).
 
 SentencePiece GGUF vocabularies (``tokenizer.ggml.model == "llama"``: Llama 2, Mistral v0.1)
 are not built from GGUF here: load such a model from its HF folder (``tokenizer.json``).

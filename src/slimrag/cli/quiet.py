@@ -51,7 +51,7 @@ QUIET_ENV = {
 
 #: Loggers of the libraries slimrag runs on (their children follow them).
 LIBRARIES = ("transformers", "torch", "sentence_transformers", "huggingface_hub", "onnxruntime", "optimum",
-             "accelerate", "datasets", "filelock", "urllib3", "httpx", "httpcore", "ray", "gguf", "pypdf",
+             "accelerate", "datasets", "filelock", "urllib3", "httpx", "httpcore", "ray", "gguf", "pypdf", "trafilatura", "htmldate", "courlan", "justext",
              "uvicorn", "mcp", "fastapi", "starlette", "asyncio", "multipart")
 
 #: uvicorn's loggers: it re-levels them when a server starts, so they are filtered instead.

@@ -29,8 +29,9 @@ are no sign of binary data, and the name alone picks their reader.
 
 Linear time: every reader is linear in the input. Markdown headings and reStructuredText
 underlines are recognised with string methods, not regexes (a backtracking heading pattern took
-55 s on a 2 KB line of spaces). HTML goes through `slimrag.ingest.html`, which
-defuses the markup CPython's `HTMLParser` would be quadratic on.
+55 s on a 2 KB line of spaces). HTML goes through `slimrag.ingest.mainhtml` (the page's main
+content, its navigation, sidebars and footers left out) and `slimrag.ingest.html`, which defuses
+the markup CPython's `HTMLParser` would be quadratic on.
 JSON nesting is bounded by the C parser's recursion limit (refused, not a crash), and its walk is
 iterative.
 """
@@ -42,8 +43,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from slimrag.ingest.epub import read_epub
-from slimrag.ingest.html import page_sections
 from slimrag.ingest.mail import read_eml, read_mbox
+from slimrag.ingest.mainhtml import main_sections
 from slimrag.ingest.notebook import read_notebook
 from slimrag.ingest.office import read_docx, read_pptx
 from slimrag.ingest.outcome import EMPTY, PARSE_ERROR, UNREADABLE, UNSUPPORTED, SkipFile
@@ -109,8 +110,9 @@ def read_rst(data: bytes, path: Path) -> list[Section]:
 
 
 def read_html(data: bytes, path: Path) -> list[Section]:
-    """HTML: visible text split at heading tags (`slimrag.ingest.html`)."""
-    return page_sections(decode(data))
+    """HTML: the page's main content, without navigation, sidebars or footers, split at heading
+    tags (`slimrag.ingest.mainhtml`)."""
+    return main_sections(decode(data))
 
 
 def read_pdf(data: bytes, path: Path) -> list[Section]:

@@ -62,7 +62,7 @@ def test_recall_against_brute_force(data, art):
     results = SlimSearcher(art, Recorder(x), SlimConfig(cache_bytes=0)).search_batch(q, K)
     assert recall(results, truth, 10) >= 0.95
     assert recall(results, truth, 3) >= 0.95
-    assert all(r.stats.recomputed <= cfg.rerank for r in results)
+    assert all(r.stats.recomputed <= cfg.ef for r in results)  # adaptive depth: at most the pool
     # Scores are exact inner products, best first.
     for i, r in enumerate(results):
         np.testing.assert_allclose(r.scores, x[r.rows] @ q[i], rtol=0, atol=1e-5)
@@ -74,14 +74,34 @@ def test_early_stop_saves_recomputation_without_losing_recall(data, art, k):
     x, q, _ = data
     truth = np.argsort(-(q @ x.T), axis=1, kind="stable")[:, :k]
     searcher = SlimSearcher(art, Recorder(x), SlimConfig(cache_bytes=0))  # no cache: every row is recomputed
-    full = searcher.search_batch(q, k, config=SearchConfig(early_stop=False))  # per-call knobs
-    early = searcher.search_batch(q, k, config=SearchConfig(early_stop=True))
+    # per-call knobs; recall=0: the fixed depth `rerank`, stopped early by the PQ error bound
+    full = searcher.search_batch(q, k, config=SearchConfig(early_stop=False, recall=0))
+    early = searcher.search_batch(q, k, config=SearchConfig(early_stop=True, recall=0))
     n_full, n_early = (sum(r.stats.recomputed for r in res) for res in (full, early))
     assert n_full == len(q) * SearchConfig().rerank  # without it: every query reranks its whole depth
     assert n_early < n_full  # strictly fewer, on this seeded set (k=3: 1,475 of 2,400; k=10: 2,350)
     if k == 3:
         assert n_early <= 0.8 * n_full  # small k is where the bound bites (module header: 13.6 of 24)
     assert recall(early, truth, k) == recall(full, truth, k)
+
+
+def test_recall_target_sets_the_rerank_depth(tmp_path, data, art):
+    """The calibrated stop margin: a higher recall target reranks deeper and finds more of the true
+    top-10, and the measured recall on held-out queries is near the target the table promises."""
+    x, q, truth = data
+    table = art.stop_table
+    assert table and all(a[0] < b[0] and a[1] <= b[1] for a, b in zip(table, table[1:], strict=False))
+    searcher = SlimSearcher(art, Recorder(x), SlimConfig(cache_bytes=0))
+    got = []
+    for target in (0.85, 0.95, 0.99):
+        res = searcher.search_batch(q, K, config=SearchConfig(recall=target))
+        got.append((recall(res, truth, K), float(np.mean([r.stats.recomputed for r in res]))))
+        assert recall(res, truth, K) >= target - 0.03  # 100 held-out queries: ~0.01 standard error
+    assert got[0][1] < got[1][1] < got[2][1]  # deeper for a higher target
+    assert got[0][0] <= got[1][0] <= got[2][0]
+    # The table survives a save and load (it lives in slim.json).
+    art.save(tmp_path / "g")
+    assert SlimArtifacts.load(tmp_path / "g").stop_table == table
 
 
 def test_one_recompute_call_per_wave_and_no_duplicates(data, art):

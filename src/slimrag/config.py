@@ -126,6 +126,13 @@ class SearchConfig:
     wave (4): positions recomputed per extra rerank wave.
     early_stop (True): stop reranking once the next row's PQ bound cannot reach the top-k; False
     reranks exactly ``max(rerank, k)`` rows.
+    recall (0.96): the slim index's recall@10 target (0.96 so that 0.95 holds on held-out queries:
+    the calibration read 0.005-0.01 high on them, docs/benchmarks.md). Generations built with the stop calibration
+    (`slimrag.index.slim.build.calibrate_stop`) rerank as deep into the ``ef`` pool as the
+    calibrated PQ-score margin for this target says, so the rows recomputed adapt to the index's
+    size and to each query's score gaps instead of the fixed ``rerank``; 0 (or
+    ``early_stop=False``, or an older generation) keeps the fixed depth. Frontier measured in
+    docs/benchmarks.md ("slim at scale").
     """
 
     k: int = 5
@@ -136,8 +143,11 @@ class SearchConfig:
     rerank: int = 20
     wave: int = 4
     early_stop: bool = True
+    recall: float = 0.96
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.recall < 1.0:
+            raise ValueError(f"recall must be in [0, 1) (0 = fixed rerank depth), got {self.recall}")
         if self.k <= 0:
             raise ValueError(f"k must be positive, got {self.k}")
         if self.mode not in SEARCH_MODES:

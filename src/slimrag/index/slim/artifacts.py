@@ -46,6 +46,11 @@ class SlimArtifacts:
     #: mean `ProductQuantizer.direction_error` of the rows the codebooks were trained for: the
     #: baseline of the drift check of incremental updates; None for generations written before it
     pq_mse: float | None = None
+    #: build-time calibration of the adaptive rerank depth (`build.calibrate_stop`): rows of
+    #: (stop margin, recall@10, median rows recomputed) by increasing margin, measured on sample
+    #: rows used as queries; `SlimSearcher` picks the smallest margin reaching
+    #: `SearchConfig.recall`. None for generations written before it (fixed depth ``rerank``)
+    stop_table: tuple[tuple[float, float, float], ...] | None = None
 
     @property
     def n(self) -> int:
@@ -68,7 +73,7 @@ class SlimArtifacts:
         np.save(folder / HUB_VECTORS_FILE, self.hub_vectors.astype(np.float16))
         np.save(folder / ENTRY_ROWS_FILE, self.entry_rows.astype(self.graph.indices.dtype))
         meta = {"format": FORMAT_VERSION, "n": self.n, "dim": self.dim, "bits": self.pq.bits, "pq_error": self.pq_error,
-                "pq_mse": self.pq_mse}
+                "pq_mse": self.pq_mse, "stop_table": None if self.stop_table is None else [list(r) for r in self.stop_table]}
         (folder / META_FILE).write_text(json.dumps(meta, indent=1))
 
     @classmethod
@@ -92,6 +97,8 @@ class SlimArtifacts:
                 entry_rows=np.load(folder / ENTRY_ROWS_FILE).astype(np.int64),
                 pq_error=float(meta["pq_error"]),
                 pq_mse=None if meta.get("pq_mse") is None else float(meta["pq_mse"]),
+                stop_table=None if not meta.get("stop_table") else tuple(
+                    (float(m), float(r), float(c)) for m, r, c in meta["stop_table"]),
             )
         except (OSError, KeyError, ValueError) as exc:  # missing file, truncated .npy, bad JSON
             raise IndexFormatError(f"slim index files in {folder} are missing or corrupt ({exc}); rebuild the index") from exc

@@ -9,6 +9,7 @@ partition's HNSW (``pool.py``), not the vectors.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -50,7 +51,11 @@ def build_slim(vectors: np.ndarray, config: SlimConfig | None = None, *, stats: 
     pq_mse = heldout_error(x, pq, codes, config.pq.resolve(len(x), x.shape[1]))
     stats["calibrate_s"] = time.perf_counter() - t1
     hub_vectors = Reader(x).take(hub_rows).astype(np.float16)
-    return SlimArtifacts(graph, pq, codes, hub_rows, hub_vectors, entry_rows, pq_error, pq_mse)
+    art = SlimArtifacts(graph, pq, codes, hub_rows, hub_vectors, entry_rows, pq_error, pq_mse)
+    t2 = time.perf_counter()
+    art = replace(art, stop_table=calibrate_stop(x, art, seed=config.graph.seed))
+    stats["stop_s"] = time.perf_counter() - t2
+    return art
 
 
 def encode_rows(pq: ProductQuantizer, x: np.ndarray, block: int = 65536) -> np.ndarray:
@@ -136,3 +141,77 @@ def heldout_error(x: np.ndarray, pq: ProductQuantizer, codes: np.ndarray, config
     split = train_pq(x[perm[:cut]], config)
     held = x[perm[cut:][:_HELDOUT]]
     return float(split.direction_error(held, split.encode(held)).mean())
+
+
+#: calibration queries of `calibrate_stop` (sample rows, left out of their own results)
+_STOP_QUERIES = 512
+#: stop margins `calibrate_stop` tabulates
+_STOP_GRID = 128
+
+
+def calibrate_stop(
+    x: np.ndarray, art: SlimArtifacts, k: int = 10, queries: int = _STOP_QUERIES, seed: int = 0,
+) -> tuple[tuple[float, float, float], ...]:
+    """The adaptive rerank depth's calibration (Auncel's idea: set the work from a recall target
+    measured at build time, not a fixed depth).
+
+    Rerank walks the pool in PQ order in waves (first ``k`` rows, then ``SearchConfig().wave``)
+    and stops once the next row's PQ score plus a *margin* is below the k-th exact score so far.
+    Here ``queries`` sample rows are searched as queries (each left out of its own results) with the
+    default ``ef``; for each wave boundary the margin under which the query would stop there and
+    its recall@k then (against the exact top-k over all other rows, by a blocked scan) are known,
+    so recall and rows recomputed follow for every margin of a grid at once. Returns (margin,
+    recall@k, median rows recomputed) rows, margins increasing; the recall is the sample mean
+    less one standard error, so a target read from the table is met with some room."""
+    from slimrag.config import SearchConfig
+    from slimrag.index.slim.searcher import SlimSearcher
+
+    n = len(x)
+    reader = Reader(x)
+    rng = np.random.default_rng(seed + 7)
+    qs = np.sort(rng.choice(n, min(queries, n), replace=False))
+    k = min(k, n - 1)
+    if k < 1:
+        return ()
+    xq = reader.take(qs)
+    best_ids = np.full((len(qs), k), -1, dtype=np.int64)
+    best = np.full((len(qs), k), -np.inf, dtype=np.float32)
+    for start, rows in reader.blocks(65536):
+        s = xq @ rows.T
+        s[qs[:, None] == np.arange(start, start + len(rows))[None, :]] = -np.inf  # not its own neighbour
+        ids = np.concatenate([best_ids, np.broadcast_to(np.arange(start, start + len(rows)), s.shape)], axis=1)
+        sc = np.concatenate([best, s], axis=1)
+        keep = np.argpartition(-sc, k - 1, axis=1)[:, :k]
+        best_ids, best = np.take_along_axis(ids, keep, axis=1), np.take_along_axis(sc, keep, axis=1)
+    cfg = SearchConfig()
+    searcher = SlimSearcher(art, reader.take, SlimConfig(cache_bytes=0), cfg)
+    skip = np.zeros(n, dtype=bool)
+    pools = []
+    for i, r in enumerate(qs.tolist()):  # each query skips only itself: as a new row would search
+        skip[r] = True
+        pools.append(searcher.walk(xq[i : i + 1], cfg.ef, skip)[0][0])
+        skip[r] = False
+    grid = np.linspace(0.0, max(0.3, 2.0 * art.pq_error), _STOP_GRID)
+    recall = np.zeros((len(qs), len(grid)))
+    rows_at = np.zeros((len(qs), len(grid)))
+    for i, (rows, pq_scores) in enumerate(pools):
+        exact = reader.take(rows) @ xq[i]
+        truth = set(best_ids[i].tolist())
+        bounds = list(range(min(k, len(rows)), len(rows), cfg.wave)) + [len(rows)]
+        need, rec = [], []
+        for pos in bounds:
+            top = np.argsort(-exact[:pos], kind="stable")[:k]
+            rec.append(len(truth & set(rows[top].tolist())) / k)
+            kth = np.sort(exact[:pos])[::-1][k - 1] if pos >= k else np.inf
+            # stopping at `pos` needs pq[pos] + margin < kth; the end of the pool always stops
+            need.append(kth - pq_scores[pos] if pos < len(rows) else np.inf)
+        need_a, rec_a, pos_a = np.array(need), np.array(rec), np.array(bounds)
+        stop = np.argmax(need_a[None, :] > grid[:, None], axis=1)  # first boundary that stops
+        recall[i], rows_at[i] = rec_a[stop], pos_a[stop]
+    reader.done()
+    # One standard error below the mean: the calibration queries are a sample, and a target met
+    # only on average would be missed by about half of the calibrations.
+    low = recall.mean(axis=0) - recall.std(axis=0) / np.sqrt(len(qs))
+    mean_recall = np.maximum.accumulate(low)
+    return tuple((float(m), float(r), float(c)) for m, r, c in zip(grid, mean_recall, np.median(rows_at, axis=0),
+                                                                      strict=True))

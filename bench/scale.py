@@ -19,7 +19,9 @@ corpus, N, ``--label``), later runs replacing earlier ones):
   nested in it, to the probe's phase: ``input`` (the passage generator), ``chunk`` (read, hash,
   chunk), ``embed``, ``catalog`` (SQLite: documents, chunks, FTS5, commit), ``vectors`` (delta parts,
   the generation's files), ``reload`` (what a commit does to the open vector view), ``manifest``,
-  ``graph``, ``pq``, ``calibrate`` (slim), and ``other`` (the rest of the wall time).
+  ``graph``, ``pq``, ``calibrate`` (slim), and ``other`` (the rest of the wall time). Wall seconds
+  per phase; ``build_cpu_s`` is the build's CPU seconds in all (on a shared machine, the figure
+  that compares across loads; the build runs one thread here, bar BLAS and the tokenizer).
 - **per-commit s, first and last 10%.** The writer embeds once per commit (`COMMIT_CHUNKS`
   chunks), so the embedder's calls mark the commits: a commit's ``cycle`` is the time from one
   embedder call to the next (its whole transaction plus the chunking of the next batch), its
@@ -87,6 +89,9 @@ PROBES: tuple[tuple[str, str, str], ...] = (
     ("reload", "slimrag.index.state", "IndexState.committed"),
     ("reload", "slimrag.index.state", "IndexState.reload"),
     ("manifest", "slimrag.files", "write_json_atomic"),
+    ("reload", "slimrag.index.vectors", "append_part"),
+    ("compact", "slimrag.index.writer", "IndexWriter._compact"),
+    ("compact", "slimrag.index.vectors", "write_next_generation"),
     ("graph", "slimrag.index.slim.graph", "build_graph"),
     ("pq", "slimrag.index.slim.pq", "train_pq"),
     ("pq", "slimrag.index.slim.build", "encode_rows"),
@@ -98,7 +103,10 @@ STORE_PHASES = ("catalog", "vectors", "reload", "manifest")
 
 # -- timing from outside ------------------------------------------------------------------------
 class PhaseClock:
-    """Exclusive time per phase: a call's duration minus that of the probed calls nested in it."""
+    """Exclusive wall time per phase: a call's duration minus that of the probed calls nested in
+    it. Wall time only: ``time.perf_counter`` is a vDSO read (~0.1 µs), while the CPU clock is a
+    system call, and on a loaded machine a system call may lose the CPU (measured here at load
+    14: ~460 µs per `time.process_time`, which inflated a 4,000-passage build from 9 s to 18 s)."""
 
     def __init__(self) -> None:
         self.totals: dict[str, float] = {}
@@ -139,9 +147,17 @@ def install_probes(clock: PhaseClock) -> list[str]:
     """Wrap every `PROBES` function, wherever the package holds a reference to it (a function
     imported by name lives in several module namespaces). Returns the names not found."""
     import importlib
+    import pkgutil
 
-    import slimrag.index  # noqa: F401  (load the package, so every importer of a probe is found)
-
+    # import the write path's packages first, so that every module holding a reference to a probed
+    # function (``from x import f``) is loaded and patched, even one the build imports lazily
+    for name in ("slimrag.index", "slimrag.ingest", "slimrag.catalog"):
+        pkg = importlib.import_module(name)
+        for info in pkgutil.walk_packages(getattr(pkg, "__path__", []), name + "."):
+            try:
+                importlib.import_module(info.name)
+            except ImportError:  # an optional dependency (Ray, a remote client) not installed
+                continue
     missing = []
     for phase, mod_name, attr in PROBES:
         try:
@@ -394,9 +410,9 @@ def child_build(corpus: Corpus, storage: str, out: Path) -> dict[str, Any]:
 
     slim_stats: dict[str, Any] = {}
     _capture_slim_stats(slim_stats)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     idx = Index.build(pairs(), out, storage=storage, embedder=embedder, overwrite=True)
-    total = time.perf_counter() - t0
+    total, total_cpu = time.perf_counter() - t0, time.process_time() - c0
     idx.close()
     chunks = stored_rows(out)
     if hasattr(embedder, "save"):
@@ -406,7 +422,8 @@ def child_build(corpus: Corpus, storage: str, out: Path) -> dict[str, Any]:
     commits = _commit_costs(calls, clock)
     sizes = folder_bytes(out)
     return {
-        "passages": corpus.n, "build_s": round(total, 3), "phases_s": phases, "probes_missing": missing, "commits": commits,
+        "passages": corpus.n, "build_s": round(total, 3), "phases_s": phases,
+        "build_cpu_s": round(total_cpu, 3), "probes_missing": missing, "commits": commits,
         "peak_rss_mib": round(_status_mib("VmHWM"), 1), "base_rss_mib": round(base_mib, 1),
         "chunks": chunks, "text_bytes": text_bytes, "dim": int(embedder.dim),
         "vector_mib": round(chunks * int(embedder.dim) * 4 / 2**20, 1),
@@ -587,7 +604,7 @@ def _fmt_mib(b: float) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     phases = sorted({p for r in rows for p in r["build"]["phases_s"]})
-    head = ["corpus", "storage", "N", "chunks", "build s", *phases, "peak MiB", "vec MiB",
+    head = ["corpus", "storage", "N", "chunks", "build s", *phases, "build cpu s", "peak MiB", "vec MiB",
             "commit store s first/last (x)", "folder MiB", "B/text B", "open s", "1st search s",
             "p50 ms", "recall@10", "rows p50", "load"]
     out = [" | ".join(head), " | ".join("---" for _ in head)]
@@ -597,7 +614,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         commit = (f"{st['first10_s']:.3f}/{st['last10_s']:.3f} ({st['ratio']})" if st else "-")
         out.append(" | ".join(str(v) for v in [
             r["corpus"], r["storage"], f"{r['n']:,}", f"{b['chunks']:,}", f"{b['build_s']:.1f}",
-            *(f"{b['phases_s'].get(p, 0):.1f}" for p in phases), f"{b['peak_rss_mib']:,.0f}",
+            *(f"{b['phases_s'].get(p, 0):.1f}" for p in phases), f"{b.get('build_cpu_s', 0):.1f}",
+            f"{b['peak_rss_mib']:,.0f}",
             f"{b['vector_mib']:,.0f}", commit, _fmt_mib(b["total_bytes"]), f"{b['bytes_per_text_byte']:.2f}",
             f"{o.get('open_s', 0):.3f}", f"{o.get('first_search_s', 0):.3f}", o.get("latency_ms_p50", "-"),
             o.get("recall_at_10", "-"), o.get("rows_recomputed_p50", "-"),

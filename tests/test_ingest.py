@@ -12,7 +12,7 @@ from slimrag.embed.local import default_model_dir
 from slimrag.errors import IngestError
 from slimrag.ingest.chunker import Chunker, load_tokenizer
 from slimrag.ingest.crawl import Skipped, crawl
-from slimrag.ingest.outcome import IGNORED, OUTSIDE, UNSUPPORTED
+from slimrag.ingest.outcome import IGNORED, NOT_PROSE, OUTSIDE, UNSUPPORTED
 from slimrag.ingest.readers import read_file
 
 
@@ -102,3 +102,53 @@ def test_make_pdf_is_valid() -> None:
     from pypdf import PdfReader
 
     assert "hello" in PdfReader(BytesIO(make_pdf("hello"))).pages[0].extract_text()
+
+
+#: A manual's folder as a web server holds it: pages, and the files that dress them.
+SITE = {
+    "index.html": "<html><body><h1>Manual</h1><p>The manual of the harbour light.</p></body></html>",
+    "notes.md": "# Notes\n\nThe lamp is lit at dusk.\n",
+    "app.js": "function light() { return 'lit'; }\n",
+    "stylesheet.css": "body { color: #222; }\n",
+    "theme/print.scss": "$ink: #000;\n",
+    "figures/lens.svg": '<svg xmlns="http://www.w3.org/2000/svg"><text>lens</text></svg>',
+    "app.min.js": "var a=1;",
+    "app.js.map": '{"version": 3, "mappings": "AAAA"}',
+    "site.min.css": "a{b:c}",
+    "yarn.lock": "# yarn lockfile v1\n",
+    "Cargo.lock": "[[package]]\n",
+    "package-lock.json": '{"lockfileVersion": 3}',
+    "go.sum": "example.org/x v1.0.0 h1:abc=\n",
+}
+NOT_PROSE_FILES = sorted(set(SITE) - {"index.html", "notes.md", "app.js"})
+
+
+def test_crawl_counts_stylesheets_svg_maps_and_lock_files_as_not_prose(tmp_path: Path) -> None:
+    root = write_tree(tmp_path / "site", SITE)
+    skipped: list[Skipped] = []
+    found = sorted(f.source for f in crawl(root, skipped=skipped))
+    assert found == ["app.js", "index.html", "notes.md"]
+    assert sorted(s.source for s in skipped if s.kind == NOT_PROSE) == NOT_PROSE_FILES
+    assert all(s.quiet for s in skipped)  # counted and listed with --verbose, no warning line each
+    # named directly, a file is read whatever its kind
+    assert [f.source for f in crawl(root / "stylesheet.css")] == ["stylesheet.css"]
+
+
+def test_a_negated_pattern_includes_non_prose_files_again(tmp_path: Path) -> None:
+    root = write_tree(tmp_path / "site", {**SITE, ".slimragignore": "!*.svg\n"})
+    skipped: list[Skipped] = []
+    found = {f.source for f in crawl(root, skipped=skipped)}
+    assert "figures/lens.svg" in found and "stylesheet.css" not in found
+    found = {f.source for f in crawl(root, ignore=("!*.css", "!*.lock"), skipped=[])}  # --ignore '!*.css'
+    assert {"stylesheet.css", "site.min.css", "yarn.lock", "Cargo.lock"} <= found and "app.js.map" not in found
+
+
+def test_the_build_report_counts_not_prose(tmp_path: Path, embedder) -> None:  # noqa: ANN001
+    from slimrag.index.core import Index
+
+    root = write_tree(tmp_path / "site", SITE)
+    with Index.build(root, tmp_path / "s.slimrag", embedder=embedder) as idx:
+        rep = idx.last_report.to_dict()
+        assert sorted(d.source for d in idx.documents()) == ["app.js", "index.html", "notes.md"]
+    assert rep["skipped_by_reason"][NOT_PROSE] == len(NOT_PROSE_FILES)
+    assert f"{len(NOT_PROSE_FILES)} not prose" in idx.last_report.summary()

@@ -49,10 +49,11 @@ QUIET_ENV = {
     "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
 }
 
-#: Loggers of the libraries slimrag runs on (their children follow them).
+#: Loggers of the libraries slimrag runs on (their children follow them). Not pypdf nor trafilatura:
+#: the readers set those (`slimrag.ingest`), since slimrag reports the files they fail on itself.
 LIBRARIES = ("transformers", "torch", "sentence_transformers", "huggingface_hub", "onnxruntime", "optimum",
-             "accelerate", "datasets", "filelock", "urllib3", "httpx", "httpcore", "ray", "gguf", "pypdf", "trafilatura", "htmldate", "courlan", "justext",
-             "uvicorn", "mcp", "fastapi", "starlette", "asyncio", "multipart")
+             "accelerate", "datasets", "filelock", "urllib3", "httpx", "httpcore", "ray", "gguf", "htmldate",
+             "courlan", "justext", "uvicorn", "mcp", "fastapi", "starlette", "asyncio", "multipart")
 
 #: uvicorn's loggers: it re-levels them when a server starts, so they are filtered instead.
 SERVER_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")

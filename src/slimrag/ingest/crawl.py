@@ -5,6 +5,11 @@ Rules, in order, for each entry of a folder (sorted by name):
   matched by ignore patterns are ``ignored``. Patterns are in gitignore syntax: ``.gitignore`` and
   ``.slimragignore`` files at any level (each applies below its own folder, as git does), plus
   patterns given by the caller. An ignored folder counts once and is not walked;
+- a file that is text for machines, not prose (`NOT_PROSE_PATTERNS`: stylesheets, SVG, source
+  maps, minified scripts, lock files) is ``not prose``: a manual's ``stylesheet.css`` and its
+  SVG figures would otherwise be indexed, and cited, as documents. A negated ignore pattern
+  includes them again: a ``!*.svg`` line in ``.slimragignore``, or ``--ignore '!*.svg'`` on the
+  command line (`IndexConfig.ignore`). A file named directly is read whatever its kind;
 - a name that is not valid UTF-8 is skipped (``encoding``): it could not be stored or shown;
 - a symlink whose target leaves the root is skipped (``symlink outside the folder``), so indexing a
   folder never reads ``/etc``. A symlinked folder is never descended into: inside the root its
@@ -39,7 +44,7 @@ from pathlib import Path
 
 import pathspec
 
-from slimrag.ingest.outcome import ENCODING, IGNORED, OUTSIDE, UNSUPPORTED, SkipFile, Skipped
+from slimrag.ingest.outcome import ENCODING, IGNORED, NOT_PROSE, OUTSIDE, UNSUPPORTED, SkipFile, Skipped
 from slimrag.ingest.rawfile import looks_like_text, not_regular, os_error, read_bounded, read_head, too_large
 from slimrag.ingest.readers import reader_for, refused_by_name
 
@@ -49,7 +54,15 @@ IGNORE_FILES = (".gitignore", ".slimragignore")
 #: ignore files larger than this are not read (a pattern file is a few KB)
 MAX_IGNORE_FILE_BYTES = 1 << 20
 
-__all__ = ["IGNORE_FILES", "FoundFile", "Skipped", "crawl", "printable"]
+#: Files that are text but not prose, skipped as ``not prose`` unless a negated pattern names them
+#: (gitignore syntax, matched like the ignore files' patterns).
+NOT_PROSE_PATTERNS = (
+    "*.css", "*.scss", "*.sass", "*.less", "*.svg", "*.map", "*.min.js", "*.min.mjs", "*.min.css",
+    "*.lock", "package-lock.json", "npm-shrinkwrap.json", "pnpm-lock.yaml", "go.sum",
+)
+_NOT_PROSE = pathspec.PathSpec.from_lines("gitwildmatch", NOT_PROSE_PATTERNS)
+
+__all__ = ["IGNORE_FILES", "NOT_PROSE_PATTERNS", "FoundFile", "Skipped", "crawl", "printable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +115,17 @@ class _Walk:
             except ValueError:
                 continue
             if spec.match_file(rel + ("/" if is_dir else "")):
+                return True
+        return False
+
+    def included_again(self, path: Path) -> bool:
+        """True when a negated pattern (``!*.svg``) of an ignore file or of the caller names ``path``."""
+        for base, spec in self.specs:
+            try:
+                rel = path.relative_to(base).as_posix()
+            except ValueError:
+                continue
+            if spec.check_file(rel).include is False:
                 return True
         return False
 
@@ -182,6 +206,10 @@ class _Walk:
                         continue
                 if is_dir:
                     subdirs.append(p)
+                    continue
+                if _NOT_PROSE.match_file(entry.name) and not self.included_again(p):
+                    self.skip(shown, NOT_PROSE, "a stylesheet, image, source map or lock file; "
+                                                "a '!' pattern in .slimragignore includes it")
                     continue
                 try:
                     st = p.stat()  # follows a link inside the root

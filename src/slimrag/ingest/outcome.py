@@ -37,10 +37,12 @@ OUTSIDE = "symlink outside the folder"  #: a link whose target is outside the in
 UNREADABLE = "unreadable"  #: permission denied, a symlink loop, a FIFO or device, a path too long
 PARSE_ERROR = "parse error"  #: the reader failed: corrupt PDF, invalid JSON, nesting too deep
 EMPTY = "no text"  #: read fine, but nothing to index (an empty file, a PDF of scanned images)
+NOT_PROSE = "not prose"  #: text for machines in a folder of prose: stylesheets, SVG, source maps, lock files
 
-SKIP_REASONS = (UNSUPPORTED, BINARY, ENCODING, TOO_LARGE, IGNORED, OUTSIDE, UNREADABLE, PARSE_ERROR, EMPTY)
+SKIP_REASONS = (UNSUPPORTED, BINARY, ENCODING, TOO_LARGE, IGNORED, NOT_PROSE, OUTSIDE, UNREADABLE, PARSE_ERROR,
+                EMPTY)
 #: reasons counted and listed, but not worth a warning line each
-QUIET = frozenset({IGNORED, UNSUPPORTED})
+QUIET = frozenset({IGNORED, UNSUPPORTED, NOT_PROSE})
 
 
 def kind_of(reason: str) -> str:

@@ -21,7 +21,7 @@ from openai_server import OpenAIServer
 
 from slimrag.embed.local import LocalEmbedder
 from slimrag.embed.remote import RemoteEmbedder
-from slimrag.index import layout
+from slimrag.index import layout, manifest
 from slimrag.index.core import Index
 from slimrag.index.lock import LOCK_FILE, IndexBusyError, WriterLock, holder
 from slimrag.types import Chunk, Document
@@ -139,11 +139,11 @@ def test_write_interrupted_before_its_commit_is_rolled_back(tmp_path: Path, embe
         idx.add([("b.txt", "pears are green")])
     monkeypatch.undo()
     idx.close()
-    assert len(layout.read_manifest(p)["delta_parts"]) == 1  # names vectors of uncommitted chunks
+    assert len(manifest.read(p).delta_parts) == 1  # names vectors of uncommitted chunks
     again = Index.open(p, embedder)
     rep = again.check()
     assert rep.ok and rep.rolled_back == ("part-000001.npz",), rep
-    assert layout.read_manifest(p)["delta_parts"] == []
+    assert manifest.read(p).delta_parts == ()
     assert again.add([("b.txt", "pears are green")]).added == 1  # a fresh part number, no overwrite
     assert again.manifest["delta_parts"] == ["part-000002.npz"]
     assert again.search("green pears", k=1)[0].source == "b.txt" and again.check().ok
@@ -167,10 +167,8 @@ def test_repair_of_the_damage_the_old_race_left(tmp_path: Path, embedder: LocalE
     # 4. a chunk stored twice, 5. the keyword index out of step with its table
     a_id = idx.catalog.live_ids("a.txt")[0]
     extra = layout.write_delta_part(p, 9, np.array([a_id]), embedder.embed(["apples are red"]))
-    layout_manifest = {**layout.read_manifest(p)}
-    layout_manifest["delta_parts"] = [*layout_manifest["delta_parts"], extra]
-    from slimrag import files
-    files.write_json_atomic(p / layout.MANIFEST, layout_manifest)
+    current = manifest.read(p)
+    manifest.write(p, current.changed(delta_parts=(*current.delta_parts, extra)))
     idx.catalog.db.execute("INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES('delete', ?, ?)",
                            (a_id, "apples are red"))
     idx.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.crash import OPS, STORAGES, HashEmbedder, prepare, run_op, run_trials, signature, table
-from slimrag.index import layout
+from slimrag.index import manifest
 from slimrag.index.core import Index
 
 
@@ -43,7 +43,7 @@ def test_compaction_dying_after_its_switch_leaves_a_sound_index(tmp_path: Path,
             with pytest.raises(KeyboardInterrupt):
                 idx.compact()
             monkeypatch.undo()
-        assert layout.read_manifest(path)["generation"] > gen  # switched, then died
+        assert manifest.read(path).generation > gen  # switched, then died
         with Index.open(path, embedder=HashEmbedder()) as idx:
             rep = idx.check()
             assert rep.ok and idx.catalog.counts()["tombstones"] == 10, rep.problems()

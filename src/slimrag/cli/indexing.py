@@ -124,7 +124,7 @@ def remove(ctx: click.Context, index: str, paths: tuple[str, ...]) -> None:
     stored names. Exits 1 when a path matched nothing (after removing what did match)."""
     with open_index(index) as idx:
         names = [d.source for d in idx.documents()]
-        match = match_sources(paths, names, idx.manifest.get("source_root"))
+        match = match_sources(paths, names, idx.manifest.source_root)
         for arg in match.nothing:
             click.echo(f"warning: nothing in {index} matches {arg!r}; stored names look like "
                        f"{example_names(names)} (see `slimrag info {index} --docs`)", err=True)

@@ -6,7 +6,8 @@ status panel shows: counts, bytes on disk, when the index last changed, how it s
 which embedder it uses. Both read the catalog and the folder only: no embedder is loaded, no lock
 is taken, so they are as cheap as a SQLite lookup and a few ``stat`` calls.
 
-Why a mixin: see `slimrag.index.writer`; the attributes of `Index` it reads are declared below.
+`stats` (counts and bytes by component, for `slimrag info`) lives here too: it reads the same.
+A part of `Index` built on its state (`slimrag.index.state`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from slimrag.index import layout
 from slimrag.types import Excerpt
 
 if TYPE_CHECKING:
-    from slimrag.catalog import Catalog
+    from slimrag.index.state import IndexState
 
 #: The most neighbours `IndexBrowse.passage` returns on each side; more is a document reader's job.
 MAX_AROUND = 20
@@ -29,10 +30,8 @@ MAX_AROUND = 20
 class IndexBrowse:
     """The browsing methods of `Index` (see the module header). One `Index` per thread."""
 
-    # Set by `Index.__init__`; declared here so this file type-checks on its own.
-    root: Path
-    catalog: Catalog
-    manifest: dict[str, Any]
+    def __init__(self, state: IndexState) -> None:
+        self.state = state
 
     def passage(self, chunk_id: int, around: int = 1) -> Excerpt:
         """Chunk ``chunk_id`` with up to ``around`` (0..`MAX_AROUND`) chunks of the same source
@@ -40,11 +39,12 @@ class IndexBrowse:
         that is not stored (never assigned, or removed), `RequestError` for a bad ``around``."""
         if not 0 <= around <= MAX_AROUND:
             raise RequestError(f"around must be between 0 and {MAX_AROUND}, got {around}")
-        chunk = self.catalog.chunks([chunk_id]).get(int(chunk_id))
+        catalog = self.state.catalog
+        chunk = catalog.chunks([chunk_id]).get(int(chunk_id))
         if chunk is None:
             raise NotFoundError(f"chunk {chunk_id} is not in this index (never added, or removed since); "
                                 "search again for current ids")
-        near = self.catalog.chunks_of(chunk.source, chunk.ordinal - around, chunk.ordinal + around)
+        near = catalog.chunks_of(chunk.source, chunk.ordinal - around, chunk.ordinal + around)
         return Excerpt(chunk, before=tuple(c for c in near if c.ordinal < chunk.ordinal),
                        after=tuple(c for c in near if c.ordinal > chunk.ordinal))
 
@@ -54,18 +54,41 @@ class IndexBrowse:
         every add and compact replaces, and of the catalog and its WAL, which a remove writes),
         ``storage`` (as configured: flat, slim or auto) and ``gen_kind`` (what the current
         generation is), ``embedder`` (its id) and ``path``."""
-        counts = self.catalog.counts()
-        stamps = [t for p in (self.root / layout.MANIFEST, *self.root.glob(layout.CATALOG + "*"))
+        st, m = self.state, self.state.manifest
+        counts = st.catalog.counts()
+        stamps = [t for p in (st.root / layout.MANIFEST, *st.root.glob(layout.CATALOG + "*"))
                   if (t := _mtime(p)) is not None]
         return {
-            "path": str(self.root),
+            "path": str(st.root),
             "documents": counts["documents"],
             "chunks": counts["chunks"],
-            "bytes": _bytes_on_disk(self.root),
-            "updated": max(stamps, default=float(self.manifest.get("updated", 0.0))),
-            "storage": self.manifest["storage"],
-            "gen_kind": self.manifest.get("gen_kind", "flat"),
-            "embedder": self.manifest["embedder"]["id"],
+            "bytes": _bytes_on_disk(st.root),
+            "updated": max(stamps, default=m.updated),
+            "storage": m.storage,
+            "gen_kind": m.gen_kind,
+            "embedder": m.embedder["id"],
+        }
+
+    def stats(self) -> dict[str, Any]:
+        """Counts, bytes on disk per component, embedder and config."""
+        st, m = self.state, self.state.manifest
+        gen = layout.gen_dir(st.root, m.generation)
+        gen_files = {p.name: p.stat().st_size for p in sorted(gen.iterdir())}
+        cat = sum(p.stat().st_size for p in st.root.glob(layout.CATALOG + "*"))
+        delta = st.root / layout.DELTA
+        return {
+            "path": str(st.root),
+            "storage": m.storage,
+            "gen_kind": m.gen_kind,
+            "slim_bytes": st.vectors.generation_bytes(gen),
+            "generation": m.generation,
+            "counts": {**st.catalog.counts(), "vectors": len(st.vectors),
+                       "live_vectors": int(st.vectors.live.sum()), "delta_parts": len(m.delta_parts)},
+            "bytes": {"catalog": cat, "generation": sum(gen_files.values()), "generation_files": gen_files,
+                      "delta": layout.folder_bytes(delta) if delta.exists() else 0,
+                      "total": layout.folder_bytes(st.root)},
+            "embedder": m.embedder,
+            "config": m["config"],
         }
 
 

@@ -3,7 +3,7 @@
 The catalog (chunks) and the vector files (a generation plus delta parts, named by the manifest)
 are two stores switched one after the other, so their agreement is the index's main invariant.
 The check, run under the writer lock (a stable state, and the recovery of an interrupted write
-already applied, see `IndexWriter._refresh`):
+already applied, see `IndexState.refresh`):
 
 - reads the chunk ids of every vector row: the generation's ``ids.npy`` and each delta part
   (a part that is missing or unreadable is listed in ``bad_parts``);
@@ -20,6 +20,9 @@ compaction (which keeps one row per live chunk); a disagreeing keyword index is 
 chunks table. Damage inside SQLite's own pages cannot be repaired here: rebuild the index. The
 report of the state found carries a `Repair` with what was done and the state after it.
 
+A part of `Index` (`slimrag.index.state`): built on the open index's state and its writer, whose
+compaction a repair runs.
+
 Cost: reads every id array (4 bytes a row at most) and the catalog's ids; the integrity checks
 read the whole SQLite file. Seconds for a million chunks; meant for tests, after crashes, and cron.
 """
@@ -27,23 +30,18 @@ read the whole SQLite file. Seconds for a million chunks; meant for tests, after
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from slimrag import files
 from slimrag.errors import IndexFormatError
 from slimrag.index import layout
+from slimrag.index.state import embed_input
 
 if TYPE_CHECKING:
-    from slimrag.catalog import Catalog
-    from slimrag.config import IndexConfig
-    from slimrag.embed.base import Embedder
+    from slimrag.index.state import IndexState
+    from slimrag.index.writer import IndexWriter
 
 log = logging.getLogger("slimrag.index")
 
@@ -98,88 +96,77 @@ class CheckReport:
 
 
 class IndexChecker:
-    """The `check` method of `Index` (see the module header); a mixin like `IndexWriter`."""
+    """The `check` method of `Index` (see the module header)."""
 
-    # Set by `Index.__init__` or the other mixins; declared here so this file type-checks on its own.
-    root: Path
-    manifest: dict[str, Any]
-    config: IndexConfig
-    catalog: Catalog
-    embedder: Embedder
-    rolled_back: list[str]
-    locked: Callable[[], AbstractContextManager[None]]
-    _load_vectors: Callable[[], None]
-    _compact: Callable[[], None]
+    def __init__(self, state: IndexState, writer: IndexWriter) -> None:
+        self.state = state
+        self.writer = writer
 
     def check(self, repair: bool = False) -> CheckReport:
         """Check that catalog and vectors agree (and SQLite's integrity); with ``repair``, fix what
         was found (see the module header). Holds the writer lock, so it waits for a writer busy
         with the index (`IndexBusyError` after ``lock_wait``). Returns the state found; with
         ``repair`` its ``repair.after`` is the state left."""
-        before = len(self.rolled_back)
-        with self.locked():
-            found = self._inspect(tuple(self.rolled_back[before:]))
+        st = self.state
+        before = len(st.rolled_back)
+        with st.locked():
+            found = self._inspect(tuple(st.rolled_back[before:]))
             if not repair or found.ok:
                 return found
             done = self._repair(found)
             return CheckReport(**{**found.__dict__, "repair": done})
 
     def _inspect(self, rolled_back: tuple[str, ...] = ()) -> CheckReport:
-        gen = layout.read_generation(self.root, self.manifest["generation"])
+        st = self.state
+        gen = layout.read_generation(st.root, st.manifest.generation)
         id_parts = [np.asarray(gen["ids"], dtype=np.int64)]
         bad: list[str] = []
-        for name in self.manifest["delta_parts"]:
+        for name in st.manifest.delta_parts:
             try:
-                id_parts.append(layout.read_delta_part(self.root / layout.DELTA / name)[0])
+                id_parts.append(layout.read_delta_part(st.root / layout.DELTA / name, mmap=True)[0])
             except IndexFormatError:
                 bad.append(name)
         rows = np.concatenate(id_parts)
         uniq, counts = np.unique(rows, return_counts=True)
-        live = np.asarray(self.catalog.live_ids(), dtype=np.int64)
-        dead = np.asarray(self.catalog.tombstone_ids(), dtype=np.int64)
+        live = np.asarray(st.catalog.live_ids(), dtype=np.int64)
+        dead = np.asarray(st.catalog.tombstone_ids(), dtype=np.int64)
         return CheckReport(
             chunks=len(live), vector_rows=len(rows),
             missing=_ints(np.setdiff1d(live, uniq)),
             duplicates=_ints(np.intersect1d(uniq[counts > 1], live)),
             orphans=_ints(np.setdiff1d(uniq, np.union1d(live, dead))),
             tombstoned=int(np.isin(rows, dead).sum()),
-            bad_parts=tuple(bad), sqlite_errors=tuple(self.catalog.integrity_errors()),
+            bad_parts=tuple(bad), sqlite_errors=tuple(st.catalog.integrity_errors()),
             rolled_back=rolled_back)
 
     def _repair(self, found: CheckReport) -> Repair:
+        st = self.state
         rebuilt = any(e.startswith("fts5:") for e in found.sqlite_errors)
         if rebuilt:
-            self.catalog.rebuild_keyword_index()
+            st.catalog.rebuild_keyword_index()
         if found.bad_parts:
-            self._switch({**self.manifest, "delta_parts": [p for p in self.manifest["delta_parts"]
-                                                           if p not in found.bad_parts]})
+            st.switch(st.manifest.changed(delta_parts=[p for p in st.manifest.delta_parts
+                                                       if p not in found.bad_parts]))
         missing = self._inspect().missing  # bad parts' chunks are missing now
         if missing:
             self._reembed(missing)
         compacted = bool(found.duplicates or found.orphans)
         if compacted:
-            self._compact()
+            self.writer.compact()
         after = self._inspect()
-        log.warning("%s: repaired: %d part(s) dropped, %d chunk(s) re-embedded%s%s; %s", self.root,
+        log.warning("%s: repaired: %d part(s) dropped, %d chunk(s) re-embedded%s%s; %s", st.root,
                     len(found.bad_parts), len(missing), ", compacted" if compacted else "",
                     ", keyword index rebuilt" if rebuilt else "", "clean" if after.ok else "; ".join(after.problems()))
         return Repair(tuple(found.bad_parts), len(missing), compacted, rebuilt, after)
 
     def _reembed(self, chunk_ids: tuple[int, ...]) -> None:
         """Embed the stored text of ``chunk_ids`` into one new delta part (as `add` would have)."""
-        from slimrag.index.writer import embed_input  # the writer imports nothing from here
-
-        chunks = self.catalog.chunks(list(chunk_ids))
-        vecs = self.embedder.embed([embed_input(chunks[i]) for i in chunk_ids], batch_size=self.config.embed_batch)
-        seq = layout.next_part(self.root, self.manifest["next_part"])
-        part = layout.write_delta_part(self.root, seq, np.asarray(chunk_ids, np.int64), vecs.astype(self.config.dtype))
-        self._switch({**self.manifest, "delta_parts": [*self.manifest["delta_parts"], part], "next_part": seq + 1})
-
-    def _switch(self, manifest: dict[str, Any]) -> None:
-        manifest = {**manifest, "updated": time.time()}
-        files.write_json_atomic(self.root / layout.MANIFEST, manifest)
-        self.manifest = manifest
-        self._load_vectors()
+        st = self.state
+        chunks = st.catalog.chunks(list(chunk_ids))
+        vecs = st.embedder.embed([embed_input(chunks[i]) for i in chunk_ids], batch_size=st.config.embed_batch)
+        seq = layout.next_part(st.root, st.manifest.next_part)
+        part = layout.write_delta_part(st.root, seq, np.asarray(chunk_ids, np.int64), vecs.astype(st.config.dtype))
+        st.switch(st.manifest.changed(delta_parts=(*st.manifest.delta_parts, part), next_part=seq + 1))
 
 
 def _ints(a: np.ndarray) -> tuple[int, ...]:

@@ -1,73 +1,81 @@
-"""`Index`: the public face of one index folder, and its lifecycle: create, build, open, close,
-documents, stats.
+"""`Index`: the public face of one index folder, and its lifecycle: create, build, open, close.
 
-The methods are grouped by concept in three files: this one (lifecycle and the loading of the
-vector store), `slimrag.index.writer` (add, write, remove, compact: the write path and its crash
-safety) and `slimrag.index.query` (vector, keyword and hybrid search). `Index` inherits the last
-two as mixins, so callers hold one object and ``slimrag.index.core.Index`` stays its import path.
+An open `Index` is one state object and the parts that receive it (`slimrag.index.state`):
 
-Vectors are read from the current generation plus the delta parts: a flat generation as one
-memory-mapped matrix (`FlatVectors`), a slim one as graph + PQ codes whose rows are re-embedded
-from the catalog's text at query time (`SlimVectors`); see `slimrag.index.layout` for the files.
+```
+Index ─┬─ IndexState    root, Manifest, Catalog, embedder, VectorStore, writer lock, refresh
+       ├─ IndexWriter   (state)           add, write, remove, compact      writer.py
+       ├─ IndexQuery    (state)           search, search_batch             query.py
+       ├─ IndexChecker  (state, writer)   check [repair]                   check.py
+       ├─ IndexSync     (state, writer)   sync                             sync.py
+       └─ IndexBrowse   (state)           passage, status, stats           browse.py
+```
+
+`Index` builds them with explicit arguments and delegates each public method to one of them; no
+part reads another's attributes. Vectors are a `slimrag.index.vectors.VectorStore` of the current
+generation plus the delta parts: a flat generation as memory-mapped matrices (`FlatVectors`), a
+slim one as graph + PQ codes whose rows are re-embedded from the catalog's text at query time
+(`SlimVectors`); see `slimrag.index.layout` for the files and `slimrag.index.manifest` for the
+manifest.
 """
 
 from __future__ import annotations
 
-import logging
 import shutil
-import time
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from slimrag import files
 from slimrag.catalog import Catalog
-from slimrag.config import IndexConfig
+from slimrag.config import IndexConfig, SearchConfig
 from slimrag.embed.base import Embedder
 from slimrag.embed.registry import default_embedder, from_record
 from slimrag.errors import IndexFormatError
 from slimrag.index import layout
+from slimrag.index import manifest as manifest_file
 from slimrag.index.browse import IndexBrowse
-from slimrag.index.check import IndexChecker
-from slimrag.index.flat import FlatVectors
+from slimrag.index.check import CheckReport, IndexChecker
 from slimrag.index.lock import WriterLock
+from slimrag.index.manifest import Manifest
 from slimrag.index.query import IndexQuery
-from slimrag.index.slim import SlimArtifacts, SlimConfig, slim_bytes
-from slimrag.index.slim.store import SlimVectors
-from slimrag.index.sync import IndexSync
-from slimrag.index.writer import IndexWriter, embed_input
+from slimrag.index.report import AddReport
+from slimrag.index.slim import SlimConfig
+from slimrag.index.sources import Removal
+from slimrag.index.state import IndexState
+from slimrag.index.sync import IndexSync, SyncReport
+from slimrag.index.vectors import VectorStore
+from slimrag.index.writer import IndexWriter
 from slimrag.ingest.chunker import Chunker
-from slimrag.ingest.source import Inputs
-from slimrag.types import Document
-
-log = logging.getLogger("slimrag.index")
+from slimrag.ingest.source import Inputs, PreparedDoc
+from slimrag.types import Document, Excerpt, Hit
 
 
-class Index(IndexWriter, IndexQuery, IndexChecker, IndexBrowse, IndexSync):
+class Index:
     """One index folder. One writer at a time, across threads and processes: every write takes
     the folder's writer lock (waiting up to ``lock_wait`` seconds, see `slimrag.index.lock`).
     An `Index` object is not thread-safe; open one per thread (reads never lock)."""
 
     def __init__(self, root: Path, embedder: Embedder | None = None, *, wait: float | None = None) -> None:
-        self.root = Path(root)
-        self.lock_wait = wait
-        self._lock = None
-        self._verified_part = None
-        self.rolled_back = []
-        self.manifest = layout.read_manifest(self.root)
-        self.config = IndexConfig(**{k: tuple(v) if k == "ignore" else v
-                                     for k, v in self.manifest["config"].items()})
-        rec = self.manifest["embedder"]
-        self.embedder = embedder if embedder is not None else from_record(rec)
-        if self.embedder.model_id != rec["id"]:
+        root = Path(root)
+        manifest = manifest_file.read(root)
+        rec = manifest.embedder
+        embedder = embedder if embedder is not None else from_record(rec)
+        if embedder.model_id != rec["id"]:
             raise IndexFormatError(
-                f"{root} was built with embedder {rec['id']!r}, not {self.embedder.model_id!r}; "
+                f"{root} was built with embedder {rec['id']!r}, not {embedder.model_id!r}; "
                 "open it with the same embedder or rebuild")
-        self.catalog = Catalog(self.root / layout.CATALOG)
-        self._chunker: Chunker | None = None
-        self._load_vectors()
+        self.state = IndexState(root, manifest, embedder, Catalog(root / layout.CATALOG), wait)
+        self._writer = IndexWriter(self.state)
+        self._query = IndexQuery(self.state)
+        self._checker = IndexChecker(self.state, self._writer)
+        self._sync = IndexSync(self.state, self._writer)
+        self._browse = IndexBrowse(self.state)
+        #: what the add of `build` did (set by `build` only)
+        self.last_report: AddReport | None = None
 
     # -- construction ---------------------------------------------------------------------------
     @classmethod
@@ -95,14 +103,9 @@ class Index(IndexWriter, IndexQuery, IndexChecker, IndexBrowse, IndexSync):
         Catalog(out / layout.CATALOG).close()
         layout.write_generation(out, 0, {"ids": layout.narrow_ids(np.zeros(0, np.int64)),
                                          "vectors": np.zeros((0, embedder.dim), config.dtype)})
-        now = time.time()
-        files.write_json_atomic(out / layout.MANIFEST, {
-            "format": layout.FORMAT_VERSION, "storage": config.storage, "gen_kind": "flat",
-            "slim": (slim or SlimConfig()).to_dict(), "embedder": embedder.record(),
-            "config": asdict(config), "generation": 0, "delta_parts": [], "next_chunk_id": 0, "next_part": 0,
-            "source_root": str(Path(source_root).resolve()) if source_root else None,
-            "created": now, "updated": now,
-        })
+        manifest_file.write(out, manifest_file.new(
+            storage=config.storage, embedder=embedder.record(), config=config, slim=slim or SlimConfig(),
+            source_root=str(Path(source_root).resolve()) if source_root else None))
         return cls(out, embedder, wait=wait)
 
     @classmethod
@@ -134,7 +137,7 @@ class Index(IndexWriter, IndexQuery, IndexChecker, IndexBrowse, IndexSync):
 
     def close(self) -> None:
         """Close the catalog."""
-        self.catalog.close()
+        self.state.catalog.close()
 
     def __enter__(self) -> Index:
         return self
@@ -142,49 +145,60 @@ class Index(IndexWriter, IndexQuery, IndexChecker, IndexBrowse, IndexSync):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- vectors --------------------------------------------------------------------------------
-    def _load_vectors(self) -> None:
-        gen = layout.read_generation(self.root, self.manifest["generation"])
-        d_ids, d_vecs = self._read_delta()
-        if self.manifest.get("gen_kind", "flat") == "slim":
-            art = SlimArtifacts.load(layout.gen_dir(self.root, self.manifest["generation"]))
-            if d_vecs is None:
-                d_vecs = np.zeros((0, art.dim), np.float32)
-            self.vectors: FlatVectors | SlimVectors = SlimVectors(
-                gen["ids"], art, FlatVectors(d_ids, d_vecs), self._recompute,
-                SlimConfig.from_dict(self.manifest["slim"]))
-        else:
-            ids, vecs = np.asarray(gen["ids"], dtype=np.int64), gen["vectors"]  # ids are narrowed on disk
-            if d_vecs is not None:
-                ids = np.concatenate([ids, d_ids])
-                vecs = np.concatenate([np.asarray(vecs), d_vecs.astype(vecs.dtype)])
-            self.vectors = FlatVectors(ids, vecs)
-        self._seen_data = self.catalog.data_version()  # before the read: a commit in between is seen later
-        self.vectors.set_live(np.asarray(self.catalog.live_ids(), dtype=np.int64))
+    # -- the state, read-only views -------------------------------------------------------------
+    @property
+    def root(self) -> Path:
+        """The index folder."""
+        return self.state.root
 
-    def _read_delta(self) -> tuple[np.ndarray, np.ndarray | None]:
-        """The delta parts the manifest names, concatenated. A missing or unreadable part (damage:
-        a crash never leaves one) is skipped with a warning and listed in ``bad_parts``, so the
-        index still opens and searches; its chunks have no vector until `check(repair=True)`."""
-        good, self.bad_parts = [], []
-        for name in self.manifest["delta_parts"]:
-            try:
-                good.append(layout.read_delta_part(self.root / layout.DELTA / name))
-            except (IndexFormatError, FileNotFoundError) as e:
-                log.warning("%s; until then its chunks are found by keyword search only", e)
-                self.bad_parts.append(name)
-        if not good:
-            return np.zeros(0, dtype=np.int64), None
-        return np.concatenate([i for i, _ in good]), np.concatenate([v for _, v in good])
+    @property
+    def manifest(self) -> Manifest:
+        """The manifest in force for this handle."""
+        return self.state.manifest
 
-    def _recompute(self, chunk_ids: np.ndarray) -> np.ndarray:
-        """Exact embeddings of stored chunks, recomputed from their text (the slim index keeps none)."""
-        chunks = self.catalog.chunks(chunk_ids)
-        missing = [int(i) for i in chunk_ids if int(i) not in chunks]
-        if missing:
-            raise IndexFormatError(f"chunks {missing[:5]} are in the index but not in the catalog; run compact()")
-        return self.embedder.embed([embed_input(chunks[int(i)]) for i in chunk_ids],
-                                   batch_size=self.config.embed_batch)
+    @property
+    def config(self) -> IndexConfig:
+        """The build configuration."""
+        return self.state.config
+
+    @property
+    def catalog(self) -> Catalog:
+        """The SQLite catalog: documents, chunks, keyword index."""
+        return self.state.catalog
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedder of this index (loads its model on first use)."""
+        return self.state.embedder
+
+    @property
+    def vectors(self) -> VectorStore:
+        """The vector store of the current generation and delta."""
+        return self.state.vectors
+
+    @property
+    def lock_wait(self) -> float | None:
+        """Seconds a write waits for another writer (None: `lock.default_wait()`)."""
+        return self.state.lock_wait
+
+    @lock_wait.setter
+    def lock_wait(self, seconds: float | None) -> None:
+        self.state.lock_wait = seconds
+
+    @property
+    def rolled_back(self) -> list[str]:
+        """Delta parts of interrupted writes this handle dropped from the manifest."""
+        return self.state.rolled_back
+
+    @property
+    def bad_parts(self) -> list[str]:
+        """Delta parts the manifest names that could not be read (see `check`)."""
+        return self.state.bad_parts
+
+    @property
+    def chunker(self) -> Chunker:
+        """The chunker of this index's ``chunk_tokens``/``chunk_overlap``, made on first use."""
+        return self._writer.chunker
 
     def version(self) -> tuple[int, int, int]:
         """A cheap, hashable token that changes when another process changes this index: the
@@ -195,31 +209,74 @@ class Index(IndexWriter, IndexQuery, IndexChecker, IndexBrowse, IndexSync):
         st = (self.root / layout.MANIFEST).stat()
         return st.st_ino, st.st_mtime_ns, self.catalog.data_version()
 
-    # -- inspection -----------------------------------------------------------------------------
+    # -- writing (IndexWriter) ------------------------------------------------------------------
+    def locked(self) -> AbstractContextManager[None]:
+        """Hold the writer lock over a ``with`` block (`IndexState.locked`)."""
+        return self.state.locked()
+
+    def add(self, inputs: Inputs) -> AddReport:
+        """`IndexWriter.add`: add or update documents; unchanged files are skipped."""
+        return self._writer.add(inputs)
+
+    def write(self, docs: Iterable[PreparedDoc], report: AddReport | None = None) -> AddReport:
+        """`IndexWriter.write`: store documents prepared (chunked, maybe embedded) elsewhere."""
+        return self._writer.write(docs, report)
+
+    def stored_doc_id(self, source: str) -> str | None:
+        """The content hash stored for ``source``, or None when it is not in the index."""
+        return self._writer.stored_doc_id(source)
+
+    def remove(self, paths: str | Sequence[str], *, cwd: Path | None = None) -> int:
+        """`IndexWriter.remove`: remove documents as a user names them; returns chunks removed."""
+        return self._writer.remove(paths, cwd=cwd)
+
+    def remove_matching(self, paths: str | Sequence[str], *, cwd: Path | None = None) -> Removal:
+        """`IndexWriter.remove_matching`: `remove`, returning what each path matched."""
+        return self._writer.remove_matching(paths, cwd=cwd)
+
+    def remove_sources(self, sources: Sequence[str]) -> int:
+        """`IndexWriter.remove_sources`: remove documents by their exact stored names."""
+        return self._writer.remove_sources(sources)
+
+    def compact(self, rebuild: bool = False) -> None:
+        """`IndexWriter.compact`: write a generation of the live chunks and switch to it."""
+        self._writer.compact(rebuild)
+
+    # -- reading (IndexQuery, IndexBrowse) ------------------------------------------------------
+    def search(self, query: str, k: int = 5, mode: str | None = None, source: str | None = None,
+               config: SearchConfig | None = None) -> list[Hit]:
+        """`IndexQuery.search`: top-k chunks for ``query``, best first."""
+        return self._query.search(query, k, mode, source, config)
+
+    def search_batch(self, queries: Sequence[str], k: int = 5, source: str | None = None,
+                     config: SearchConfig | None = None) -> list[list[Hit]]:
+        """`IndexQuery.search_batch`: vector search for many queries at once."""
+        return self._query.search_batch(queries, k, source, config)
+
     def documents(self) -> list[Document]:
         """All stored documents."""
         return self.catalog.documents()
 
+    def passage(self, chunk_id: int, around: int = 1) -> Excerpt:
+        """`IndexBrowse.passage`: a chunk with its neighbours in its document."""
+        return self._browse.passage(chunk_id, around)
+
+    def status(self) -> dict[str, Any]:
+        """`IndexBrowse.status`: what a status panel shows."""
+        return self._browse.status()
+
     def stats(self) -> dict[str, Any]:
-        """Counts, bytes on disk per component, embedder and config."""
-        gen = layout.gen_dir(self.root, self.manifest["generation"])
-        gen_files = {p.name: p.stat().st_size for p in sorted(gen.iterdir())}
-        cat = sum(p.stat().st_size for p in self.root.glob(layout.CATALOG + "*"))
-        return {
-            "path": str(self.root),
-            "storage": self.manifest["storage"],
-            "gen_kind": self.manifest.get("gen_kind", "flat"),
-            "slim_bytes": slim_bytes(gen) if self.manifest.get("gen_kind") == "slim" else None,
-            "generation": self.manifest["generation"],
-            "counts": {**self.catalog.counts(), "vectors": len(self.vectors),
-                       "live_vectors": int(self.vectors.live.sum()),
-                       "delta_parts": len(self.manifest["delta_parts"])},
-            "bytes": {"catalog": cat, "generation": sum(gen_files.values()), "generation_files": gen_files,
-                      "delta": layout.folder_bytes(self.root / layout.DELTA) if (self.root / layout.DELTA).exists()
-                      else 0, "total": layout.folder_bytes(self.root)},
-            "embedder": self.manifest["embedder"],
-            "config": self.manifest["config"],
-        }
+        """`IndexBrowse.stats`: counts, bytes on disk per component, embedder and config."""
+        return self._browse.stats()
+
+    # -- upkeep (IndexChecker, IndexSync) -------------------------------------------------------
+    def check(self, repair: bool = False) -> CheckReport:
+        """`IndexChecker.check`: do catalog and vectors agree; with ``repair``, fix what was found."""
+        return self._checker.check(repair)
+
+    def sync(self, folder: str | Path, paths: Iterable[str | Path] | None = None) -> SyncReport:
+        """`IndexSync.sync`: make the index hold exactly the readable files of ``folder``."""
+        return self._sync.sync(folder, paths)
 
 
 #: What a create killed before its first manifest can leave in the folder: the catalog (and its

@@ -96,7 +96,7 @@ def ray_ingest(index: Index | str | Path, sources: Inputs, *, address: str | Non
     try:
         model_dir = _worker_model_dir(idx.embedder)
         report = AddReport()
-        root = Path(idx.manifest["source_root"]) if idx.manifest.get("source_root") else None
+        root = idx.manifest.source_path
         rows = [_input_row(item, idx.stored_doc_id(item.source))
                 for item in iter_inputs(sources, root, idx.config.ignore, idx.config.max_file_bytes, report.skipped)]
         if rows:

@@ -9,6 +9,11 @@ NAME.slimrag/
   delta/part-NNNNNN.npz   vectors of chunks added since the last compaction
 ```
 
+The manifest's fields, and its reading, checking and migration, are `slimrag.index.manifest`'s.
+A delta part is an uncompressed zip of two ``.npy`` arrays; an open index maps its vectors in
+place (`map_delta_vectors`) rather than reading them, and a compaction writes a generation's
+matrix block by block (`write_npy`), so neither needs the vectors in memory.
+
 Row -> chunk id arrays (``ids.npy`` of a generation, ``ids`` of a delta part) are written in the
 smallest unsigned type that holds the largest id (:func:`narrow_ids`: uint8, uint16 or uint32,
 1-4 bytes per row instead of int64's 8; int64 past 2^32) and widened to int64 on read, so
@@ -26,39 +31,25 @@ written by an interrupted `add` can never be mistaken for a later chunk that reu
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
+import struct
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from slimrag.errors import IndexFormatError
 from slimrag.files import fsync_dir
+from slimrag.index.manifest import FORMAT_VERSION, MANIFEST, Manifest  # noqa: F401  (the folder's names in one place)
 
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
 CATALOG = "catalog.sqlite"
 DELTA = "delta"
-
-
-def read_manifest(root: Path) -> dict[str, Any]:
-    """Read and check the manifest of an index folder."""
-    path = Path(root) / MANIFEST
-    if not path.is_file():
-        raise IndexFormatError(f"{root} is not a slimrag index (no {MANIFEST}); build one with `slimrag build`")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise IndexFormatError(f"{path} is corrupt ({e.msg}); rebuild the index") from e
-    if data.get("format") != FORMAT_VERSION:
-        raise IndexFormatError(
-            f"{root} has format {data.get('format')!r}; this slimrag reads format {FORMAT_VERSION}. Rebuild it.")
-    return data
+#: prefix of the scratch file a slim rebuild streams its float32 rows to (deleted after, or by
+#: `collect_garbage` when the compaction was killed)
+SCRATCH = ".tmp-vectors-"
 
 
 def gen_dir(root: Path, generation: int) -> Path:
@@ -129,11 +120,16 @@ def part_name(seq: int) -> str:
 
 
 def next_part(root: Path, current: int) -> int:
-    """A delta part number at or above the manifest's ``next_part`` whose file does not exist: a
-    part written by an add killed before its manifest switch keeps its number until the next
-    compaction collects it, and must not be reused (`write_delta_part` never overwrites)."""
-    found = [int(p.name[5:11]) for p in (Path(root) / DELTA).glob("part-*.npz") if p.name[5:11].isdigit()]
-    return max([current - 1, *found]) + 1
+    """The first delta part number from the manifest's ``next_part`` on whose file does not exist:
+    a part written by an add killed before its manifest switch keeps its number until the next
+    compaction collects it, and must not be reused (`write_delta_part` never overwrites). Such
+    parts sit at ``next_part`` and just above it (each killed add leaves at most one), so this
+    probes a few names: a commit's cost does not grow with the parts already written."""
+    d = Path(root) / DELTA
+    seq = max(current, 0)
+    while (d / part_name(seq)).exists():
+        seq += 1
+    return seq
 
 
 def write_delta_part(root: Path, seq: int, ids: np.ndarray, vectors: np.ndarray) -> str:
@@ -161,45 +157,90 @@ def write_delta_part(root: Path, seq: int, ids: np.ndarray, vectors: np.ndarray)
     return name
 
 
-def read_delta_parts(root: Path, names: list[str]) -> tuple[np.ndarray, np.ndarray | None]:
-    """Concatenate the delta parts named by the manifest: (ids, vectors or None when empty)."""
-    ids, vecs = [], []
-    for name in names:
-        path = Path(root) / DELTA / name
-        if not path.is_file():
-            raise IndexFormatError(f"{path} is named by the manifest but missing; "
-                                  "run `slimrag check --repair` to re-embed its chunks")
-        part_ids, part_vecs = read_delta_part(path)
-        ids.append(part_ids)
-        vecs.append(part_vecs)
-    if not ids:
-        return np.zeros(0, dtype=np.int64), None
-    return np.concatenate(ids), np.concatenate(vecs)
-
-
-def read_delta_part(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """One delta part file: (int64 chunk ids, vectors). Raises `IndexFormatError` when it cannot
-    be read (truncated, not a zip, arrays missing)."""
+def read_delta_part(path: Path, mmap: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """One delta part file: (int64 chunk ids, vectors). With ``mmap`` the vectors are a read-only
+    view of the file's bytes (`map_delta_vectors`) instead of a copy in memory. Raises
+    `IndexFormatError` when it cannot be read (truncated, not a zip, arrays missing)."""
     try:
         with np.load(path, allow_pickle=False) as z:
             ids = z["ids"].astype(np.int64)  # narrowed on write (or int64 in old parts)
-            vecs = z["vectors"]
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
+            vecs = map_delta_vectors(path) if mmap else z["vectors"]
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError, struct.error) as e:
         raise IndexFormatError(f"{path} is unreadable ({e}); run `slimrag check --repair`") from e
     if len(ids) != len(vecs):
         raise IndexFormatError(f"{path} holds {len(ids)} ids but {len(vecs)} vectors; run `slimrag check --repair`")
     return ids, vecs
 
 
-def collect_garbage(root: Path, manifest: dict[str, Any]) -> list[str]:
-    """Delete generations, delta parts and temp files the manifest does not name. Returns them."""
+def map_delta_vectors(path: Path) -> np.ndarray:
+    """The ``vectors`` array of a delta part, memory-mapped in place. A part is an uncompressed
+    zip (``np.savez``), so the array's bytes lie contiguous in the file after the member's local
+    header and its ``.npy`` header: mapping them costs no read, and the pages stay the kernel's
+    cache (an open index holds many parts without holding their bytes). A compressed member
+    (never written by slimrag) is read into memory instead. Raises ValueError/OSError/KeyError
+    for a damaged file (`read_delta_part` turns them into `IndexFormatError`)."""
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo("vectors.npy")
+    if info.compress_type != zipfile.ZIP_STORED:
+        with np.load(path, allow_pickle=False) as z:
+            return np.asarray(z["vectors"])
+    with open(path, "rb") as f:
+        f.seek(info.header_offset)
+        head = f.read(30)
+        if len(head) < 30 or head[:4] != b"PK\x03\x04":
+            raise ValueError("no local file header where the zip directory points")
+        name_len, extra_len = struct.unpack("<HH", head[26:30])
+        f.seek(info.header_offset + 30 + name_len + extra_len)
+        version = np.lib.format.read_magic(f)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read_header(f)
+        offset = f.tell()
+    if fortran or dtype.hasobject:
+        with np.load(path, allow_pickle=False) as z:
+            return np.asarray(z["vectors"])
+    if offset + int(np.prod(shape)) * dtype.itemsize > os.path.getsize(path):
+        raise ValueError("the vectors run past the end of the file")
+    if int(np.prod(shape)) == 0:
+        return np.zeros(shape, dtype)
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=tuple(shape))
+
+
+def write_npy(path: Path, dtype: np.dtype | str, shape: tuple[int, int], blocks: Iterable[np.ndarray]) -> None:
+    """Write an ``.npy`` file of ``shape`` from row ``blocks`` given in order, fsynced, without
+    holding the matrix: each block is converted to ``dtype`` and written, then dropped. Writing
+    through ``write`` and not a writable memory map keeps the written pages out of the process's
+    resident set (they are the kernel's cache). Raises ValueError when the blocks do not add up
+    to ``shape``."""
+    dtype = np.dtype(dtype)
+    rows = 0
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": tuple(shape)})
+        for block in blocks:
+            block = np.ascontiguousarray(block, dtype=dtype)
+            if block.ndim != 2 or block.shape[1] != shape[1]:
+                raise ValueError(f"block of shape {block.shape} in a matrix of shape {shape}")
+            rows += len(block)
+            f.write(block.data)
+        if rows != shape[0]:
+            raise ValueError(f"{rows} rows written for a matrix of {shape[0]}")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def collect_garbage(root: Path, manifest: Manifest) -> list[str]:
+    """Delete generations, delta parts, scratch and temp files the manifest does not name.
+    Returns them."""
     root = Path(root)
-    keep_gen = gen_dir(root, manifest["generation"]).name
-    keep_parts = set(manifest.get("delta_parts", []))
+    keep_gen = gen_dir(root, manifest.generation).name
+    keep_parts = set(manifest.delta_parts)
     removed = []
     for p in root.iterdir():
         if (p.name.startswith("gen-") and p.name != keep_gen) or p.name.startswith(".tmp-gen-"):
             shutil.rmtree(p)
+            removed.append(p.name)
+        elif p.name.startswith(SCRATCH):
+            p.unlink()
             removed.append(p.name)
     d = root / DELTA
     if d.is_dir():

@@ -4,8 +4,9 @@
   `SlimVectors`: graph walk + exact rerank of recomputed embeddings, plus the exact delta rows).
   Removed chunks are masked by the store's liveness mask until `compact` drops them.
 - **keyword**: SQLite FTS5 BM25 over chunk text (`Catalog.keyword_search`).
-- **hybrid**: both lists, ``SearchConfig.candidates`` (default 50) long each, fused by reciprocal
-  rank fusion (`rrf`, constant ``SearchConfig.rrf_k``, default 60), cut to ``k``.
+- **hybrid**: both lists, ``SearchConfig.candidates`` (default 50) long each, fused by
+  `slimrag.index.fusion.fuse` (score-aware: min-max normalised scores, weighted, and a decisive
+  keyword match stays first; the strategies and their measurements are in its header), cut to ``k``.
 
 The default mode is ``SearchConfig.mode`` (hybrid, chosen by `bench.retrieval`; see
 docs/benchmarks.md), the one default `RAG`, the CLI and the HTTP server read too.
@@ -18,7 +19,8 @@ it in the SQL ``WHERE`` before ``LIMIT``. A `SearchConfig` given per call sets `
 the fusion knobs and the slim index's walk and rerank knobs (ef, rerank, wave, early_stop) for
 that query alone.
 
-Why a mixin: see `slimrag.index.writer`; the attributes of `Index` it reads are declared below.
+A part of `Index` built on its `IndexState` (`slimrag.index.state`): it reads the catalog, the
+embedder and the vector store from there and nothing else. Hybrid fusion is one call (`fuse`).
 """
 
 from __future__ import annotations
@@ -30,22 +32,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from slimrag.config import SearchConfig
+from slimrag.index.fusion import fuse
 from slimrag.types import Hit
 
 if TYPE_CHECKING:
-    from slimrag.catalog import Catalog
-    from slimrag.embed.base import Embedder
-    from slimrag.index.flat import FlatVectors
-    from slimrag.index.slim.store import SlimVectors
+    from slimrag.index.state import IndexState
 
 
 class IndexQuery:
     """The search methods of `Index` (see the module header). One `Index` per thread."""
 
-    # Set by `Index.__init__`; declared here so this file type-checks on its own.
-    catalog: Catalog
-    embedder: Embedder
-    vectors: FlatVectors | SlimVectors
+    def __init__(self, state: IndexState) -> None:
+        self.state = state
 
     def search(self, query: str, k: int = 5, mode: str | None = None, source: str | None = None,
                config: SearchConfig | None = None) -> list[Hit]:
@@ -58,14 +56,15 @@ class IndexQuery:
         cfg = config or SearchConfig(k=k)
         if mode is not None and mode != cfg.mode:
             cfg = replace(cfg, mode=mode)  # validated again: an unknown mode raises ValueError
+        catalog = self.state.catalog
         if cfg.mode == "keyword":
-            ranked = self.catalog.keyword_search(query, cfg.k, source)
+            ranked = catalog.keyword_search(query, cfg.k, source)
         elif cfg.mode == "vector":
             ranked = self._vectors([query], cfg.k, source, cfg)[0]
         else:
             n = max(cfg.candidates, cfg.k)
-            ranked = rrf([self._vectors([query], n, source, cfg)[0], self.catalog.keyword_search(query, n, source)],
-                         cfg.rrf_k)[: cfg.k]
+            ranked = fuse(self._vectors([query], n, source, cfg)[0], catalog.keyword_search(query, n, source),
+                          cfg.rrf_k)[: cfg.k]
         return self._hits(ranked)
 
     def search_batch(self, queries: Sequence[str], k: int = 5, source: str | None = None,
@@ -83,23 +82,16 @@ class IndexQuery:
 
     def _vectors(self, queries: list[str], k: int, source: str | None,
                  cfg: SearchConfig) -> list[list[tuple[int, float]]]:
-        q = self.embedder.embed(queries)
+        st = self.state
+        q = st.embedder.embed(queries)
+        store = st.vectors
         allow = None
         if source is not None:
-            allow = np.isin(self.vectors.ids, np.asarray(self.catalog.live_ids(source), dtype=np.int64))
-        ids, scores = self.vectors.search(q, k, allow, cfg)
+            allow = np.isin(store.ids, np.asarray(st.catalog.live_ids(source), dtype=np.int64))
+        ids, scores = store.search(q, k, allow, cfg)
         return [[(int(i), float(s)) for i, s in zip(ids[r], scores[r], strict=True)] for r in range(len(queries))]
 
     def _hits(self, ranked: list[tuple[int, float]]) -> list[Hit]:
-        chunks = self.catalog.chunks([i for i, _ in ranked])
+        chunks = self.state.catalog.chunks([i for i, _ in ranked])
         return [Hit(i, s, chunks[i].text, chunks[i].source, chunks[i].metadata) for i, s in ranked if i in chunks]
 
-
-def rrf(lists: list[list[tuple[int, float]]], k: int = 60) -> list[tuple[int, float]]:
-    """Reciprocal rank fusion: score(d) = sum over lists of 1 / (k + rank), rank from 1.
-    Ties are broken by chunk id so the fused order is deterministic."""
-    scores: dict[int, float] = {}
-    for ranked in lists:
-        for rank, (cid, _) in enumerate(ranked, 1):
-            scores[cid] = scores.get(cid, 0.0) + 1.0 / (k + rank)
-    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))

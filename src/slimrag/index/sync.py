@@ -55,8 +55,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,9 +71,8 @@ from slimrag.ingest.rawfile import read_bounded
 from slimrag.ingest.source import InputItem, PreparedDoc, iter_inputs, prepare
 
 if TYPE_CHECKING:
-    from slimrag.catalog import Catalog
-    from slimrag.config import IndexConfig
-    from slimrag.ingest.chunker import Chunker
+    from slimrag.index.state import IndexState
+    from slimrag.index.writer import IndexWriter
 
 log = logging.getLogger("slimrag.index")
 
@@ -154,17 +152,12 @@ def scope_of(folder: Path, naming_root: Path) -> Scope:
 
 
 class IndexSync:
-    """`sync`, as a mixin of `Index` (see `slimrag.index.writer` for why mixins). Not thread-safe."""
+    """`sync`, a part of `Index` built on its state and its writer (`slimrag.index.state`), which
+    makes every change. Not thread-safe."""
 
-    # Set by `Index` and its other mixins; declared here so this file type-checks on its own.
-    root: Path
-    manifest: dict[str, Any]
-    config: IndexConfig
-    catalog: Catalog
-    chunker: Chunker
-    locked: Callable[[], AbstractContextManager[None]]
-    write: Callable[..., AddReport]
-    remove_sources: Callable[[Sequence[str]], int]
+    def __init__(self, state: IndexState, writer: IndexWriter) -> None:
+        self.state = state
+        self.writer = writer
 
     def sync(self, folder: str | Path, paths: Iterable[str | Path] | None = None) -> SyncReport:
         """Make this index hold exactly the readable files of ``folder`` (module header): new and
@@ -175,27 +168,27 @@ class IndexSync:
         lock throughout. Raises IngestError when ``folder`` is not a folder."""
         if not Path(folder).is_dir():
             raise IngestError(f"{folder} is not a folder; sync mirrors a folder (use add for single files)")
-        with self.locked():
-            return _Sync(self, Path(os.path.realpath(folder))).run(paths)
+        with self.state.locked():
+            return _Sync(self.state, self.writer, Path(os.path.realpath(folder))).run(paths)
 
 
 class _Sync:
     """One sync's state: the folder, how names are formed, the stored documents in scope."""
 
-    def __init__(self, index: IndexSync, folder: Path) -> None:
-        self.index, self.folder = index, folder
-        root = index.manifest.get("source_root")
-        self.naming_root = Path(root) if root else folder
-        if root and not self.naming_root.is_dir() and not folder.is_relative_to(self.naming_root):
+    def __init__(self, state: IndexState, writer: IndexWriter, folder: Path) -> None:
+        self.state, self.writer, self.folder = state, writer, folder
+        root = state.manifest.source_path
+        self.naming_root = root if root else folder
+        if root and not root.is_dir() and not folder.is_relative_to(root):
             log.warning("%s: the folder it was built from, %s, is gone, and %s is not inside it: its files are "
                         "stored under absolute names, beside the old ones. If the folder moved, rebuild the "
-                        "index from its new place (slimrag build FOLDER -o INDEX --force)", index.root, root, folder)
+                        "index from its new place (slimrag build FOLDER -o INDEX --force)", state.root, root, folder)
         self.scope = scope_of(folder, self.naming_root)
-        self.ignore = tuple(index.config.ignore)
-        own = Path(os.path.realpath(index.root))
+        self.ignore = tuple(state.config.ignore)
+        own = Path(os.path.realpath(state.root))
         if own.is_relative_to(folder) and own != folder:  # never index the index
             self.ignore += ("/" + glob_escape(own.relative_to(folder).as_posix()) + "/",)
-        self.stored = {d.source: d for d in index.catalog.documents() if d.source in self.scope}
+        self.stored = {d.source: d for d in state.catalog.documents() if d.source in self.scope}
         self.report = SyncReport()
         self.touched: list[tuple[float, int, str]] = []  # read, hash unchanged: (mtime, size, source)
 
@@ -209,15 +202,15 @@ class _Sync:
                 self.report.full, self.report.paths = False, len(targets)
                 items, owned = self._partial(Path(p) for p in targets)
         if full:
-            items = iter_inputs(self.folder, self.naming_root, self.ignore, self.index.config.max_file_bytes,
+            items = iter_inputs(self.folder, self.naming_root, self.ignore, self.state.config.max_file_bytes,
                                 self.report.skipped)
-        self.index.write(self._prepare(items), self.report)
+        self.writer.write(self._prepare(items), self.report)
         for outcome in (ADDED, UPDATED, UNCHANGED):
             present.update(self.report.files.get(outcome, ()))
         self._store_touched()
         gone = sorted(s for s in owned if s not in present)
         if gone:
-            self.report.removed_chunks = self.index.remove_sources(gone)
+            self.report.removed_chunks = self.writer.remove_sources(gone)
             self.report.removed, self.report.removed_sources = len(gone), gone
         self.report.seconds = time.perf_counter() - t0
         return self.report
@@ -246,7 +239,7 @@ class _Sync:
             if st is not None and time.time() - st.st_mtime < RACY_S:
                 item = replace(item, mtime=RACY_MTIME)
             self.report.read += 1
-            doc = prepare(item, old.doc_id if old is not None else None, self.index.chunker)
+            doc = prepare(item, old.doc_id if old is not None else None, self.writer.chunker)
             if isinstance(doc, Skipped):
                 self.report.skip(doc.source, doc.reason, doc.kind)
                 tracker.file()
@@ -261,8 +254,8 @@ class _Sync:
         so the next sync trusts ``stat`` for them. One transaction; the chunks are not touched."""
         if not self.touched:
             return
-        with self.index.catalog.transaction():
-            self.index.catalog.touch_documents(self.touched)
+        with self.state.catalog.transaction():
+            self.state.catalog.touch_documents(self.touched)
 
     def _partial(self, targets: Iterable[Path]) -> tuple[list[InputItem], set[str]]:
         """The inputs among ``targets`` (files a walk of the folder would reach, named as it names
@@ -285,7 +278,7 @@ class _Sync:
                     else link.as_posix()
                 self.report.skip(shown, message(OUTSIDE, f"points to {os.path.realpath(path)}"), OUTSIDE)
                 continue
-            items += iter_inputs(path, self.naming_root, (), self.index.config.max_file_bytes, self.report.skipped)
+            items += iter_inputs(path, self.naming_root, (), self.state.config.max_file_bytes, self.report.skipped)
         return items, owned
 
 

@@ -1,10 +1,12 @@
 """`SlimVectors`: the slim generation (graph + PQ codes, no embeddings) plus the exact delta rows,
-behind the same interface as `FlatVectors` (``ids``, ``live``, ``set_live``, ``live_vectors``,
-``search``).
+behind the same interface as `FlatVectors` (``ids``, ``live``, ``set_live``, ``kill``, ``append``,
+``rows``, ``live_vectors``, ``search``).
 
 Rows ``[0, n_gen)`` are graph rows, answered by `SlimSearcher` with exact reranking of recomputed
 embeddings; rows ``[n_gen, n)`` are chunks added since the last compaction, kept as exact vectors
-(`FlatVectors`). Both lists are merged by exact score, so a query sees one top-k.
+(`FlatVectors`, block per delta part; a commit appends one). Both lists are merged by exact score,
+so a query sees one top-k. ``rows`` gives float32 vectors of any rows: graph rows recomputed
+(``RECOMPUTE_BATCH`` per call), delta rows read; a rebuilding compaction streams through it.
 
 Filters: when a metadata filter leaves only a few graph rows (``SMALL_FILTER`` or fewer), those
 rows are recomputed and scored directly: exact, and cheaper than walking a graph whose rows are
@@ -15,12 +17,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
 from slimrag.config import SearchConfig
-from slimrag.index.flat import FlatVectors
-from slimrag.index.slim.artifacts import SlimArtifacts
+from slimrag.index.flat import Column, FlatVectors
+from slimrag.index.slim.artifacts import SlimArtifacts, slim_bytes
 from slimrag.index.slim.config import SlimConfig
 from slimrag.index.slim.searcher import SlimSearcher
 from slimrag.index.slim.update import SlimUpdate, UpdateConfig, update_slim
@@ -34,50 +37,96 @@ RECOMPUTE_BATCH = 2048
 class SlimVectors:
     """Slim generation + exact delta, searched together."""
 
+    #: the generation kind this store reads and writes (`slimrag.index.vectors.KINDS`)
+    kind = "slim"
+    #: compaction updates the graph in place of a rebuild (`updated`)
+    incremental = True
+
     def __init__(self, gen_ids: np.ndarray, artifacts: SlimArtifacts, delta: FlatVectors,
                  recompute_ids: Callable[[np.ndarray], np.ndarray], config: SlimConfig) -> None:
         self.gen_ids = np.asarray(gen_ids, dtype=np.int64)
         self.n_gen = len(self.gen_ids)
+        self.dim = artifacts.dim
+        #: the exact rows; its own liveness mask stays all-True (this store's mask covers them)
         self.delta = delta
-        self.ids = np.concatenate([self.gen_ids, delta.ids])
-        self.live = np.ones(len(self.ids), dtype=bool)
+        self._ids = Column(np.concatenate([self.gen_ids, delta.ids]))
+        self._live = Column(np.ones(len(self._ids), dtype=bool))
         self._recompute_ids = recompute_ids
         self.searcher = SlimSearcher(artifacts, lambda rows: recompute_ids(self.gen_ids[rows]), config)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self._ids)
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The chunk id of every row: graph rows, then delta rows."""
+        return self._ids.view
+
+    @property
+    def live(self) -> np.ndarray:
+        """True for rows whose chunk is stored (not removed)."""
+        return self._live.view
+
+    def append(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Add exact delta rows (a committed part), live; nothing held is read or copied."""
+        self.delta.append(ids, vectors)
+        self._ids.append(np.asarray(ids, dtype=np.int64))
+        self._live.append(np.ones(len(ids), dtype=bool))
 
     def set_live(self, live_ids: np.ndarray) -> None:
         """Mark as live exactly the rows whose chunk id is in ``live_ids``."""
-        self.live = np.isin(self.ids, live_ids)
-        self.delta.live = self.live[self.n_gen:]
+        self._live.assign(np.isin(self.ids, live_ids))
+
+    def kill(self, chunk_ids: np.ndarray) -> None:
+        """Mark the rows of ``chunk_ids`` removed."""
+        if len(chunk_ids):
+            self._live.view[np.isin(self.ids, chunk_ids)] = False
+
+    def rows(self, rows: np.ndarray, batch: int = RECOMPUTE_BATCH) -> np.ndarray:
+        """float32 vectors of the given rows, in that order: graph rows recomputed, ``batch`` per
+        ``recompute`` call (bounds the texts held at once), delta rows read."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.empty((len(rows), self.dim), dtype=np.float32)
+        in_gen = rows < self.n_gen
+        gen_at = np.flatnonzero(in_gen)
+        for s in range(0, len(gen_at), batch):
+            at = gen_at[s: s + batch]
+            out[at] = np.asarray(self._recompute_ids(self.gen_ids[rows[at]]), dtype=np.float32)
+        if not in_gen.all():
+            out[~in_gen] = self.delta.rows(rows[~in_gen] - self.n_gen)
+        return out
 
     def live_vectors(self, batch: int = RECOMPUTE_BATCH) -> tuple[np.ndarray, np.ndarray]:
-        """(chunk ids, exact float32 vectors) of the live rows, sorted by chunk id: what a
-        compaction keeps. Graph rows store no vectors, so they are recomputed here, ``batch`` rows
-        per call (for an index: every live chunk of the generation re-embedded once)."""
-        gen_ids = self.gen_ids[self.live[: self.n_gen]]
-        parts = [np.asarray(self._recompute_ids(gen_ids[s : s + batch]), dtype=np.float32)
-                 for s in range(0, len(gen_ids), batch)]
-        d_ids, d_vecs = self.delta.live_vectors()
-        ids = np.concatenate([gen_ids, d_ids])
-        vecs = np.concatenate([*parts, d_vecs]) if parts else d_vecs
-        order = np.argsort(ids, kind="stable")
-        return ids[order], vecs[order]
+        """(chunk ids, exact float32 vectors) of the live rows, sorted by chunk id, in memory.
+        Graph rows store no vectors, so they are recomputed here, ``batch`` rows per call (for an
+        index: every live chunk of the generation re-embedded once)."""
+        rows = np.flatnonzero(self.live)
+        rows = rows[np.argsort(self.ids[rows], kind="stable")]
+        return self.ids[rows], self.rows(rows, batch)
 
     @property
     def delta_share(self) -> float:
         """Delta rows over graph rows (inf with no graph row): what the automatic compaction
         policy of `add` compares with its threshold. Delta rows cost ~20x the bytes of graph rows."""
-        return (len(self.ids) - self.n_gen) / self.n_gen if self.n_gen else float("inf")
+        return (len(self) - self.n_gen) / self.n_gen if self.n_gen else float("inf")
+
+    def wants_compaction(self, share: float) -> bool:
+        """True once the delta rows reach ``share`` of the graph rows (`delta_share`)."""
+        return self.delta_share >= share
+
+    def generation_bytes(self, folder: Path) -> dict[str, float] | None:
+        """`slim_bytes` of the generation folder."""
+        return slim_bytes(folder)
 
     def updated(self, config: SlimConfig, update: UpdateConfig | None = None, rebuild: bool = False) -> SlimUpdate:
         """The next generation without re-embedding the corpus: live graph rows kept, live delta
         rows inserted, tombstoned rows removed (`update_slim`; a full rebuild when ``rebuild`` or
         its drift rule asks). Only the few graph rows the update recomputes are re-embedded.
         Writing the generation and switching the manifest is the caller's."""
-        d_ids, d_vecs = self.delta.live_vectors()
+        d_rows = np.flatnonzero(self.live[self.n_gen:])
+        d_rows = d_rows[np.argsort(self.delta.ids[d_rows], kind="stable")]
+        d_ids, d_vecs = self.delta.ids[d_rows], self.delta.rows(d_rows)
         return update_slim(self.searcher.art, self.gen_ids, self.live[: self.n_gen], d_ids, d_vecs,
                            lambda rows: self._recompute_ids(self.gen_ids[rows]), config, update, rebuild)
 
@@ -88,7 +137,7 @@ class SlimVectors:
         q = np.atleast_2d(np.asarray(queries, dtype=np.float32))
         mask = self.live if allow is None else (self.live & allow)
         gen_ok = mask[: self.n_gen]
-        d_ids, d_scores = self.delta.search(q, k, None if allow is None else allow[self.n_gen:])
+        d_ids, d_scores = self.delta.search(q, k, mask[self.n_gen:])
         results: list[list[tuple[float, int]]] = []
         if self.n_gen and gen_ok.any():
             if allow is not None and gen_ok.sum() <= SMALL_FILTER:

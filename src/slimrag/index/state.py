@@ -1,0 +1,188 @@
+"""`IndexState`: what an open index holds, in one object that its parts receive.
+
+An `Index` is a state object and five parts built on it (`slimrag.index.core`): the writer, the
+query, the checker, the sync and the browser. Each part takes the state (and the checker and the
+sync the writer) as constructor arguments and reads nothing else, so no part declares another's
+attributes. The state holds:
+
+- ``root``, the folder; ``manifest``, the typed `Manifest` in force; ``catalog``, the SQLite store;
+  ``embedder``; ``vectors``, the `VectorStore` of the manifest's generation and delta parts;
+- the writer lock of this handle (`locked`), and what keeps the in-memory view current with the
+  folder (`refresh`, `reload`, `switch`, `committed`).
+
+Keeping current with other writers (`refresh`, on entry to `locked`; see `slimrag.index.writer`):
+the manifest is re-read. When another process only appended delta parts (same generation, the
+known parts a prefix of the new list), the new parts alone are mapped and appended; any other
+change (a compaction) reopens the vectors. When only the catalog moved (another process removed
+documents: SQLite's ``data_version`` changed), only the liveness mask is re-read. The writes of
+this handle update the view themselves (`committed`, `switch`), so a commit never re-reads what
+is stored.
+
+Recovery of an interrupted write (`refresh` again): a write killed between its manifest switch and
+its catalog commit leaves a last delta part whose chunks the catalog never received; it is
+dropped from the manifest under the lock (`_roll_back_uncommitted`) and listed in ``rolled_back``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from slimrag.catalog import Catalog
+from slimrag.config import IndexConfig
+from slimrag.embed.base import Embedder
+from slimrag.errors import IndexFormatError
+from slimrag.index import layout, vectors
+from slimrag.index import manifest as manifest_file
+from slimrag.index.lock import WriterLock
+from slimrag.index.manifest import Manifest
+from slimrag.index.vectors import VectorStore
+from slimrag.ingest.chunker import ChunkText
+from slimrag.types import Chunk
+
+log = logging.getLogger("slimrag.index")
+
+
+def embed_input(chunk: Chunk | ChunkText) -> str:
+    """The text the embedder sees for a chunk: its heading (when not already at the start) and text.
+    One function, so the slim index's recomputation embeds exactly what the build embedded."""
+    heading = chunk.metadata.get("heading") or ""
+    if heading and not chunk.text.lstrip("# ").startswith(heading):
+        return f"{heading}\n{chunk.text}"
+    return chunk.text
+
+
+class IndexState:
+    """The state of one open index folder (module header). Not thread-safe, like `Index`."""
+
+    def __init__(self, root: Path, manifest: Manifest, embedder: Embedder, catalog: Catalog,
+                 lock_wait: float | None = None) -> None:
+        self.root = Path(root)
+        self.manifest = manifest
+        self.embedder = embedder
+        self.catalog = catalog
+        #: seconds a write waits for another writer (None: `lock.default_wait()`)
+        self.lock_wait = lock_wait
+        #: delta parts of interrupted writes this handle dropped from the manifest
+        self.rolled_back: list[str] = []
+        #: delta parts the manifest names that could not be read when the vectors were loaded
+        self.bad_parts: list[str] = []
+        self._lock: WriterLock | None = None
+        self._verified_part: str | None = None  # the last delta part known to be committed in the catalog
+        self._seen_data = 0  # the catalog's data_version when the liveness mask was last read
+        self.vectors: VectorStore
+        self.reload()
+
+    @property
+    def config(self) -> IndexConfig:
+        """The build configuration recorded in the manifest."""
+        return self.manifest.config
+
+    # -- the vector view ------------------------------------------------------------------------
+    def reload(self) -> None:
+        """Open the vectors of the current manifest from disk (a generation switch, or another
+        process's compaction), and read the liveness mask."""
+        self.vectors, self.bad_parts = vectors.open_store(self.root, self.manifest, self.recompute)
+        self._read_live()
+
+    def _read_live(self) -> None:
+        self._seen_data = self.catalog.data_version()  # before the read: a commit in between is seen later
+        self.vectors.set_live(np.asarray(self.catalog.live_ids(), dtype=np.int64))
+
+    def recompute(self, chunk_ids: np.ndarray) -> np.ndarray:
+        """Exact embeddings of stored chunks, recomputed from their text (the slim index keeps none)."""
+        chunks = self.catalog.chunks(chunk_ids)
+        missing = [int(i) for i in chunk_ids if int(i) not in chunks]
+        if missing:
+            raise IndexFormatError(f"chunks {missing[:5]} are in the index but not in the catalog; run compact()")
+        return self.embedder.embed([embed_input(chunks[int(i)]) for i in chunk_ids],
+                                   batch_size=self.config.embed_batch)
+
+    def switch(self, manifest: Manifest) -> None:
+        """Make ``manifest`` the folder's (atomic replace) and this handle's, and reopen the
+        vectors from it (a new generation, or parts dropped or added by a repair)."""
+        manifest_file.write(self.root, manifest)
+        self.manifest = manifest
+        self.reload()
+
+    def committed(self, manifest: Manifest, part: str, ids: np.ndarray, replaced: np.ndarray) -> None:
+        """After a commit of this handle: ``manifest`` (already written) names the new ``part``
+        holding ``ids``; ``replaced`` are the chunk ids the commit deleted. The part is mapped and
+        appended, the replaced rows masked: nothing stored earlier is read."""
+        self.manifest = manifest
+        self._verified_part = part
+        vectors.append_part(self.vectors, self.root, part, ids)
+        self.vectors.kill(replaced)
+
+    # -- the writer lock ------------------------------------------------------------------------
+    @property
+    def holds_lock(self) -> bool:
+        """True inside `locked`."""
+        return self._lock is not None
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the writer lock of this index over a ``with`` block, so several writes (adds, a
+        remove, a compact) run with no other writer in between. Writes take the lock themselves;
+        inside this block they reuse it. Waits up to ``lock_wait`` seconds for another writer, then
+        raises `IndexBusyError`. On entry the view is brought up to date (`refresh`)."""
+        if self._lock is not None:  # nested: build -> add -> write, check -> compact, ...
+            yield
+            return
+        lock = WriterLock(self.root, self.lock_wait)
+        lock.acquire()
+        self._lock = lock
+        try:
+            self.refresh()
+            yield
+        finally:
+            self._lock = None
+            lock.release()
+
+    def refresh(self) -> None:
+        """Catch up with other writers (module header). A small JSON read and a pragma when
+        nothing changed."""
+        fresh = manifest_file.read(self.root)
+        if fresh.delta_parts and fresh.delta_parts[-1] != self._verified_part:
+            fresh = self._roll_back_uncommitted(fresh)
+        old, self.manifest = self.manifest, fresh
+        if fresh == old:
+            if self.catalog.data_version() != self._seen_data:
+                self._read_live()
+            return
+        known = len(old.delta_parts)
+        if (fresh.generation, fresh.gen_kind) == (old.generation, old.gen_kind) \
+                and fresh.delta_parts[:known] == old.delta_parts:
+            self.bad_parts += vectors.append_parts(self.vectors, self.root, fresh.delta_parts[known:])
+            self._read_live()
+        else:
+            self.reload()
+
+    def _roll_back_uncommitted(self, manifest: Manifest) -> Manifest:
+        """Recovery of a write killed between its manifest switch and its catalog commit: the
+        manifest names a last delta part whose chunks the catalog never received (neither stored
+        nor tombstoned; ids are never reused, so one id decides). Such parts are dropped from the
+        manifest (their files are collected by the next compaction), so no vector is left
+        without its chunk. Runs under the lock, once per new last part: one small read."""
+        dropped = []
+        while manifest.delta_parts:
+            last = manifest.delta_parts[-1]
+            try:
+                ids, _ = layout.read_delta_part(self.root / layout.DELTA / last, mmap=True)
+            except IndexFormatError:
+                break  # missing or unreadable: damage, not an interrupted write; `check(repair=True)` fixes it
+            if len(ids) == 0 or self.catalog.has_chunk_id(int(ids.max())):
+                break
+            dropped.append(last)
+            manifest = manifest.changed(delta_parts=manifest.delta_parts[:-1])
+        if dropped:
+            manifest_file.write(self.root, manifest)
+            log.warning("%s: rolled back delta part(s) %s of a write interrupted before its commit",
+                        self.root, ", ".join(dropped))
+            self.rolled_back += dropped
+        self._verified_part = manifest.delta_parts[-1] if manifest.delta_parts else None
+        return manifest

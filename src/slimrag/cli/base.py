@@ -11,6 +11,7 @@ from typing import IO, Any
 
 import click
 
+from slimrag.cli.quiet import quiet_dependencies
 from slimrag.config import GenerationConfig, IndexConfig, RayIngestConfig, SearchConfig
 from slimrag.errors import SlimragError
 from slimrag.route.policy import RouterConfig
@@ -52,6 +53,7 @@ class _Group(click.Group):
 def cli(verbose: bool) -> None:
     """slimrag: ask questions about your own files, offline."""
     _setup_logging(verbose)
+    quiet_dependencies(verbose)  # before any verb imports torch, transformers, uvicorn or Ray
 
 
 def open_index(path: str) -> Any:

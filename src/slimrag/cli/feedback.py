@@ -7,8 +7,12 @@ erased when the answer starts, so nothing of it is left in the scrollback. It is
 stderr is a terminal: piped or captured output stays exactly the answer.
 
 After the answer: a notice when it was cut at the token limit or stopped in a loop
-(`Answer.notice`), a warning naming citations the model invented, then the sources by relevance
-with their scores and the usage line.
+(`Answer.notice`), a warning naming citations the model invented, the evidence (the passage
+sentences that best answer the question, each with its label: what a reader checks the answer
+against), the answer sentences no passage backs (with the numbers and names found in no passage),
+then the sources by relevance with their scores, split into "used" (backing an answer sentence)
+and "also retrieved" once attribution has run, and the usage line. An evidence-only answer
+(``ask --no-llm``) is its evidence, so the evidence is not repeated and there is no usage line.
 """
 
 from __future__ import annotations
@@ -65,8 +69,33 @@ def until_first_piece(pieces: Iterable[Any], status: StatusLine) -> Iterator[Any
         status.clear()
 
 
-def print_answer_end(answer: Any) -> None:
-    """After a streamed answer: its notice, any invented citations, its sources and usage."""
+def print_evidence(answer: Any) -> None:
+    """The answer's evidence sentences ("Evidence:"), each with its passage label."""
+    if not answer.evidence:
+        return
+    click.echo("\nEvidence:")
+    for e in answer.evidence:
+        click.echo(f"  \"{' '.join(e.text.split())}\" [{e.label}]")
+
+
+def print_unsupported(answer: Any) -> None:
+    """The answer sentences no passage backs, and the numbers and names found in no passage."""
+    for s in answer.support:
+        if s.supported:
+            continue
+        why = f" ({', '.join(s.unknown_terms)}: in no passage)" if s.unknown_terms else ""
+        click.echo(click.style(f"unsupported: \"{s.sentence}\"{why}", fg="yellow"))
+
+
+def _source_lines(hits: Any) -> None:
+    for h in hits:
+        page = f" p. {h.page}" if h.page is not None else ""
+        click.echo(f"  [{h.label}]{page} score {h.score:.3f}")
+
+
+def print_answer_end(answer: Any, *, evidence_only: bool = False) -> None:
+    """After a streamed answer: its notice, any invented citations, evidence, unsupported
+    sentences, its sources (used, then also retrieved) and usage (module header)."""
     click.echo()
     if answer.notice:
         click.echo(click.style(answer.notice, fg="yellow"))
@@ -76,11 +105,23 @@ def print_answer_end(answer: Any) -> None:
     if not answer.sources:
         click.echo(click.style("Sources: none (nothing in the index is close enough to the question)", dim=True))
         return
-    click.echo("\nSources:")
-    for h in answer.sources:
-        page = f" p. {h.page}" if h.page is not None else ""
-        click.echo(f"  [{h.label}]{page} score {h.score:.3f}")
+    if not evidence_only:
+        print_evidence(answer)
+        print_unsupported(answer)
+    if answer.support or evidence_only:
+        used = [h for h in answer.sources if h.label in answer.used]
+        click.echo("\nSources used:" if used else "\nSources used: none (no answer sentence matches a passage)")
+        _source_lines(used)
+        if answer.also_retrieved:
+            click.echo("Also retrieved:")
+            _source_lines(answer.also_retrieved)
+    else:
+        click.echo("\nSources:")
+        _source_lines(answer.sources)
     u = answer.usage
+    if evidence_only:
+        click.echo(click.style(f"  (evidence only, no model; {u.total_s:.2f}s)", dim=True))
+        return
     click.echo(click.style(f"  ({u.prompt_tokens} prompt tokens, {u.cached_tokens} cached, "
                            f"{u.completion_tokens} generated; first token {u.ttft_s:.2f}s, "
                            f"total {u.total_s:.2f}s)", dim=True))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from slimrag.types import Answer, Chunk, Document, Excerpt, Hit
+from slimrag.types import Answer, Chunk, Document, Evidence, Excerpt, Hit, Support
 
 
 @dataclass(frozen=True)
@@ -121,8 +121,41 @@ class AnswerUsage:
 
 
 @dataclass(frozen=True)
+class EvidenceSentence:
+    """A passage sentence that answers the question: its text, its passage's label and chunk id,
+    and where it is in that passage's text (``text[start:end]``)."""
+
+    text: str
+    label: str
+    chunk_id: int
+    start: int
+    end: int
+    score: float
+
+    @classmethod
+    def from_evidence(cls, e: Evidence) -> EvidenceSentence:
+        return cls(e.text, e.label, e.chunk_id, e.start, e.end, e.score)
+
+
+@dataclass(frozen=True)
+class SentenceSupport:
+    """One answer sentence: whether a passage backs it, which (labels), and the numbers and names
+    it states that no passage holds."""
+
+    sentence: str
+    supported: bool
+    labels: list[str]
+    unknown_terms: list[str]
+
+    @classmethod
+    def from_support(cls, s: Support) -> SentenceSupport:
+        return cls(s.sentence, s.supported, list(s.labels), list(s.unknown_terms))
+
+
+@dataclass(frozen=True)
 class AnswerResult:
-    """A generated answer with the passages it was given (its citations' targets)."""
+    """A generated answer with the passages it was given (its citations' targets), the evidence
+    sentences that answer the question, each answer sentence's support, and the sources it used."""
 
     answer: str
     finish_reason: str
@@ -131,6 +164,10 @@ class AnswerResult:
     unknown_citations: list[str]
     sources: list[PassageHit]
     usage: AnswerUsage
+    evidence: list[EvidenceSentence]
+    support: list[SentenceSupport]
+    used: list[str]
+    marked: str
 
     @classmethod
     def from_answer(cls, a: Answer) -> AnswerResult:
@@ -138,7 +175,9 @@ class AnswerResult:
         usage = AnswerUsage(u.prompt_tokens, u.completion_tokens, u.cached_tokens, round(u.ttft_s, 4),
                             round(u.total_s, 4))
         return cls(a.text, a.finish_reason, a.notice, a.abstained, list(a.unknown_citations),
-                   [PassageHit.from_hit(h) for h in a.sources], usage)
+                   [PassageHit.from_hit(h) for h in a.sources], usage,
+                   [EvidenceSentence.from_evidence(e) for e in a.evidence],
+                   [SentenceSupport.from_support(s) for s in a.support], list(a.used), a.marked)
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ Algorithm
     sentence ``a`` and a passage sentence ``s``:
 
     - ``match(a, s) = (cos(a, s) + overlap(a, s)) / 2``, where ``overlap`` is the share of ``a``'s
-      content words that ``s`` or its neighbours (the sentences just before and after it, same
-      passage) hold: a short answer sentence is often the paraphrase of two passage sentences;
+      content words that ``s`` holds, a word found only in its neighbours (the sentences just
+      before and after it in the same section) counting half: a short answer sentence often joins
+      the subject of one passage sentence to the fact of the next;
     - ``s`` can back ``a`` only if every number and name of ``a`` (`key_terms`) is in ``s`` itself
       or in the question: "is 256" is not backed by "is 128" however similar the two are, nor by a
       neighbour's number (a heading between two recipes would otherwise lend one's time to the
@@ -107,29 +108,19 @@ def attribute(question: str, answer: str, hits: Sequence[Hit], embedder: Embeds,
     vecs = np.asarray(embedder.embed([s.text for s in sents] + cands.texts), dtype=np.float64)
     a_vecs, s_vecs = vecs[: len(sents)], vecs[len(sents):]
     cos = np.clip(a_vecs @ s_vecs.T, 0.0, 1.0)
-    windows = _windows(cands)
-    win_words = [content_words(w) for w in windows]
+    own = [content_words(t) for t in cands.texts]
+    around = [set().union(*(own[j] for j in cands.neighbours(i))) for i in range(len(own))]
     sent_terms = [_terms_in(t) for t in cands.texts]
     known = set().union(*sent_terms) | _terms_in(question)
     support: list[Support] = []
     for i, s in enumerate(sents):
-        support.append(_support(s, cos[i], hits, cands, win_words, sent_terms, known, question, threshold))
+        support.append(_support(s, cos[i], hits, cands, own, around, sent_terms, known, question, threshold))
     used = [h.label for h in hits if any(h.label in s.labels for s in support)]
     return Attribution(tuple(support), tuple(dict.fromkeys(used)))
 
 
-def _windows(cands: Candidates) -> list[str]:
-    """Each candidate sentence with its neighbours in the same passage."""
-    out = []
-    for i, (rank, _) in enumerate(cands.at):
-        around = [cands.at[j][1].text for j in (i - 1, i, i + 1)
-                  if 0 <= j < len(cands.at) and cands.at[j][0] == rank]
-        out.append(" ".join(around))
-    return out
-
-
-def _support(s: Sentence, cos: np.ndarray, hits: Sequence[Hit], cands: Candidates, win_words: list[set[str]],
-             sent_terms: list[set[str]], known: set[str], question: str, threshold: float) -> Support:
+def _support(s: Sentence, cos: np.ndarray, hits: Sequence[Hit], cands: Candidates, own: list[set[str]],
+             around: list[set[str]], sent_terms: list[set[str]], known: set[str], question: str, threshold: float) -> Support:
     words_a = content_words(s.text)
     terms = key_terms(s.text)
     asked = _terms_in(question)
@@ -138,7 +129,8 @@ def _support(s: Sentence, cos: np.ndarray, hits: Sequence[Hit], cands: Candidate
     for j in range(len(cands.at)):
         if not all(t in sent_terms[j] or _core(t) in sent_terms[j] or t in asked for t in terms):
             continue
-        overlap = len(words_a & win_words[j]) / len(words_a) if words_a else 1.0
+        inside = words_a & own[j]
+        overlap = (len(inside) + 0.5 * len((words_a - inside) & around[j])) / len(words_a) if words_a else 1.0
         score = (float(cos[j]) + overlap) / 2
         if score >= threshold:
             backing.append((score, j))

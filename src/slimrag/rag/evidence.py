@@ -52,8 +52,11 @@ import numpy as np
 
 from slimrag.config import SearchConfig
 from slimrag.rag.guards import DEFAULT_FLOOR, NO_ANSWER, answerable
-from slimrag.rag.sentences import Sentence, content_words, key_terms, split_sentences
+from slimrag.rag.sentences import Sentence, content_words, key_terms, split_sentences, words
 from slimrag.types import Answer, Evidence, Hit, Usage
+
+#: Shortest candidate sentence, in words.
+MIN_WORDS = 3
 
 #: The feature names, in the order of `Weights`' fields and of `features`' columns.
 FEATURES = ("cos", "overlap", "terms", "answer", "rank", "neighbour")
@@ -133,13 +136,25 @@ def _has_type(kind: str | None, sentence: str, q_terms: set[str]) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Candidates:
-    """The sentences of some hits, flattened: ``at[i]`` = (hit index, sentence)."""
+    """The sentences of some hits, flattened: ``at[i]`` = (hit index, sentence); ``pos[i]``: its
+    position among all sentences of its passage (kept or not)."""
 
     at: list[tuple[int, Sentence]]
+    pos: list[int] = field(default_factory=list)
 
     @classmethod
     def of(cls, hits: Sequence[Hit]) -> Candidates:
-        return cls([(r, s) for r, h in enumerate(hits) for s in split_sentences(h.text)])
+        """Every sentence of ``hits`` of at least `MIN_WORDS` words (a heading alone, "Bread",
+        answers nothing), in passage order."""
+        kept = [(r, i, s) for r, h in enumerate(hits) for i, s in enumerate(split_sentences(h.text))
+                if len(words(s.text)) >= MIN_WORDS]
+        return cls([(r, s) for r, _, s in kept], [i for _, i, _ in kept])
+
+    def neighbours(self, i: int) -> list[int]:
+        """The candidates just before and after candidate ``i`` in its passage: adjacent sentences
+        only (one past a dropped heading belongs to another section)."""
+        return [j for j in (i - 1, i + 1) if 0 <= j < len(self.at) and self.at[j][0] == self.at[i][0]
+                and abs(self.pos[j] - self.pos[i]) == 1]
 
     @property
     def texts(self) -> list[str]:
@@ -169,9 +184,8 @@ def features(question: str, hits: Sequence[Hit], cands: Candidates, q_vec: np.nd
         out[i, 3] = _has_type(kind, sent.text, q_terms)
         out[i, 4] = 1.0 / (1.0 + rank)
     base = (out[:, 0] + out[:, 1]) / 2
-    for i, (rank, _) in enumerate(cands.at):
-        around = [base[j] for j in (i - 1, i + 1) if 0 <= j < n and cands.at[j][0] == rank]
-        out[i, 5] = max(around, default=0.0)
+    for i in range(n):
+        out[i, 5] = max((base[j] for j in cands.neighbours(i)), default=0.0)
     return out
 
 

@@ -62,8 +62,9 @@ from slimrag.embed.base import Embedder
 TOPIC_FROM = ("first_word", "text")
 #: sub-topics per topic
 SUBTOPICS = 8
-#: rows of the full-rank noise table; a text's full-rank noise is the mean of two rows picked by
-#: its hash (4096² pairs), far cheaper than drawing ``dim`` values per text
+#: rows of the full-rank noise table; a text's full-rank noise is the sum of two rows (each of
+#: standard deviation 0.04/sqrt 2) picked by its hash (4096² pairs), far cheaper than drawing
+#: ``dim`` values per text
 NOISE_ROWS = 4096
 #: texts per numpy block in `SyntheticEmbedder.embed`: bounds the temporaries (~2 KB a text)
 BLOCK = 8192

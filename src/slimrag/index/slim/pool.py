@@ -33,6 +33,7 @@ faiss uses more than one thread; exact pools are deterministic. Thread-safety: p
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -83,37 +84,69 @@ def partitions(x: np.ndarray, config: GraphConfig) -> list[np.ndarray]:
     return [np.sort(rows[bounds[p] : bounds[p + 1]]).astype(np.int64) for p in range(parts) if bounds[p + 1] > bounds[p]]
 
 
-def hnsw_lists(x: np.ndarray, rows: np.ndarray, config: GraphConfig, knn: bool = False) -> np.ndarray:
-    """Candidate lists of ``rows`` (sorted ids into ``x``) from an HNSW built over those rows only:
-    global row ids (len(rows), w) int32, ``-1`` padded. ``knn``: an HNSW search for each row's
-    ``candidates`` nearest (the "hnsw-knn" pool) instead of its level-0 neighbour list."""
+def local_lists(vectors: np.ndarray, config: GraphConfig, knn: bool = False) -> np.ndarray:
+    """Candidate lists of the rows of ``vectors`` (one partition's, in memory) from an HNSW built
+    over them alone: local row numbers (len(vectors), w) int64, ``-1`` padded. ``knn``: an HNSW
+    search for each row's ``candidates`` nearest (the "hnsw-knn" pool) instead of its level-0
+    neighbour list. What a Ray task runs (``ray_build.py``)."""
+    return _lists(lambda lo, hi: np.asarray(vectors[lo:hi], dtype=np.float32), len(vectors), vectors.shape[1],
+                  config, knn)
+
+
+def _lists(read, count: int, dim: int, config: GraphConfig, knn: bool) -> np.ndarray:
     import faiss
 
-    reader = Reader(x)
-    index = faiss.IndexHNSWFlat(x.shape[1], config.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+    index = faiss.IndexHNSWFlat(dim, config.hnsw_m, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = config.hnsw_ef
-    for start in range(0, len(rows), _ADD_BLOCK):
-        index.add(reader.take(rows[start : start + _ADD_BLOCK]))
-    reader.done()
+    for start in range(0, count, _ADD_BLOCK):
+        index.add(np.ascontiguousarray(read(start, min(count, start + _ADD_BLOCK))))
     if knn:
         index.hnsw.efSearch = max(config.candidates + 1, config.hnsw_ef)
-        k = min(config.candidates + 1, len(rows))
-        local = np.empty((len(rows), k), dtype=np.int64)
-        for start in range(0, len(rows), _ADD_BLOCK):
-            q = reader.take(rows[start : start + _ADD_BLOCK])
+        k = min(config.candidates + 1, count)
+        local = np.empty((count, k), dtype=np.int64)
+        for start in range(0, count, _ADD_BLOCK):
+            q = np.ascontiguousarray(read(start, min(count, start + _ADD_BLOCK)))
             local[start : start + len(q)] = index.search(q, k)[1]
-        reader.done()
-        local[local == np.arange(len(rows))[:, None]] = -1  # not its own neighbour
+        local[local == np.arange(count)[:, None]] = -1  # not its own neighbour
     else:
         hnsw = index.hnsw
         offsets = faiss.vector_to_array(hnsw.offsets).astype(np.int64)
         links = faiss.vector_to_array(hnsw.neighbors)
         width = hnsw.nb_neighbors(0)  # level 0 comes first in every node's slot
         local = links[offsets[:-1, None] + np.arange(width)[None, :]].astype(np.int64)
-        del links, offsets
-    del index
-    out = np.where(local >= 0, rows[np.maximum(local, 0)], -1)
-    return out.astype(np.int32)
+    return local
+
+
+def hnsw_lists(x: np.ndarray, rows: np.ndarray, config: GraphConfig, knn: bool = False) -> np.ndarray:
+    """`local_lists` of the partition ``rows`` (sorted ids into ``x``), read from ``x`` in blocks
+    (so no copy of the partition is held beside faiss's own), as global row ids (len(rows), w)
+    int32, ``-1`` padded."""
+    reader = Reader(x)
+    local = _lists(lambda lo, hi: reader.take(rows[lo:hi]), len(rows), x.shape[1], config, knn)
+    reader.done()
+    return to_global(rows, local)
+
+
+def to_global(rows: np.ndarray, local: np.ndarray) -> np.ndarray:
+    """Local row numbers of a partition to global row ids, int32, ``-1`` kept."""
+    return np.where(local >= 0, rows[np.maximum(local, 0)], -1).astype(np.int32)
+
+
+#: runs the partition builds: (x, parts, config, knn) -> one global-id list array per part, in
+#: order. None: in this process, one after the other; `ray_build.ray_partitions` installs a Ray one.
+PartitionRunner = Callable[[np.ndarray, list[np.ndarray], "GraphConfig", bool], Iterable[np.ndarray]]
+_runner: PartitionRunner | None = None
+
+
+def set_runner(runner: PartitionRunner | None) -> PartitionRunner | None:
+    """Install ``runner`` for later builds in this process; returns the previous one."""
+    global _runner
+    previous, _runner = _runner, runner
+    return previous
+
+
+def _local_runner(x: np.ndarray, parts: list[np.ndarray], config: GraphConfig, knn: bool) -> Iterable[np.ndarray]:
+    return (hnsw_lists(x, p, config, knn) for p in parts)
 
 
 def candidate_pool(x: np.ndarray, config: GraphConfig, stats: dict | None = None) -> np.ndarray:
@@ -133,7 +166,8 @@ def candidate_pool(x: np.ndarray, config: GraphConfig, stats: dict | None = None
     parts = partitions(x, config)
     if stats is not None:
         stats["partitions"] = [len(p) for p in parts]
-    return merge_lists(n, parts, (hnsw_lists(x, p, config, knn=method == "hnsw-knn") for p in parts))
+    runner = _runner or _local_runner
+    return merge_lists(n, parts, runner(x, parts, config, method == "hnsw-knn"))
 
 
 def merge_lists(n: int, parts: list[np.ndarray], lists) -> np.ndarray:

@@ -30,11 +30,15 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2")
     args = ap.parse_args()
     import torch
-    from transformers import DynamicCache
 
-    from slimrag.llm.weights import load_model
+    from slimrag.hf import using_transformers
+    from slimrag.llm.weights import default_gguf_path
 
-    model = load_model(device="cpu").model
+    gguf = default_gguf_path()
+    with using_transformers():  # the transformers engine this measurement was made for (issue 21 replaced it)
+        from transformers import AutoModelForCausalLM, DynamicCache
+
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name).eval()
     rows = []
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)

@@ -1,21 +1,19 @@
-"""Benchmark: loading the embedded LLM from its GGUF file (cold) versus from the converted cache (warm).
+"""Benchmark: loading the embedded LLM straight from its GGUF file, in a fresh process and in process.
 
-``python -m bench.llm_load`` runs, in one go and against a fresh temporary ``SLIMRAG_HOME``:
+``python -m bench.llm_load`` measures :func:`slimrag.llm.weights.load_model` on the embedded
+SmolLM2 GGUF (read in place by :mod:`slimrag.llm.engine.gguf`; there is no conversion cache, so
+every load is a "first" load):
 
-- cold: :func:`slimrag.llm.weights.load_model` on an empty cache, which hashes the GGUF,
-  dequantizes it with transformers and writes the safetensors cache;
-- warm: the same call again in this process (median of three), transformers already imported;
-- warm, new process: a fresh interpreter that imports transformers and loads from the cache,
-  which is what a ``slimrag ask`` on the command line pays.
+- new process: a fresh interpreter with an empty ``SLIMRAG_HOME`` imports the loader stack, loads,
+  and runs a first forward over a short prompt (what a ``slimrag ask`` on the command line pays);
+- same process: three more loads here (median), imports already paid.
 
-For each it also times the first forward pass over a short prompt, because a memory-mapped load
-defers reading the weights until they are first touched. It prints a table and writes
-``bench/results/llm_load.json``.
+For the comparison with the transformers engine it replaced, same run, see ``bench.engine``.
+Prints a table and writes ``bench/results/llm_load.json``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -27,129 +25,54 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
-
 RESULTS = Path(__file__).resolve().parent / "results" / "llm_load.json"
-WARM_REPEATS = 3
-PROBE = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+REPEATS = 3
+PROBE = "<|im_start|>user\\nWhat is the capital of France?<|im_end|>\\n<|im_start|>assistant\\n"
 
-# Runs in a fresh interpreter: times the import of the loader stack, the load and a first forward.
 _CHILD = """
 import json, time
 t0 = time.perf_counter()
 import torch
 from slimrag.llm.weights import load_model
-import transformers
 t1 = time.perf_counter()
 lm = load_model(device="cpu")
 t2 = time.perf_counter()
-ids = torch.tensor([lm.tokenizer.encode({probe!r}, add_special_tokens=False)])
+ids = lm.tokenizer.encode("{probe}")
 with torch.inference_mode():
-    lm.model(ids)
+    lm.model.forward(torch.tensor(ids), torch.arange(len(ids)), lm.model.new_cache())
 t3 = time.perf_counter()
-print(json.dumps({{"import_s": t1 - t0, "load_s": t2 - t1, "first_forward_s": t3 - t2,
-                  "from_cache": lm.from_cache}}))
+print(json.dumps({{"import_s": t1 - t0, "load_s": t2 - t1, "first_forward_s": t3 - t2}}))
 """
 
 
-def _first_forward_s(loaded: Any) -> float:
-    import torch
-
-    ids = torch.tensor([loaded.tokenizer.encode(PROBE, add_special_tokens=False)])
-    t = time.perf_counter()
-    with torch.inference_mode():
-        loaded.model(ids)
-    return time.perf_counter() - t
-
-
 def run() -> dict[str, Any]:
-    """Measure cold, warm and warm-new-process loads; return the results as a dict."""
-    import torch
-
+    """Measure a fresh-process load and in-process loads; return the results."""
     from slimrag.llm.weights import default_gguf_path, load_model
 
-    gguf = default_gguf_path()
+    load0 = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="slimrag-bench-") as home:
-        cold = load_model(device="cpu", home=home)
-        if cold.from_cache:
-            raise RuntimeError(f"{home} was expected to be empty")
-        cold_s, cold_fwd = cold.load_s, _first_forward_s(cold)
-        del cold  # one copy of the weights in memory at a time
-
-        warm_runs: list[float] = []
-        for _ in range(WARM_REPEATS):
-            warm = load_model(device="cpu", home=home)
-            if not warm.from_cache:
-                raise RuntimeError("the second load did not find the cache")
-            warm_runs.append(warm.load_s)
-        warm_fwd = _first_forward_s(warm)
-        del warm
-
-        child = subprocess.run(
-            [sys.executable, "-c", _CHILD.format(probe=PROBE)],
-            env=dict(os.environ, SLIMRAG_HOME=home),
-            capture_output=True,
-            text=True,
-            check=True,
-        )
+        child = subprocess.run([sys.executable, "-c", _CHILD.format(probe=PROBE)],
+                               env=dict(os.environ, SLIMRAG_HOME=home), capture_output=True, text=True, check=True)
         fresh = json.loads(child.stdout.strip().splitlines()[-1])
-
-    warm_s = statistics.median(warm_runs)
-    rows = [
-        {
-            "path": "gguf (cold: hash + dequantize + write cache)",
-            "load_s": cold_s,
-            "first_forward_s": cold_fwd,
-        },
-        {"path": "cache (warm, same process, median of 3)", "load_s": warm_s, "first_forward_s": warm_fwd},
-        {
-            "path": "cache (warm, new process)",
-            "load_s": fresh["load_s"],
-            "first_forward_s": fresh["first_forward_s"],
-        },
-    ]
-    for row in rows:
-        row["ratio"] = cold_s / row["load_s"]
-    return {
-        "benchmark": "llm_load",
-        "model": gguf.name,
-        "gguf_bytes": gguf.stat().st_size,
-        "rows": rows,
-        "warm_runs_s": warm_runs,
-        "new_process_import_s": fresh["import_s"],
-        "machine": {
-            "cpus": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            # Timings on a shared 2-core machine swing with other work; this says how busy it was.
-            "loadavg_1m_at_end": os.getloadavg()[0],
-        },
-        "unix_time": time.time(),
-    }
-
-
-def _print_table(result: dict[str, Any]) -> None:
-    rows = result["rows"]
-    width = max(len(r["path"]) for r in rows)
-    print(f"{'path':<{width}}  {'load s':>8}  {'1st fwd s':>9}  {'ratio':>7}")
-    for r in rows:
-        print(f"{r['path']:<{width}}  {r['load_s']:8.2f}  {r['first_forward_s']:9.2f}  {r['ratio']:6.1f}x")
-    print(
-        f"new process: {result['new_process_import_s']:.2f} s importing torch + transformers before the "
-        "load; its load time includes transformers' lazy import of the model code"
-    )
+        written = sorted(str(p.relative_to(home)) for p in Path(home).rglob("*"))
+    same = [load_model(device="cpu").load_s for _ in range(REPEATS)]
+    gguf = default_gguf_path()
+    return {"benchmark": "llm_load", "model": gguf.name, "gguf_bytes": gguf.stat().st_size,
+            "new_process": fresh, "same_process_load_s": same, "files_written": written,
+            "loadavg_before": load0, "loadavg_after": os.getloadavg(), "cpus": os.cpu_count(),
+            "python": platform.python_version(), "unix_time": time.time()}
 
 
 def main() -> None:
-    """Run the benchmark, print the table, write the JSON file."""
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     result = run()
-    _print_table(result)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    RESULTS.write_text(json.dumps(result, indent=1))
+    f = result["new_process"]
+    print(f"{'path':<28}{'import s':>10}{'load s':>10}{'1st fwd s':>11}")
+    print(f"{'GGUF, new process':<28}{f['import_s']:>10.2f}{f['load_s']:>10.2f}{f['first_forward_s']:>11.2f}")
+    print(f"{'GGUF, same process (median)':<28}{'':>10}{statistics.median(result['same_process_load_s']):>10.2f}")
+    print(f"files written under SLIMRAG_HOME: {len(result['files_written'])}; "
+          f"load average {result['loadavg_before'][0]:.1f} -> {result['loadavg_after'][0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 Runs only where CUDA is available (skipped elsewhere, CI included). The model is a small
 random-weight Llama in bfloat16 (exactness does not depend on the weights, and no weights need
 to travel to the GPU machine); the tokenizer is SmolLM2's, from ``$SLIMRAG_TEST_TOKENIZER`` or
-else the converted embedded model. Ground truth is a generator with no KV reuse, which prefills
+else the embedded model's GGUF; built with transformers, saved as safetensors and loaded by the engine. Ground truth is a generator with no KV reuse, which prefills
 every prompt with the same segment-wise schedule on the same device.
 """
 
@@ -31,21 +31,19 @@ KV_BYTES_PER_TOKEN = 2 * 4 * 2 * 64 * 2  # K and V x layers x kv heads x head di
 
 
 @pytest.fixture(scope="module")
-def model() -> Iterator[weights.LoadedModel]:
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+def model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[weights.LoadedModel]:
+    """A random-weight Llama built with transformers, saved, and loaded by the engine on CUDA."""
+    from reference_models import build_reference
+
+    from slimrag.llm.engine import Tokenizer
 
     folder = os.environ.get("SLIMRAG_TEST_TOKENIZER")
-    if folder is None:
-        folder = str(weights.load_model(device="cpu").path)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=256, intermediate_size=1024,
-                         num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2)
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        net = LlamaForCausalLM(config).to(torch.bfloat16).eval()
-    yield weights.LoadedModel(net, tokenizer, 0.0, False, Path(folder), "cuda")
-
-
+    tokenizer = (Tokenizer.from_folder(Path(folder)) if folder is not None
+                 else weights.load_model(device="cpu").tokenizer)
+    out = tmp_path_factory.mktemp("llama-cuda")
+    build_reference("llama", out, tokenizer, layers=4, hidden_size=256, intermediate_size=1024,
+                    num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+    yield weights.load_model(out, device="cuda", dtype=torch.bfloat16)
 
 
 def test_cached_tokens_equal_uncached_through_device_host_and_disk(model: weights.LoadedModel,

@@ -1,0 +1,11 @@
+"""The catalog: documents, chunk text and metadata, and keyword search in one SQLite file.
+
+- `store`: `Catalog`, the one class callers use.
+- `schema`: the tables of the compact layout and of the legacy one (indexes built before it).
+- `codec`: how a chunk's text and metadata are compressed (zstd with a trained dictionary).
+- `upgrade`: converting a legacy catalog, training a missing dictionary, merging and vacuuming.
+"""
+
+from slimrag.catalog.store import Catalog
+
+__all__ = ["Catalog"]

@@ -1,0 +1,335 @@
+"""The catalog: one SQLite file holding documents, chunk text and metadata, and keyword search.
+
+Why SQLite: it is in the standard library, a single file, transactional, and FTS5 gives BM25
+keyword search. WAL mode lets readers (a server answering queries) run while a writer adds
+documents. The tables are in `slimrag.catalog.schema`; text is stored once, compressed
+(`slimrag.catalog.codec`), and the keyword index is external content over it.
+
+Layouts: a catalog built before the compact store (``legacy``) is read and written in its own
+layout; `Catalog.upgrade` converts it (``slimrag compact`` calls it, see `slimrag.index`). The
+layout is read again at the start of each call, so a catalog that another process converts under
+an open `Catalog` keeps working.
+
+Knob: `KEYWORD_DETAIL` = ``"none"``, FTS5's detail option for new catalogs. BM25 scores are the
+same as with ``full`` (FTS5 re-reads matched chunks to count terms); the index is about half the
+bytes (disfl_qa: 0.27 against 0.54 of the text, `bench.text_store`); a query pays for decoding the
+chunks it matches, which grows with how common its words are.
+
+Thread-safety: one connection per `Catalog`; use one `Catalog` per thread (``check_same_thread``
+is left on so misuse fails loudly).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from slimrag.catalog import codec, schema, upgrade
+from slimrag.types import Chunk, Document
+
+KEYWORD_DETAIL = "none"
+_WORD = re.compile(r"\w+", re.UNICODE)
+_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)  # FTS5's unicode61 tokens: letters and digits
+_PARAMS = 900  # SQLite's bound-parameter limit, with room
+#: a document's id as stored: 32 raw bytes for a SHA-256 hex digest (the ids `Index` makes),
+#: the string itself for any other id a caller gives
+_SHA = "CASE typeof(sha) WHEN 'blob' THEN lower(hex(sha)) ELSE sha END"
+
+
+class Catalog:
+    """Documents, chunks and FTS5 keyword search in one SQLite file.
+
+    ``keyword_detail``: FTS5's detail option when this call creates the catalog (see
+    `KEYWORD_DETAIL`); an existing catalog keeps its own."""
+
+    def __init__(self, path: Path, *, keyword_detail: str = KEYWORD_DETAIL) -> None:
+        if keyword_detail not in ("full", "column", "none"):
+            raise ValueError(f"keyword_detail must be full, column or none, not {keyword_detail!r}")
+        self.path = Path(path)
+        self.db = sqlite3.connect(self.path, isolation_level=None)
+        self.codec = codec.Codec(self._dictionary)
+        self.db.create_function("slimrag_text", 1, self.codec.text, deterministic=True)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        if schema.layout_of(self.db) is None:  # a new file: create (checked again under the lock)
+            with self.transaction():
+                if schema.layout_of(self.db) is None:
+                    for stmt in [*schema.compact_tables(), *schema.compact_views(keyword_detail)]:
+                        self.db.execute(stmt)
+                    self.db.execute(f"PRAGMA user_version={schema.COMPACT}")
+
+    def close(self) -> None:
+        """Close the connection (checkpointing the WAL)."""
+        self.db.close()
+
+    @property
+    def compact(self) -> bool:
+        """True when the catalog has the compact layout (False: built before it; `upgrade`)."""
+        return schema.layout_of(self.db) == schema.COMPACT
+
+    # -- transactions ---------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One write transaction around the ``with`` block: committed when the block ends,
+        rolled back when anything escapes it (KeyboardInterrupt included), which is re-raised.
+        ``BEGIN IMMEDIATE`` takes the write lock at once, so a second writer waits (or fails with
+        "database is locked") before it has done any work. Not re-entrant."""
+        self.begin()
+        try:
+            yield
+        except BaseException:
+            self.rollback()
+            raise
+        self.commit()
+
+    def begin(self) -> None:
+        """Start a write transaction; pair with :meth:`commit` or :meth:`rollback` (or use
+        :meth:`transaction`, which does both)."""
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
+        """Commit the transaction :meth:`begin` started."""
+        self.db.execute("COMMIT")
+
+    def rollback(self) -> None:
+        """Undo the transaction :meth:`begin` started (and forget dictionaries it may have made)."""
+        self.db.execute("ROLLBACK")
+        self.codec.forget()
+
+    def data_version(self) -> int:
+        """SQLite's ``PRAGMA data_version`` of this connection: it changes when *another*
+        connection (another `Catalog`, another process) commits, never for this one's commits."""
+        return int(self.db.execute("PRAGMA data_version").fetchone()[0])
+
+    # -- documents ------------------------------------------------------------------------------
+    def _doc_sql(self) -> str:
+        return (f"SELECT {_SHA}, source, mtime, size FROM documents" if self.compact
+                else "SELECT doc_id, source, mtime, size FROM documents")
+
+    def document(self, source: str) -> Document | None:
+        """The stored document at ``source``, or None."""
+        row = self.db.execute(self._doc_sql() + " WHERE source=?", (source,)).fetchone()
+        return Document(*row) if row else None
+
+    def documents(self) -> list[Document]:
+        """All documents, sorted by source."""
+        return [Document(*r) for r in self.db.execute(self._doc_sql() + " ORDER BY source")]
+
+    def put_document(self, doc: Document) -> None:
+        """Store a document; one stored at the same source is replaced and its chunks deleted
+        (tombstoned)."""
+        if not self.compact:
+            self.db.execute("INSERT OR REPLACE INTO documents(source, doc_id, mtime, size) VALUES (?,?,?,?)",
+                            (doc.source, doc.doc_id, doc.mtime, doc.size))
+            return
+        self.db.execute("DELETE FROM chunks WHERE doc=(SELECT doc FROM documents WHERE source=?)", (doc.source,))
+        self.db.execute(
+            "INSERT INTO documents(source, sha, mtime, size) VALUES (?,?,?,?) ON CONFLICT(source) "
+            "DO UPDATE SET sha=excluded.sha, mtime=excluded.mtime, size=excluded.size",
+            (doc.source, upgrade.sha_bytes(doc.doc_id), doc.mtime, doc.size))
+
+    def touch_documents(self, rows: Iterable[tuple[float, int, str]]) -> None:
+        """Set ``(mtime, size)`` of stored documents by source, leaving their chunks alone."""
+        self.db.executemany("UPDATE documents SET mtime=?, size=? WHERE source=?", rows)
+
+    def delete_document(self, source: str) -> list[int]:
+        """Delete a document and its chunks (tombstoning them); returns the removed chunk ids."""
+        where = "doc=(SELECT doc FROM documents WHERE source=?)" if self.compact else "source=?"
+        ids = [r[0] for r in self.db.execute(f"SELECT chunk_id FROM chunks WHERE {where}", (source,))]
+        self.db.execute(f"DELETE FROM chunks WHERE {where}", (source,))
+        self.db.execute("DELETE FROM documents WHERE source=?", (source,))
+        return ids
+
+    # -- chunks ---------------------------------------------------------------------------------
+    def put_chunks(self, chunks: Iterable[Chunk]) -> None:
+        """Store chunks (their documents must be stored first). The first batch of a compact
+        catalog with enough text trains its compression dictionary."""
+        if not self.compact:
+            self.db.executemany(
+                "INSERT INTO chunks(chunk_id, source, ordinal, text, metadata) VALUES (?,?,?,?,?)",
+                ((c.chunk_id, c.source, c.ordinal, c.text, json.dumps(c.metadata)) for c in chunks))
+            return
+        chunks = list(chunks)
+        self._pick_dictionary(chunks)
+        docs: dict[str, int] = {}
+        for c in chunks:
+            if c.source not in docs:
+                row = self.db.execute("SELECT doc FROM documents WHERE source=?", (c.source,)).fetchone()
+                if row is None:
+                    raise sqlite3.IntegrityError(f"chunk {c.chunk_id}: document {c.source!r} is not stored")
+                docs[c.source] = row[0]
+        self.db.executemany("INSERT INTO chunks(chunk_id, doc, ordinal, body) VALUES (?,?,?,?)",
+                            ((c.chunk_id, docs[c.source], c.ordinal, self.codec.encode(c.text, c.metadata))
+                             for c in chunks))
+        self.db.executemany("INSERT INTO chunks_fts(rowid, text) VALUES (?,?)", ((c.chunk_id, c.text) for c in chunks))
+
+    def _pick_dictionary(self, chunks: list[Chunk]) -> None:
+        """Encode with the newest stored dictionary; train one on ``chunks`` when there is none."""
+        row = self.db.execute("SELECT id, data FROM dictionaries ORDER BY id DESC LIMIT 1").fetchone()
+        if row is not None:
+            self.codec.use(*row)
+        else:
+            upgrade.install_dictionary(self.db, self.codec, [codec.payload(c.text, c.metadata) for c in chunks])
+
+    def _dictionary(self, number: int) -> bytes | None:
+        row = self.db.execute("SELECT data FROM dictionaries WHERE id=?", (number,)).fetchone()
+        return row[0] if row else None
+
+    def _select_chunks(self, where: str, args: Sequence[Any]) -> list[Chunk]:
+        if not self.compact:
+            rows = self.db.execute(
+                "SELECT c.chunk_id, d.doc_id, c.source, c.ordinal, c.text, c.metadata FROM chunks c "
+                f"JOIN documents d ON d.source=c.source WHERE {where} ORDER BY c.source, c.ordinal", args)
+            return [Chunk(cid, doc, src, o, text, json.loads(m)) for cid, doc, src, o, text, m in rows]
+        rows = self.db.execute(
+            f"SELECT c.chunk_id, {_SHA.replace('sha', 'd.sha')}, d.source, c.ordinal, c.body FROM chunks c "
+            f"JOIN documents d ON d.doc=c.doc WHERE {where} ORDER BY c.doc, c.ordinal", args)
+        return [Chunk(cid, doc, src, o, *self.codec.decode(body)) for cid, doc, src, o, body in rows]
+
+    def chunks(self, ids: Sequence[int]) -> dict[int, Chunk]:
+        """Chunks by id (missing ids are absent from the result)."""
+        ids = [int(i) for i in ids]
+        out: dict[int, Chunk] = {}
+        for start in range(0, len(ids), _PARAMS):
+            part = ids[start: start + _PARAMS]
+            out.update((c.chunk_id, c) for c in self._select_chunks(f"c.chunk_id IN ({','.join('?' * len(part))})",
+                                                                    part))
+        return out
+
+    def chunks_of(self, source: str, lo: int, hi: int) -> list[Chunk]:
+        """The chunks of ``source`` whose ordinal is in ``[lo, hi]``, in reading order (a range
+        scan of the index on the chunks' document: a citation's neighbours cost one query)."""
+        return self._select_chunks("d.source=? AND c.ordinal BETWEEN ? AND ?", (source, int(lo), int(hi)))
+
+    def texts(self, ids: Sequence[int]) -> list[str]:
+        """Texts of chunks in the order of ``ids`` (used to recompute embeddings)."""
+        got = self.chunks(ids)
+        return [got[int(i)].text for i in ids]
+
+    def live_ids(self, source_glob: str | None = None) -> list[int]:
+        """Ids of all stored chunks, optionally only those whose source matches a glob
+        (``docs/*.md``; ``*`` also crosses ``/``)."""
+        if source_glob is None:
+            return [r[0] for r in self.db.execute("SELECT chunk_id FROM chunks ORDER BY chunk_id")]
+        where = ("doc IN (SELECT doc FROM documents WHERE source GLOB ?)" if self.compact else "source GLOB ?")
+        return [r[0] for r in self.db.execute(f"SELECT chunk_id FROM chunks WHERE {where} ORDER BY chunk_id",
+                                              (source_glob,))]
+
+    def max_chunk_id(self) -> int:
+        """The largest chunk id ever stored here (live or tombstoned), or -1."""
+        a = self.db.execute("SELECT MAX(chunk_id) FROM chunks").fetchone()[0]
+        b = self.db.execute("SELECT MAX(chunk_id) FROM tombstones").fetchone()[0]
+        return max(x for x in (a, b, -1) if x is not None)
+
+    def has_chunk_id(self, chunk_id: int) -> bool:
+        """True when ``chunk_id`` was committed here: stored, or removed since the last compaction."""
+        q = "SELECT 1 FROM chunks WHERE chunk_id=? UNION ALL SELECT 1 FROM tombstones WHERE chunk_id=? LIMIT 1"
+        return self.db.execute(q, (int(chunk_id), int(chunk_id))).fetchone() is not None
+
+    def tombstone_ids(self) -> list[int]:
+        """Ids of chunks removed since the last compaction, ascending."""
+        return [r[0] for r in self.db.execute("SELECT chunk_id FROM tombstones ORDER BY chunk_id")]
+
+    def clear_tombstones(self, ids: Sequence[int] | None = None) -> None:
+        """Forget tombstones once a compaction has dropped their vectors."""
+        if ids is None:
+            self.db.execute("DELETE FROM tombstones")
+        else:
+            self.db.executemany("DELETE FROM tombstones WHERE chunk_id=?", ((int(i),) for i in ids))
+
+    def counts(self) -> dict[str, int]:
+        """Numbers of documents, chunks and tombstones."""
+        q = self.db.execute
+        return {
+            "documents": q("SELECT COUNT(*) FROM documents").fetchone()[0],
+            "chunks": q("SELECT COUNT(*) FROM chunks").fetchone()[0],
+            "tombstones": q("SELECT COUNT(*) FROM tombstones").fetchone()[0],
+        }
+
+    # -- size and upgrade -----------------------------------------------------------------------
+    def part_bytes(self) -> dict[str, int]:
+        """Bytes of the catalog file by part, from SQLite's page map: ``text`` (chunk bodies and
+        their index), ``keyword`` (FTS5), ``documents``, ``free`` and ``other`` (schema,
+        dictionaries, tombstones); they sum to the file's size without its WAL."""
+        parts = {"text": 0, "keyword": 0, "documents": 0, "free": 0, "other": 0}
+        for name, size in self.db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"):
+            key = ("keyword" if name.startswith("chunks_fts") else "text" if name.startswith("chunks")
+                   else "documents" if "documents" in name else "other")
+            parts[key] += int(size)
+        page = int(self.db.execute("PRAGMA page_size").fetchone()[0])
+        parts["free"] = page * int(self.db.execute("PRAGMA freelist_count").fetchone()[0])
+        return parts
+
+    def upgrade(self) -> bool:
+        """Bring the catalog to its smallest form: convert a legacy catalog to the compact layout
+        (one transaction: a crash leaves it as it was), train a dictionary it lacks, merge the
+        keyword index, and VACUUM when many pages are free. Safe beside readers and under an
+        index writer (SQLite's write lock orders it). Returns True when the layout changed."""
+        with self.transaction():
+            converted = not self.compact
+            if converted:
+                upgrade.convert(self.db, self.codec, KEYWORD_DETAIL)
+                rewritten = True
+            else:
+                rewritten = upgrade.add_dictionary(self.db, self.codec)
+        upgrade.finish(self.db, rewritten)
+        return converted
+
+    # -- integrity ------------------------------------------------------------------------------
+    def integrity_errors(self) -> list[str]:
+        """What SQLite's ``PRAGMA integrity_check`` and FTS5's ``integrity-check`` (keyword index
+        against the chunks' text) find wrong; empty when both pass. The FTS5 check is a write
+        statement: call it with no write transaction of another connection pending for long."""
+        errors = [r[0] for r in self.db.execute("PRAGMA integrity_check") if r[0] != "ok"]
+        try:
+            self.db.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES('integrity-check', 1)")
+        except sqlite3.DatabaseError as e:  # SQLITE_CORRUPT_VTAB: the keyword index disagrees
+            errors.append(f"fts5: {e}")
+        return errors
+
+    def rebuild_keyword_index(self) -> None:
+        """Rebuild the FTS5 keyword index from the chunks' text (repairs what `integrity_errors`
+        reports as ``fts5: ...``)."""
+        self.db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('rebuild')")
+
+    # -- keyword search -------------------------------------------------------------------------
+    def keyword_search(self, query: str, k: int, source_glob: str | None = None) -> list[tuple[int, float]]:
+        """BM25 keyword search. Returns (chunk_id, score) best first, score = -bm25 (higher is better).
+
+        The query is reduced to its words, OR-ed together and each quoted, so user text with FTS5
+        syntax characters (quotes, ``-``, ``:``) never raises a syntax error. A word that FTS5
+        cuts into several tokens (``max_chunk_id``) is a phrase with ``detail=full``; without
+        positions (``detail=none``) it becomes its tokens AND-ed, which matches a superset of the
+        phrase's chunks and scores the tokens one by one (see `_term`).
+        """
+        words = _WORD.findall(query)
+        if not words:
+            return []
+        match = " OR ".join(_term(w, schema.keyword_detail(self.db)) for w in words)
+        if not source_glob:
+            sql = "SELECT f.rowid, -bm25(chunks_fts) FROM chunks_fts f WHERE chunks_fts MATCH ? "
+            args: tuple[Any, ...] = (match, k)
+        else:
+            sql = ("SELECT f.rowid, -bm25(chunks_fts) FROM chunks_fts f JOIN chunks c ON c.chunk_id=f.rowid "
+                   + ("JOIN documents d ON d.doc=c.doc WHERE chunks_fts MATCH ? AND d.source GLOB ? " if self.compact
+                      else "WHERE chunks_fts MATCH ? AND c.source GLOB ? "))
+            args = (match, source_glob, k)
+        sql += "ORDER BY bm25(chunks_fts) LIMIT ?"
+        return [(int(r[0]), float(r[1])) for r in self.db.execute(sql, args)]
+
+
+def _term(word: str, detail: str) -> str:
+    """One query word as an FTS5 expression: a quoted string, which FTS5 reads as a phrase of
+    its tokens. A phrase needs token positions, which only ``detail=full`` keeps; otherwise a
+    word of several tokens is their AND (the same as the phrase for single-token words, which
+    is nearly every word of prose; identifiers with underscores are where they differ)."""
+    tokens = _TOKEN.findall(word)
+    if detail == "full" or len(tokens) <= 1:
+        return '"' + word.replace('"', '""') + '"'
+    return "(" + " AND ".join(f'"{t}"' for t in tokens) + ")"

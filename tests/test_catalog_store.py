@@ -1,0 +1,244 @@
+"""The compact text store: chunks round-trip through compression, keyword search ranks exactly as
+the legacy layout (FTS5 detail=full over plain text) does, and legacy catalogs open, keep working
+and upgrade in place. Real SQLite files throughout; the legacy reference is the schema indexes
+were built with before the compact store."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slimrag.catalog import Catalog
+from slimrag.catalog.schema import LEGACY_SCHEMA, keyword_detail
+from slimrag.types import Chunk, Document
+
+WORDS = ("index vector graph chunk text search query keyword score rank embed model token window "
+         "overlap compress dictionary sqlite table column page cache writer reader commit crash "
+         "lighthouse keeper harbour storm ship lantern night rock wave sailor map compass "
+         "bread flour water salt yeast oven knead loaf crust dough").split()
+
+SYLLABLES = "ka lo mi nu pe ra si to vu we xa yo zi ba de fo gu hi ja ko lu ma ne pi".split()
+
+
+def corpus(n_docs: int, seed: int = 0) -> list[tuple[Document, list[Chunk]]]:
+    """Seeded documents of 1-4 chunks with Zipf-like word use (so terms repeat across chunks and
+    BM25 has term frequencies to weigh), chunk ids in input order."""
+    rng = random.Random(seed)
+    vocab = WORDS + [a + b + c for a in SYLLABLES for b in SYLLABLES for c in ("", "s", "ing", "ed")][:1500]
+    weights = [1 / (i + 1) for i in range(len(vocab))]
+    out, next_id = [], 0
+    for d in range(n_docs):
+        source = f"docs/{'ab'[d % 2]}/{d:04d}.md"
+        texts = [" ".join(rng.choices(vocab, weights, k=rng.randint(20, 120))) for _ in range(rng.randint(1, 4))]
+        doc = Document(hashlib.sha256("".join(texts).encode()).hexdigest(), source, 1.5e9 + d, 100 + d)
+        chunks = [Chunk(next_id + i, doc.doc_id, source, i, t, {"heading": f"h{d}", "tokens": len(t.split()),
+                                                                "ordinal": i}) for i, t in enumerate(texts)]
+        next_id += len(chunks)
+        out.append((doc, chunks))
+    return out
+
+
+def legacy(path: Path) -> Catalog:
+    """A catalog in the layout indexes had before the compact store (opened by today's code)."""
+    db = sqlite3.connect(path)
+    db.executescript(LEGACY_SCHEMA)
+    db.close()
+    return Catalog(path)
+
+
+def fill(cat: Catalog, docs: list[tuple[Document, list[Chunk]]]) -> None:
+    """One commit, as the index writer makes them: the documents, then all their chunks."""
+    with cat.transaction():
+        for doc, _ in docs:
+            cat.put_document(doc)
+        cat.put_chunks([c for _, cs in docs for c in cs])
+
+
+def queries(docs: list[tuple[Document, list[Chunk]]], n: int, seed: int = 1) -> list[str]:
+    rng = random.Random(seed)
+    texts = [c.text for _, cs in docs for c in cs]
+    out = []
+    for _ in range(n):
+        w = rng.choice(texts).split()
+        a = rng.randrange(len(w))
+        out.append(" ".join(w[a: a + rng.randint(1, 8)]))
+    return out + ["lighthouse", "zzz-no-such-word", "bread: \"oven\" -salt", "Lighthouse KEEPER's lantern?"]
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[tuple[Document, list[Chunk]]]:
+    return corpus(600)  # ~250 KiB of text: enough to train a dictionary
+
+
+def test_round_trip_and_dictionary(tmp_path: Path, docs: list) -> None:
+    cat = Catalog(tmp_path / "c.sqlite")
+    fill(cat, docs)
+    assert cat.compact and keyword_detail(cat.db) == "none"
+    assert cat.db.execute("SELECT COUNT(*) FROM dictionaries").fetchone()[0] == 1
+    want = {c.chunk_id: c for _, cs in docs for c in cs}
+    assert cat.chunks(list(want)) == want
+    assert cat.documents() == sorted((d for d, _ in docs), key=lambda d: d.source)
+    doc, chunks = docs[7]
+    assert cat.document(doc.source) == doc
+    assert cat.chunks_of(doc.source, 0, 10) == chunks
+    assert cat.texts([chunks[-1].chunk_id, chunks[0].chunk_id]) == [chunks[-1].text, chunks[0].text]
+    assert cat.live_ids("docs/a/*") == sorted(c.chunk_id for d, cs in docs for c in cs if "/a/" in d.source)
+    text = sum(len(c.text.encode()) for c in want.values())
+    assert cat.part_bytes()["text"] < 0.8 * text  # compressed (a random word list compresses less than prose)
+    assert cat.integrity_errors() == []
+    # a second connection (another process would be the same) reads what the first wrote
+    other = Catalog(tmp_path / "c.sqlite")
+    assert other.chunks([0, 5])[5] == want[5]
+    other.close()
+    cat.close()
+
+
+def test_keyword_search_ranks_as_the_legacy_layout(tmp_path: Path, docs: list) -> None:
+    new, old = Catalog(tmp_path / "new.sqlite"), legacy(tmp_path / "old.sqlite")
+    assert not old.compact and keyword_detail(old.db) == "full"
+    for cat in (new, old):
+        fill(cat, docs)
+    for q in queries(docs, 60):
+        for k in (1, 10):
+            assert new.keyword_search(q, k) == old.keyword_search(q, k), q
+        assert new.keyword_search(q, 10, "docs/b/*") == old.keyword_search(q, 10, "docs/b/*"), q
+    assert new.keyword_search("lighthouse", 5)  # the comparison is not of two empty lists
+
+
+def test_words_of_several_tokens_match_all_of_them(tmp_path: Path, docs: list) -> None:
+    """``detail=none`` keeps no positions, so ``storm_ship`` cannot be a phrase: it is the AND of
+    its tokens (a superset of the phrase's matches); ``detail=full`` keeps the phrase."""
+    new, old = Catalog(tmp_path / "new.sqlite"), legacy(tmp_path / "old.sqlite")
+    for cat in (new, old):
+        fill(cat, docs)
+    texts = {c.chunk_id: c.text.split() for _, cs in docs for c in cs}
+    both = {i for i, w in texts.items() if "storm" in w and "ship" in w}
+    phrase = {i for i, w in texts.items() if any(a == "storm" and b == "ship" for a, b in zip(w, w[1:], strict=False))}
+    assert phrase and phrase < both
+    assert {i for i, _ in new.keyword_search("storm_ship", 10_000)} == both
+    assert {i for i, _ in old.keyword_search("storm_ship", 10_000)} == phrase
+
+
+def test_deletes_and_replacements_keep_the_keyword_index_sound(tmp_path: Path, docs: list) -> None:
+    new, old = Catalog(tmp_path / "new.sqlite"), legacy(tmp_path / "old.sqlite")
+    replacement = corpus(30, seed=9)
+    for cat in (new, old):
+        fill(cat, docs)
+        with cat.transaction():
+            removed = cat.delete_document(docs[3][0].source)
+            assert removed == [c.chunk_id for c in docs[3][1]]
+            base = cat.max_chunk_id() + 1
+            doc, chunks = replacement[0]
+            doc = Document(doc.doc_id, docs[4][0].source, doc.mtime, doc.size)  # same source, new content
+            cat.put_document(doc)
+            cat.put_chunks([Chunk(base + i, doc.doc_id, doc.source, c.ordinal, c.text, c.metadata)
+                            for i, c in enumerate(chunks)])
+        assert cat.integrity_errors() == []
+        assert cat.tombstone_ids() == sorted(removed + [c.chunk_id for c in docs[4][1]])
+        assert cat.counts()["documents"] == len(docs) - 1
+    for q in queries(docs, 100, seed=5):
+        assert new.keyword_search(q, 10) == old.keyword_search(q, 10), q
+    gone = {c.chunk_id for c in docs[3][1]}
+    assert not gone & {i for i, _ in new.keyword_search(docs[3][1][0].text, 1000)}
+
+
+def test_rollback_forgets_a_dictionary_made_in_it(tmp_path: Path, docs: list) -> None:
+    cat = Catalog(tmp_path / "c.sqlite")
+    with pytest.raises(RuntimeError), cat.transaction():
+        for doc, _ in docs:
+            cat.put_document(doc)
+        cat.put_chunks([c for _, cs in docs for c in cs])
+        assert cat.db.execute("SELECT COUNT(*) FROM dictionaries").fetchone()[0] == 1
+        raise RuntimeError("interrupted")
+    assert cat.counts() == {"documents": 0, "chunks": 0, "tombstones": 0}
+    small = corpus(3, seed=4)  # too little text to train on: stored with plain zstd
+    fill(cat, small)
+    assert cat.db.execute("SELECT COUNT(*) FROM dictionaries").fetchone()[0] == 0
+    assert cat.chunks([c.chunk_id for c in small[0][1]])[0] == small[0][1][0]
+    assert cat.integrity_errors() == []
+
+
+def test_upgrade_converts_a_legacy_catalog(tmp_path: Path, docs: list) -> None:
+    path = tmp_path / "old.sqlite"
+    old = legacy(path)
+    fill(old, docs)
+    with old.transaction():
+        old.delete_document(docs[0][0].source)
+    qs = queries(docs, 150)
+    before = {q: old.keyword_search(q, 10) for q in qs}
+    ids = old.live_ids()
+    chunks, documents, dead = old.chunks(ids), old.documents(), old.tombstone_ids()
+    old.close()  # checkpoints the WAL into the file
+    size = path.stat().st_size
+    old = Catalog(path)
+    assert old.upgrade() is True
+    assert old.compact and keyword_detail(old.db) == "none"
+    assert old.chunks(ids) == chunks and old.documents() == documents and old.tombstone_ids() == dead
+    assert {q: old.keyword_search(q, 10) for q in qs} == before
+    assert old.integrity_errors() == []
+    old.close()
+    assert path.stat().st_size < 0.7 * size
+    again = Catalog(path)
+    assert again.upgrade() is False  # already compact: only merged and vacuumed
+    assert again.chunks(ids) == chunks
+    again.close()
+
+
+def test_upgrade_adds_a_dictionary_to_a_catalog_grown_in_small_commits(tmp_path: Path, docs: list) -> None:
+    cat = Catalog(tmp_path / "c.sqlite")
+    for doc, chunks in docs:  # one document a commit: no single batch is enough to train on
+        fill(cat, [(doc, chunks)])
+    assert cat.db.execute("SELECT COUNT(*) FROM dictionaries").fetchone()[0] == 0
+    plain = cat.part_bytes()["text"]
+    want = cat.chunks(cat.live_ids())
+    assert cat.upgrade() is False
+    assert cat.db.execute("SELECT COUNT(*) FROM dictionaries").fetchone()[0] == 1
+    assert cat.chunks(cat.live_ids()) == want
+    assert cat.part_bytes()["text"] < plain
+    assert cat.integrity_errors() == []
+
+
+_UPGRADE = """
+import sys
+from slimrag.catalog import Catalog
+c = Catalog(sys.argv[1])
+print("go", flush=True)
+c.upgrade()
+print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.2])
+def test_killed_upgrade_leaves_a_sound_catalog(tmp_path: Path, docs: list, delay: float) -> None:
+    """SIGKILL during the conversion: the catalog opens afterwards, legacy or compact, with every
+    chunk and the same keyword results."""
+    path = tmp_path / "old.sqlite"
+    old = legacy(path)
+    fill(old, docs)
+    ids = old.live_ids()
+    want = old.chunks(ids)
+    qs = queries(docs, 30)
+    ranks = [old.keyword_search(q, 10) for q in qs]
+    old.close()
+    proc = subprocess.Popen([sys.executable, "-c", _UPGRADE, str(path)], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "go"
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    cat = Catalog(path)
+    assert cat.chunks(ids) == want
+    assert [cat.keyword_search(q, 10) for q in qs] == ranks
+    assert cat.integrity_errors() == []
+    cat.upgrade()
+    assert cat.compact and cat.chunks(ids) == want
+    cat.close()

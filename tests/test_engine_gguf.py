@@ -1,0 +1,105 @@
+"""GGUF files of several architectures, written here from transformers-built models, read by the engine.
+
+A random-weight model (``reference_models``) is written as a GGUF file the way llama.cpp's
+converter lays it out: llama.cpp's tensor names, the metadata keys, q/k rows permuted for the
+llama architecture (and not for Qwen), float32 tensors so the weights are exact, and SmolLM2's
+vocabulary as ``tokenizer.ggml.*``. The engine's load of that file must give transformers'
+logits (within 1e-4) and tokenize as the embedded model does. This checks the GGUF path on
+architectures the embedded file does not cover (Qwen2 biases, Qwen3 q/k norms and head_dim).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from reference_models import build_reference
+
+from slimrag.llm import weights
+from slimrag.llm.engine.gguf import GGUFFile, unpermute
+
+NAMES = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
+         "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+         "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
+         "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
+         "self_attn.v_proj.bias": "attn_v.bias", "self_attn.q_norm.weight": "attn_q_norm.weight",
+         "self_attn.k_norm.weight": "attn_k_norm.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
+         "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight"}
+
+
+def _permute(w: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's converter: per head, rows (2, pair) -> (pair, 2) (what the engine undoes)."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_gguf(model: Any, arch: str, path: Path, vocab: dict[str, Any]) -> None:
+    import gguf
+
+    cfg = model.config
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(vocab["tokenizer.ggml.pre"])
+    w.add_token_list(vocab["tokenizer.ggml.tokens"])
+    w.add_token_types(vocab["tokenizer.ggml.token_type"])
+    w.add_token_merges(vocab["tokenizer.ggml.merges"])
+    w.add_eos_token_id(vocab["tokenizer.ggml.eos_token_id"])
+    for name, t in model.state_dict().items():
+        arr = t.detach().float().numpy().copy()
+        if name == "model.embed_tokens.weight":
+            out = "token_embd.weight"
+        elif name == "model.norm.weight":
+            out = "output_norm.weight"
+        elif name == "lm_head.weight":
+            if cfg.tie_word_embeddings:
+                continue
+            out = "output.weight"
+        else:
+            _, _, layer, rest = name.split(".", 3)
+            out = f"blk.{layer}.{NAMES[rest]}"
+            if arch == "llama" and rest == "self_attn.q_proj.weight":
+                arr = _permute(arr, cfg.num_attention_heads)
+            elif arch == "llama" and rest == "self_attn.k_proj.weight":
+                arr = _permute(arr, cfg.num_key_value_heads)
+        w.add_tensor(out, arr)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_unpermute_inverts_llama_cpp_permutation() -> None:
+    w = np.arange(8 * 64 * 3, dtype=np.float32).reshape(8 * 64, 3)
+    assert np.array_equal(unpermute(_permute(w, 8), 8), w)
+    assert not np.array_equal(_permute(w, 8), w)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
+def test_gguf_written_from_a_reference_model_gives_its_logits(family: str, smollm: weights.LoadedModel,
+                                                              tmp_path: Path) -> None:
+    ref = build_reference(family, tmp_path, smollm.tokenizer)
+    meta = GGUFFile(smollm.path).metadata
+    path = tmp_path / f"{family}.gguf"
+    write_gguf(ref, family, path, {k: v for k, v in meta.items() if k.startswith("tokenizer.ggml.")})
+    loaded = weights.load_model(path, device="cpu")
+    text = "<|im_start|>user\nWhich word comes after river? river stone 42<|im_end|>\n"
+    ids = loaded.tokenizer.encode(text)
+    assert ids == smollm.tokenizer.encode(text)
+    model = loaded.model
+    with torch.inference_mode():
+        want = ref(torch.tensor([ids])).logits[0]
+        got = model.forward(torch.tensor(ids), torch.arange(len(ids)), model.new_cache(), logits="all")
+    assert got is not None and (got - want).abs().max().item() < 1e-4

@@ -27,6 +27,9 @@ corpus, N, ``--label``), later runs replacing earlier ones):
   embedder call to the next (its whole transaction plus the chunking of the next batch), its
   ``store`` the catalog + vectors + reload + manifest time charged between them. Growth of
   ``store`` from the first to the last 10% of commits is what an append-only writer keeps at 1.
+- **progress**: one JSON line per commit (time, store seconds so far, RSS, CPU seconds) in
+  ``FOLDER.progress.jsonl`` beside the index, flushed as the build goes: a run cut short still
+  shows how commit cost and memory grew.
 - **peak RSS** of the build child (``VmHWM``; ``base`` is the resident set after imports) and
   the vector bytes (N × dim × 4) it is judged against.
 - **bytes by file** of the finished folder (``gen/`` files without their generation number),
@@ -386,12 +389,19 @@ def child_build(corpus: Corpus, storage: str, out: Path) -> dict[str, Any]:
     calls: list[tuple[float, float, int, float]] = []  # start, end, texts, store seconds at start
     inner_embed = embedder.embed
 
+    log = out.with_name(out.name + ".progress.jsonl").open("w")  # a run cut short still says something
+    start = time.perf_counter()
+
     def embed(texts: Any, *a: Any, **kw: Any) -> np.ndarray:
         t0 = time.perf_counter()
         store0 = clock.store_seconds()
         with clock.phase("embed"):
             v = inner_embed(texts, *a, **kw)
         calls.append((t0, time.perf_counter(), len(texts), store0))
+        log.write(json.dumps({"commit": len(calls), "t": round(t0 - start, 3), "store_s": round(store0, 3),
+                              "rss_mib": round(_status_mib("VmRSS")), "hwm_mib": round(_status_mib("VmHWM")),
+                              "cpu_s": round(time.process_time(), 2)}) + "\n")
+        log.flush()
         return v
 
     embedder.embed = embed
@@ -414,6 +424,7 @@ def child_build(corpus: Corpus, storage: str, out: Path) -> dict[str, Any]:
     idx = Index.build(pairs(), out, storage=storage, embedder=embedder, overwrite=True)
     total, total_cpu = time.perf_counter() - t0, time.process_time() - c0
     idx.close()
+    log.close()
     chunks = stored_rows(out)
     if hasattr(embedder, "save"):
         embedder.save()

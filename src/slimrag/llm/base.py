@@ -59,7 +59,8 @@ class Completion:
 
 class LoadReport(Protocol):
     """What :meth:`Generator.load` loaded: the seconds it took and whether the weights came from a
-    converted cache (`slimrag.llm.weights.LoadedModel` is one)."""
+    converted cache (`slimrag.llm.weights.LoadedModel` is one; it reads the model file in place,
+    so its ``from_cache`` is False)."""
 
     @property
     def load_s(self) -> float: ...
@@ -69,8 +70,8 @@ class LoadReport(Protocol):
 
 
 class Generator(ABC):
-    """A language model behind one method. Implementations: `LocalGenerator` (transformers on this
-    machine) and `RemoteGenerator` (any OpenAI-compatible ``/v1/chat/completions`` endpoint).
+    """A language model behind one method. Implementations: `LocalGenerator` (the engine of
+    `slimrag.llm.engine` on this machine) and `RemoteGenerator` (any OpenAI-compatible ``/v1/chat/completions`` endpoint).
     The capability attributes are described in the module header."""
 
     #: A short name for logs and ``slimrag info``.

@@ -31,10 +31,13 @@ written by an interrupted `add` can never be mistaken for a later chunk that reu
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 import shutil
 import struct
 import tempfile
+import weakref
 import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -176,7 +179,8 @@ def map_delta_vectors(path: Path) -> np.ndarray:
     """The ``vectors`` array of a delta part, memory-mapped in place. A part is an uncompressed
     zip (``np.savez``), so the array's bytes lie contiguous in the file after the member's local
     header and its ``.npy`` header: mapping them costs no read, and the pages stay the kernel's
-    cache (an open index holds many parts without holding their bytes). A compressed member
+    cache (an open index holds many parts without holding their bytes, or a file descriptor
+    each: `_Mapping`). A compressed member
     (never written by slimrag) is read into memory instead. Raises ValueError/OSError/KeyError
     for a damaged file (`read_delta_part` turns them into `IndexFormatError`)."""
     with zipfile.ZipFile(path) as z:
@@ -202,7 +206,51 @@ def map_delta_vectors(path: Path) -> np.ndarray:
         raise ValueError("the vectors run past the end of the file")
     if int(np.prod(shape)) == 0:
         return np.zeros(shape, dtype)
-    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=tuple(shape))
+    return _map_readonly(path, offset, dtype, tuple(shape))
+
+
+class _Mapping:
+    """A read-only ``mmap`` of part of a file that holds no file descriptor (Python's ``mmap`` and
+    ``np.memmap`` keep one open per mapping, and an open index maps one part per commit: a 2M-chunk
+    delta would pass the usual limit of 1,024 descriptors). numpy keeps this object alive as the
+    array's base through ``__array_interface__``; the region is unmapped when it is collected."""
+
+    def __init__(self, path: Path, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+        page = mmap.ALLOCATIONGRANULARITY
+        start = offset - offset % page
+        length = offset - start + int(np.prod(shape)) * dtype.itemsize
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            addr = _libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, start)
+        finally:
+            os.close(fd)  # the mapping stays valid without it
+        if addr in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), f"mmap of {path} failed")
+        weakref.finalize(self, _libc.munmap, addr, length)
+        self.__array_interface__ = {"shape": shape, "typestr": dtype.str, "version": 3,
+                                    "data": (addr + offset - start, True)}
+
+
+def _map_readonly(path: Path, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    if _libc is None:  # no C library to call: one descriptor per mapping after all
+        return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+    return np.asarray(_Mapping(path, offset, dtype, shape))
+
+
+def _load_libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_long]
+        libc.munmap.restype = ctypes.c_int
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_libc = _load_libc()
 
 
 def write_npy(path: Path, dtype: np.dtype | str, shape: tuple[int, int], blocks: Iterable[np.ndarray]) -> None:

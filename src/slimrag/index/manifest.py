@@ -46,7 +46,7 @@ class Manifest:
     embedder: dict[str, Any]
     config: IndexConfig
     slim: SlimConfig = field(default_factory=SlimConfig)
-    #: the kind of the generation in use (`slimrag.index.vectors.STORES` keys: "flat" or "slim")
+    #: the kind of the generation in use (`slimrag.index.vectors.KINDS` keys: "flat" or "slim")
     gen_kind: str = "flat"
     generation: int = 0
     delta_parts: tuple[str, ...] = ()

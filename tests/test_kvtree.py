@@ -230,11 +230,11 @@ def test_disk_round_trip_returns_identical_tensors(tmp_path) -> None:
 
 def test_split_and_assemble_round_trip() -> None:
     torch = pytest.importorskip("torch")
-    from transformers import DynamicCache
+    from slimrag.llm.engine import KVCache
 
     gen = torch.Generator().manual_seed(1)
     full = [(torch.randn(1, 3, 12, 8, generator=gen), torch.randn(1, 3, 12, 8, generator=gen)) for _ in range(2)]
-    cache = DynamicCache(full)
+    cache = KVCache.seeded(full, dtype=torch.float32, device="cpu")
     layers = cache_layers(cache)
     parts = split_kv(layers, [4, 3, 2])  # positions 9..11 (the question) are not cached
     assert [p.tokens for p in parts] == [4, 3, 2]
@@ -304,29 +304,40 @@ def test_threads_share_one_tree() -> None:
 
 
 def test_cached_prefix_gives_the_same_logits_as_a_full_prefill() -> None:
-    """Ground truth with a tiny random Llama: KV served by the tree equals KV computed afresh."""
+    """Ground truth with a tiny random Llama on the engine: KV served by the tree equals KV
+    computed afresh."""
     torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    from slimrag.llm.engine import Decoder, KVCache, ModelConfig
+
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    model = transformers.LlamaForCausalLM(cfg).eval()
+    cfg = ModelConfig(arch="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
+                      num_heads=4, num_kv_heads=2, head_dim=8, rms_eps=1e-6, max_positions=128)
+    shapes = {"model.embed_tokens.weight": (64, 32), "model.norm.weight": (32,), "lm_head.weight": (64, 32)}
+    for i in range(2):
+        p = f"model.layers.{i}."
+        shapes |= {p + "input_layernorm.weight": (32,), p + "post_attention_layernorm.weight": (32,),
+                   p + "self_attn.q_proj.weight": (32, 32), p + "self_attn.k_proj.weight": (16, 32),
+                   p + "self_attn.v_proj.weight": (16, 32), p + "self_attn.o_proj.weight": (32, 32),
+                   p + "mlp.gate_proj.weight": (64, 32), p + "mlp.up_proj.weight": (64, 32),
+                   p + "mlp.down_proj.weight": (32, 64)}
+    model = Decoder.from_state_dict(cfg, {n: torch.randn(s) * 0.2 for n, s in shapes.items()})
     segs = {"sys": [1, 5, 9, 2], "a": [7, 7, 3], "b": [11, 4, 8, 8, 6], "q": [13, 2]}
 
-    def forward(ids: list[int], cache, start: int):  # type: ignore[no-untyped-def]
-        pos = torch.arange(start, start + len(ids)).unsqueeze(0)
+    def forward(ids: list[int], cache: KVCache, start: int) -> torch.Tensor:
         with torch.no_grad():
-            out = model(torch.tensor([ids]), past_key_values=cache, position_ids=pos, use_cache=True)
-        return out.logits[0, -1], out.past_key_values
+            out = model.forward(torch.tensor(ids), torch.arange(start, start + len(ids)), cache)
+        assert out is not None
+        return out
 
     tree = KVTree(CacheConfig(device="cpu", host_bytes=1 << 20))
     keys = ["a", "b"]
     ids = segs["sys"] + segs["a"] + segs["b"] + segs["q"]
-    want, _ = forward(ids, transformers.DynamicCache(config=cfg), 0)
+    want = forward(ids, model.new_cache(), 0)
     for _ in range(2):  # cold, then warm
         with tree.matching("sys", keys) as m:
-            cache = transformers.DynamicCache(assemble_kv(m.payloads) if m.nodes else None, config=cfg)
-            got, cache = forward(ids[m.tokens:], cache, m.tokens)
+            cache = (KVCache.seeded(assemble_kv(m.payloads), dtype=torch.float32, device="cpu") if m.nodes
+                     else model.new_cache())
+            got = forward(ids[m.tokens:], cache, m.tokens)
             lengths = [len(segs[k]) for k in ["sys", *keys]]
             tree.insert("sys", keys, split_kv(cache_layers(cache), lengths, first=len(m.nodes)))
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

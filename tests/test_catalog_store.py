@@ -242,3 +242,37 @@ def test_killed_upgrade_leaves_a_sound_catalog(tmp_path: Path, docs: list, delay
     cat.upgrade()
     assert cat.compact and cat.chunks(ids) == want
     cat.close()
+
+
+def test_blocks_of_deleted_chunks_are_dropped_and_rewritten(tmp_path: Path, docs: list) -> None:
+    """Blocks hold runs of consecutive chunk ids: deleting documents empties slots, a block with
+    no live chunk goes at once, and `upgrade` rewrites blocks once many slots are dead."""
+    cat, ref = Catalog(tmp_path / "c.sqlite"), legacy(tmp_path / "old.sqlite")
+    for c in (cat, ref):
+        fill(c, docs)
+        with c.transaction():
+            for doc, _ in docs[: len(docs) // 2]:  # the first half: whole blocks empty
+                c.delete_document(doc.source)
+            for doc, _ in docs[len(docs) // 2:: 3]:  # every third of the rest: dead slots
+                c.delete_document(doc.source)
+    orphans = cat.db.execute("SELECT COUNT(*) FROM blocks b WHERE NOT EXISTS (SELECT 1 FROM chunks c "
+                             "WHERE c.chunk_id >= b.first AND c.chunk_id < b.first + b.n)").fetchone()[0]
+    assert orphans == 0
+    ids = ref.live_ids()
+    assert cat.live_ids() == ids and cat.chunks(ids) == ref.chunks(ids)
+    before = cat.part_bytes()["text"]
+    assert cat.upgrade() is False
+    assert cat.part_bytes()["text"] < before
+    assert cat.chunks(ids) == ref.chunks(ids)
+    assert cat.integrity_errors() == []
+    for q in queries(docs, 40, seed=3):
+        assert cat.keyword_search(q, 10) == ref.keyword_search(q, 10), q
+    # ids that do not follow each other start new blocks
+    base = cat.max_chunk_id() + 10
+    doc = Document("e" * 64, "docs/gaps.md", 0.0, 1)
+    gaps = [Chunk(base + 3 * i, doc.doc_id, doc.source, i, f"gap number {i} lantern", {"ordinal": i}) for i in range(5)]
+    with cat.transaction():
+        cat.put_document(doc)
+        cat.put_chunks(gaps)
+    assert cat.chunks_of(doc.source, 0, 9) == gaps
+    assert {i for i, _ in cat.keyword_search("gap", 10)} == {c.chunk_id for c in gaps}

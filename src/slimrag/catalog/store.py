@@ -39,6 +39,8 @@ _PARAMS = 900  # SQLite's bound-parameter limit, with room
 #: a document's id as stored: 32 raw bytes for a SHA-256 hex digest (the ids `Index` makes),
 #: the string itself for any other id a caller gives
 _SHA = "CASE typeof(sha) WHEN 'blob' THEN lower(hex(sha)) ELSE sha END"
+#: the compact layout's lookup of a document by source (``?1``): its hashed key, then the name
+_BY_SOURCE = "key=slimrag_key(?1) AND source=?1"
 
 
 class Catalog:
@@ -53,7 +55,8 @@ class Catalog:
         self.path = Path(path)
         self.db = sqlite3.connect(self.path, isolation_level=None)
         self.codec = codec.Codec(self._dictionary)
-        self.db.create_function("slimrag_text", 1, self.codec.text, deterministic=True)
+        self.db.create_function("slimrag_text", 3, self.codec.text, deterministic=True)
+        self.db.create_function("slimrag_key", 1, schema.source_key, deterministic=True)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("PRAGMA foreign_keys=ON")
@@ -114,8 +117,14 @@ class Catalog:
 
     def document(self, source: str) -> Document | None:
         """The stored document at ``source``, or None."""
-        row = self.db.execute(self._doc_sql() + " WHERE source=?", (source,)).fetchone()
+        row = self.db.execute(self._doc_sql() + (f" WHERE {_BY_SOURCE}" if self.compact else " WHERE source=?"),
+                              (source,)).fetchone()
         return Document(*row) if row else None
+
+    def _doc(self, source: str) -> int | None:
+        """The compact layout's integer key of the document at ``source``, or None."""
+        row = self.db.execute(f"SELECT doc FROM documents WHERE {_BY_SOURCE}", (source,)).fetchone()
+        return int(row[0]) if row else None
 
     def documents(self) -> list[Document]:
         """All documents, sorted by source."""
@@ -128,22 +137,47 @@ class Catalog:
             self.db.execute("INSERT OR REPLACE INTO documents(source, doc_id, mtime, size) VALUES (?,?,?,?)",
                             (doc.source, doc.doc_id, doc.mtime, doc.size))
             return
-        self.db.execute("DELETE FROM chunks WHERE doc=(SELECT doc FROM documents WHERE source=?)", (doc.source,))
-        self.db.execute(
-            "INSERT INTO documents(source, sha, mtime, size) VALUES (?,?,?,?) ON CONFLICT(source) "
-            "DO UPDATE SET sha=excluded.sha, mtime=excluded.mtime, size=excluded.size",
-            (doc.source, upgrade.sha_bytes(doc.doc_id), doc.mtime, doc.size))
+        key = self._doc(doc.source)
+        if key is None:
+            self.db.execute("INSERT INTO documents(key, source, sha, mtime, size) VALUES (slimrag_key(?1),?1,?,?,?)",
+                            (doc.source, upgrade.sha_bytes(doc.doc_id), doc.mtime, doc.size))
+            return
+        self.delete_chunks("doc=?", (key,))
+        self.db.execute("UPDATE documents SET sha=?, mtime=?, size=? WHERE doc=?",
+                        (upgrade.sha_bytes(doc.doc_id), doc.mtime, doc.size, key))
 
     def touch_documents(self, rows: Iterable[tuple[float, int, str]]) -> None:
         """Set ``(mtime, size)`` of stored documents by source, leaving their chunks alone."""
-        self.db.executemany("UPDATE documents SET mtime=?, size=? WHERE source=?", rows)
+        self.db.executemany("UPDATE documents SET mtime=?1, size=?2 WHERE " + (
+            "key=slimrag_key(?3) AND source=?3" if self.compact else "source=?3"), rows)
 
     def delete_document(self, source: str) -> list[int]:
         """Delete a document and its chunks (tombstoning them); returns the removed chunk ids."""
-        where = "doc=(SELECT doc FROM documents WHERE source=?)" if self.compact else "source=?"
-        ids = [r[0] for r in self.db.execute(f"SELECT chunk_id FROM chunks WHERE {where}", (source,))]
-        self.db.execute(f"DELETE FROM chunks WHERE {where}", (source,))
+        if self.compact:
+            key = self._doc(source)
+            if key is None:
+                return []
+            ids = self.delete_chunks("doc=?", (key,))
+            self.db.execute("DELETE FROM documents WHERE doc=?", (key,))
+            return ids
+        ids = [r[0] for r in self.db.execute("SELECT chunk_id FROM chunks WHERE source=?", (source,))]
+        self.db.execute("DELETE FROM chunks WHERE source=?", (source,))
         self.db.execute("DELETE FROM documents WHERE source=?", (source,))
+        return ids
+
+    def delete_chunks(self, where: str, args: Sequence[Any]) -> list[int]:
+        """Delete the chunks ``where`` selects (compact layout; the trigger tombstones them and
+        updates the keyword index) and the blocks left without a chunk; returns their ids."""
+        ids = [r[0] for r in self.db.execute(f"SELECT chunk_id FROM chunks WHERE {where} ORDER BY chunk_id", args)]
+        if not ids:
+            return ids
+        firsts = {r[0] for r in self.db.execute(
+            f"SELECT DISTINCT ({schema.BLOCK_OF.format(id='c.chunk_id')}) FROM chunks c WHERE {where}", args)}
+        self.db.execute(f"DELETE FROM chunks WHERE {where}", args)
+        self.db.executemany(
+            "DELETE FROM blocks WHERE first=? AND NOT EXISTS "
+            "(SELECT 1 FROM chunks c WHERE c.chunk_id>=blocks.first AND c.chunk_id<blocks.first+blocks.n)",
+            ((f,) for f in firsts))
         return ids
 
     # -- chunks ---------------------------------------------------------------------------------
@@ -155,18 +189,24 @@ class Catalog:
                 "INSERT INTO chunks(chunk_id, source, ordinal, text, metadata) VALUES (?,?,?,?,?)",
                 ((c.chunk_id, c.source, c.ordinal, c.text, json.dumps(c.metadata)) for c in chunks))
             return
-        chunks = list(chunks)
+        chunks = sorted(chunks, key=lambda c: c.chunk_id)
         self._pick_dictionary(chunks)
         docs: dict[str, int] = {}
         for c in chunks:
             if c.source not in docs:
-                row = self.db.execute("SELECT doc FROM documents WHERE source=?", (c.source,)).fetchone()
-                if row is None:
+                key = self._doc(c.source)
+                if key is None:
                     raise sqlite3.IntegrityError(f"chunk {c.chunk_id}: document {c.source!r} is not stored")
-                docs[c.source] = row[0]
-        self.db.executemany("INSERT INTO chunks(chunk_id, doc, ordinal, body) VALUES (?,?,?,?)",
-                            ((c.chunk_id, docs[c.source], c.ordinal, self.codec.encode(c.text, c.metadata))
-                             for c in chunks))
+                docs[c.source] = key
+        at = {(c.source, c.ordinal): c for c in chunks}
+
+        def own(c: Chunk) -> int:
+            p = at.get((c.source, c.ordinal - 1))
+            return schema.own_bytes(c.text, c.metadata, (p.text, p.metadata) if p else None)
+
+        self.db.executemany("INSERT INTO chunks(chunk_id, doc, ordinal, nbytes) VALUES (?,?,?,?)",
+                            ((c.chunk_id, docs[c.source], c.ordinal, own(c)) for c in chunks))
+        upgrade.write_blocks(self.db, self.codec, [(c.chunk_id, codec.payload(c.text, c.metadata)) for c in chunks])
         self.db.executemany("INSERT INTO chunks_fts(rowid, text) VALUES (?,?)", ((c.chunk_id, c.text) for c in chunks))
 
     def _pick_dictionary(self, chunks: list[Chunk]) -> None:
@@ -188,9 +228,10 @@ class Catalog:
                 f"JOIN documents d ON d.source=c.source WHERE {where} ORDER BY c.source, c.ordinal", args)
             return [Chunk(cid, doc, src, o, text, json.loads(m)) for cid, doc, src, o, text, m in rows]
         rows = self.db.execute(
-            f"SELECT c.chunk_id, {_SHA.replace('sha', 'd.sha')}, d.source, c.ordinal, c.body FROM chunks c "
-            f"JOIN documents d ON d.doc=c.doc WHERE {where} ORDER BY c.doc, c.ordinal", args)
-        return [Chunk(cid, doc, src, o, *self.codec.decode(body)) for cid, doc, src, o, body in rows]
+            f"SELECT c.chunk_id, {_SHA.replace('sha', 'd.sha')}, d.source, c.ordinal, b.first, b.body FROM chunks c "
+            f"JOIN documents d ON d.doc=c.doc JOIN blocks b ON b.first=({schema.BLOCK_OF.format(id='c.chunk_id')}) "
+            f"WHERE {where} ORDER BY c.doc, c.ordinal", args)
+        return [Chunk(cid, doc, src, o, *self.codec.chunk(cid, first, body)) for cid, doc, src, o, first, body in rows]
 
     def chunks(self, ids: Sequence[int]) -> dict[int, Chunk]:
         """Chunks by id (missing ids are absent from the result)."""
@@ -205,7 +246,11 @@ class Catalog:
     def chunks_of(self, source: str, lo: int, hi: int) -> list[Chunk]:
         """The chunks of ``source`` whose ordinal is in ``[lo, hi]``, in reading order (a range
         scan of the index on the chunks' document: a citation's neighbours cost one query)."""
-        return self._select_chunks("d.source=? AND c.ordinal BETWEEN ? AND ?", (source, int(lo), int(hi)))
+        if not self.compact:
+            return self._select_chunks("d.source=? AND c.ordinal BETWEEN ? AND ?", (source, int(lo), int(hi)))
+        key = self._doc(source)
+        return [] if key is None else self._select_chunks("c.doc=? AND c.ordinal BETWEEN ? AND ?",
+                                                          (key, int(lo), int(hi)))
 
     def texts(self, ids: Sequence[int]) -> list[str]:
         """Texts of chunks in the order of ``ids`` (used to recompute embeddings)."""
@@ -252,6 +297,19 @@ class Catalog:
             "tombstones": q("SELECT COUNT(*) FROM tombstones").fetchone()[0],
         }
 
+    def text_bytes(self) -> int:
+        """Bytes of the text the stored documents yielded: their chunks' text with overlaps
+        counted once (`schema.own_bytes`); what `part_bytes` is measured against."""
+        if self.compact:
+            return int(self.db.execute("SELECT COALESCE(SUM(nbytes), 0) FROM chunks").fetchone()[0])
+        total, prev = 0, None
+        for source, ordinal, text, meta in self.db.execute(
+                "SELECT source, ordinal, text, metadata FROM chunks ORDER BY source, ordinal"):
+            m = json.loads(meta)
+            total += schema.own_bytes(text, m, prev[2:] if prev and prev[:2] == (source, ordinal - 1) else None)
+            prev = (source, ordinal, text, m)
+        return total
+
     # -- size and upgrade -----------------------------------------------------------------------
     def part_bytes(self) -> dict[str, int]:
         """Bytes of the catalog file by part, from SQLite's page map: ``text`` (chunk bodies and
@@ -259,7 +317,7 @@ class Catalog:
         dictionaries, tombstones); they sum to the file's size without its WAL."""
         parts = {"text": 0, "keyword": 0, "documents": 0, "free": 0, "other": 0}
         for name, size in self.db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"):
-            key = ("keyword" if name.startswith("chunks_fts") else "text" if name.startswith("chunks")
+            key = ("keyword" if name.startswith("chunks_fts") else "text" if name.startswith(("chunks", "blocks"))
                    else "documents" if "documents" in name else "other")
             parts[key] += int(size)
         page = int(self.db.execute("PRAGMA page_size").fetchone()[0])
@@ -268,8 +326,9 @@ class Catalog:
 
     def upgrade(self) -> bool:
         """Bring the catalog to its smallest form: convert a legacy catalog to the compact layout
-        (one transaction: a crash leaves it as it was), train a dictionary it lacks, merge the
-        keyword index, and VACUUM when many pages are free. Safe beside readers and under an
+        (one transaction: a crash leaves it as it was), train a dictionary it lacks, rewrite the
+        text blocks when more than `upgrade.DEAD_SHARE` of their slots belong to deleted chunks,
+        merge the keyword index, and VACUUM when many pages are free. Safe beside readers and under an
         index writer (SQLite's write lock orders it). Returns True when the layout changed."""
         with self.transaction():
             converted = not self.compact
@@ -278,6 +337,12 @@ class Catalog:
                 rewritten = True
             else:
                 rewritten = upgrade.add_dictionary(self.db, self.codec)
+                slots, live = self.db.execute(
+                    "SELECT (SELECT COALESCE(SUM(n), 0) FROM blocks), (SELECT COUNT(*) FROM chunks)").fetchone()
+                if not rewritten and slots - live > upgrade.DEAD_SHARE * slots:
+                    self._pick_dictionary([])
+                    upgrade.rewrite_blocks(self.db, self.codec)
+                    rewritten = True
         upgrade.finish(self.db, rewritten)
         return converted
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any
 
 from slimrag.catalog import codec
-from slimrag.catalog.schema import COMPACT, compact_tables, compact_views
+from slimrag.catalog.schema import COMPACT, compact_tables, compact_views, own_bytes
 
 #: VACUUM when free pages are at least this share of the file (it rewrites the whole file)
 VACUUM_SHARE = 0.125
+#: rewrite the text blocks when more than this share of their slots hold deleted chunks
+DEAD_SHARE = 0.25
 #: chunks read and written per batch while converting
 BATCH = 2048
 
@@ -28,53 +29,92 @@ def convert(db: sqlite3.Connection, coder: codec.Codec, detail: str) -> None:
     """Convert a legacy catalog to the compact layout; call inside a write transaction."""
     for stmt in compact_tables("_new"):  # statement by statement: executescript would commit
         db.execute(stmt)
-    db.execute("INSERT INTO documents_new(source, sha, mtime, size) SELECT source, x'', mtime, size "
-                "FROM documents ORDER BY source")
-    db.executemany("UPDATE documents_new SET sha=? WHERE source=?",
-                   ((sha_bytes(h), s) for s, h in db.execute("SELECT source, doc_id FROM documents").fetchall()))
+    db.executemany("INSERT INTO documents_new(key, source, sha, mtime, size) VALUES (slimrag_key(?1),?1,?,?,?)",
+                   ((s, sha_bytes(h), m, n) for s, h, m, n in
+                    db.execute("SELECT source, doc_id, mtime, size FROM documents ORDER BY source").fetchall()))
     first = db.execute(f"SELECT text, metadata FROM chunks ORDER BY chunk_id LIMIT {codec.TRAIN_MAX_CHUNKS}")
-    install_dictionary(db, coder, [codec.payload(t, _loads(m)) for t, m in first])
-    last = -1
+    install_dictionary(db, coder, [codec.payload(t, json.loads(m)) for t, m in first])
+    last, prev = -1, None
     while True:
         rows = db.execute(
             "SELECT c.chunk_id, d.doc, c.ordinal, c.text, c.metadata FROM chunks c JOIN documents_new d "
             "ON d.source=c.source WHERE c.chunk_id>? ORDER BY c.chunk_id LIMIT ?", (last, BATCH)).fetchall()
         if not rows:
             break
-        db.executemany("INSERT INTO chunks_new(chunk_id, doc, ordinal, body) VALUES (?,?,?,?)",
-                       ((cid, doc, o, coder.encode(t, _loads(m))) for cid, doc, o, t, m in rows))
+        metas = [json.loads(m) for *_, m in rows]
+        own = []
+        for (_, doc, o, t, _), m in zip(rows, metas, strict=True):
+            own.append(own_bytes(t, m, prev[2:] if prev and prev[:2] == (doc, o - 1) else None))
+            prev = (doc, o, t, m)
+        db.executemany("INSERT INTO chunks_new(chunk_id, doc, ordinal, nbytes) VALUES (?,?,?,?)",
+                       ((cid, doc, o, n) for (cid, doc, o, _, _), n in zip(rows, own, strict=True)))
+        write_blocks(db, coder, [(r[0], codec.payload(r[3], m)) for r, m in zip(rows, metas, strict=True)],
+                     "blocks_new")
         last = rows[-1][0]
     for stmt in ("DROP TRIGGER IF EXISTS chunks_ai", "DROP TRIGGER IF EXISTS chunks_ad", "DROP TABLE chunks_fts",
                  "DROP INDEX IF EXISTS chunks_source", "DROP TABLE chunks", "DROP TABLE documents",
                  "ALTER TABLE documents_new RENAME TO documents", "ALTER TABLE chunks_new RENAME TO chunks",
-                 *compact_views(detail)):
+                 "ALTER TABLE blocks_new RENAME TO blocks", *compact_views(detail)):
         db.execute(stmt)
     db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('rebuild')")
     db.execute(f"PRAGMA user_version={COMPACT}")
 
 
-def add_dictionary(db: sqlite3.Connection, coder: codec.Codec) -> bool:
-    """Give a compact catalog without a dictionary one, trained on its first chunks, and
-    re-encode every body with it; call inside a write transaction. False when it has one
-    already, or too little text to train on."""
-    if db.execute("SELECT 1 FROM dictionaries LIMIT 1").fetchone():
-        return False
-    first = db.execute(f"SELECT body FROM chunks ORDER BY chunk_id LIMIT {codec.TRAIN_MAX_CHUNKS}").fetchall()
-    samples = [codec.payload(*coder.decode(b)) for (b,) in first]
-    if not install_dictionary(db, coder, samples):
-        return False
-    last = -1
+def write_blocks(db: sqlite3.Connection, coder: codec.Codec, payloads: list[tuple[int, str]],
+                 table: str = "blocks") -> None:
+    """Store ``(chunk_id, payload)`` pairs, ascending by id, as blocks: runs of consecutive ids
+    cut every `codec.BLOCK_CHUNKS`."""
+    runs: list[list[tuple[int, str]]] = []
+    for cid, p in payloads:
+        run = runs[-1] if runs else None
+        if run is None or cid != run[-1][0] + 1 or len(run) >= codec.BLOCK_CHUNKS:
+            runs.append([(cid, p)])
+        else:
+            run.append((cid, p))
+    db.executemany(f"INSERT INTO {table}(first, n, body) VALUES (?,?,?)",
+                   ((r[0][0], len(r), coder.encode([p for _, p in r])) for r in runs))
+
+
+def rewrite_blocks(db: sqlite3.Connection, coder: codec.Codec) -> int:
+    """Re-encode every block with the coder's dictionary, emptying the slots of deleted chunks
+    and dropping blocks with none left; call inside a write transaction. Returns the number of
+    blocks written."""
+    db.execute("DELETE FROM blocks WHERE NOT EXISTS "
+               "(SELECT 1 FROM chunks c WHERE c.chunk_id>=blocks.first AND c.chunk_id<blocks.first+blocks.n)")
+    written, last = 0, -1
     while True:
-        rows = db.execute("SELECT chunk_id, body FROM chunks WHERE chunk_id>? ORDER BY chunk_id LIMIT ?",
-                          (last, BATCH)).fetchall()
+        rows = db.execute("SELECT first, n, body FROM blocks WHERE first>? ORDER BY first LIMIT ?",
+                          (last, BATCH // codec.BLOCK_CHUNKS)).fetchall()
         if not rows:
-            return True
-        db.executemany("UPDATE chunks SET body=? WHERE chunk_id=?",
-                       ((coder.encode(*coder.decode(b)), cid) for cid, b in rows))
+            return written
+        for first, n, body in rows:
+            live = {r[0] for r in db.execute("SELECT chunk_id FROM chunks WHERE chunk_id>=? AND chunk_id<?",
+                                             (first, first + n))}
+            slots = coder.payloads(first, body)
+            kept = [p if first + i in live else "" for i, p in enumerate(slots)]
+            db.execute("UPDATE blocks SET body=? WHERE first=?", (coder.encode(kept), first))
+            written += 1
         last = rows[-1][0]
 
 
-def install_dictionary(db: sqlite3.Connection, coder: codec.Codec, samples: list[bytes]) -> bool:
+def add_dictionary(db: sqlite3.Connection, coder: codec.Codec) -> bool:
+    """Give a compact catalog without a dictionary one, trained on its first chunks, and
+    re-encode every block with it; call inside a write transaction. False when it has one
+    already, or too little text to train on."""
+    if db.execute("SELECT 1 FROM dictionaries LIMIT 1").fetchone():
+        return False
+    samples: list[str] = []
+    for first, body in db.execute("SELECT first, body FROM blocks ORDER BY first").fetchall():
+        samples += [p for p in coder.payloads(first, body) if p]
+        if len(samples) >= codec.TRAIN_MAX_CHUNKS:
+            break
+    if not install_dictionary(db, coder, samples):
+        return False
+    rewrite_blocks(db, coder)
+    return True
+
+
+def install_dictionary(db: sqlite3.Connection, coder: codec.Codec, samples: list[str]) -> bool:
     """Train a dictionary on ``samples``, store it and encode with it; False when too little
     text to train on (the coder keeps what it used)."""
     data = codec.train(samples)
@@ -101,6 +141,3 @@ def sha_bytes(doc_id: str) -> bytes | str:
     ids `Index` makes), any other id a caller gave as the string itself."""
     return bytes.fromhex(doc_id) if len(doc_id) == 64 and all(c in "0123456789abcdef" for c in doc_id) else doc_id
 
-
-def _loads(meta: str) -> dict[str, Any]:
-    return json.loads(meta)

@@ -34,8 +34,7 @@ def demo(llm: str | None, rebuild: bool) -> None:
         t1 = time.perf_counter()
         loaded = rag.llm.load()  # before the questions, so their timings are the answers' own
         if loaded is not None:
-            how = "cached safetensors" if loaded.from_cache else "converted from GGUF, once"
-            click.echo(f"LLM loaded in {time.perf_counter() - t1:.1f}s ({how})")
+            click.echo(f"LLM loaded in {time.perf_counter() - t1:.1f}s")
         for q in QUESTIONS:
             click.echo(click.style(f"\nQ: {q}", bold=True))
             click.echo("A: ", nl=False)

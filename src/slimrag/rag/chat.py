@@ -2,9 +2,9 @@
 
 Each turn (see `RAG.turn`):
 
-- Retrieval: the question alone and the question after the previous one, merged by score, so a
-  follow-up ("and on Windows?") finds its passages through the context while a change of topic
-  keeps the new topic's best passage (the context query alone would mix both topics).
+- Retrieval: the question condensed with the previous question's content words
+  (`slimrag.rag.condense`), so a follow-up ("and on Windows?", "what is its default?") keeps the
+  conversation's subject; a change of topic brings its own words, which dominate its query.
 - Prompt: passages given in earlier turns stay in the prompt, in the order first given, and are not
   repeated when retrieved again; the ranking stated after the passages names them, so the model
   is pointed back at them. The system segment and the earlier passages are then a byte-identical

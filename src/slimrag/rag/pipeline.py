@@ -16,9 +16,14 @@ against that, which is what makes vLLM's or SGLang's prefix cache hit on repeate
 neither, passages stay in relevance order.
 
 Follow-ups (a `stream_answer` with ``history``, and every turn of `slimrag.rag.chat.Chat`) are
-retrieved twice: on the question alone and on the question after the previous one; the two hit
-lists are merged keeping each passage's better score (:func:`merge_hits`), so "and on Windows?"
-still finds install passages while a change of topic keeps the new topic's best passage.
+retrieved with a condensed query that carries the conversation's subject (`slimrag.rag.condense`,
+``condense``: by default the follow-up plus the previous question's content words), so "what is
+its default value?" after a question about autovacuum searches for autovacuum's default. On
+`bench.followups` (200 two-turn conversations whose second turn names its subject only by a
+pronoun) the gold passage is in the top 5 for 0.88 of follow-ups alone, 0.975 for the earlier
+merge of the follow-up's hits with those of "previous question + follow-up" (:func:`merge_hits`),
+and 0.98 condensed (top 1: 0.71, 0.935, 0.95). The evidence of a follow-up is ranked against the
+follow-up as asked, among the passages its condensed query found.
 
 Progress: ``RAG.progress``, when set, is called with each stage before it starts (``"retrieving"``,
 then ``"prefilling"``: the model reads the prompt until its first token), so a caller can show a
@@ -42,6 +47,7 @@ from slimrag.llm.base import Delta, Generator
 from slimrag.llm.decoding import LoopGuard
 from slimrag.prompt import DEFAULT_SYSTEM, Passage, Prompt
 from slimrag.rag.attribution import attribute, with_markers
+from slimrag.rag.condense import CONDENSERS
 from slimrag.rag.evidence import EvidenceConfig, evidence_answer, rank_sentences
 from slimrag.rag.guards import NO_ANSWER, CitationCheck, Guards, answerable
 from slimrag.rag.plan import PlanningCache, plan_prompt
@@ -93,6 +99,8 @@ class Turn:
     prompt: Prompt | None
     hits: list[Hit]
     t0: float
+    #: what evidence is ranked against: the question as asked (a follow-up's passages already
+    #: carry the subject; its condensed query's extra words would outweigh what it asks)
     question: str = ""
 
 
@@ -108,6 +116,8 @@ class RAG:
     retrieved. progress: see the module header. evidence: how evidence sentences are chosen
     (`slimrag.rag.evidence`); attribution: check each answer sentence against the passages after
     generation (`slimrag.rag.attribution`; False leaves ``support``, ``used`` and ``marked`` empty).
+    condense: how a follow-up's retrieval query is made (`slimrag.rag.condense.CONDENSERS`:
+    ``"words"``, the default, ``"rewrite"`` by the generator, or ``"off"``).
 
     Thread-safety: `ask`/`stream` may be called from several threads when the generator's
     ``thread_safe`` is True (both built-in generators); the index should then be opened per thread.
@@ -116,7 +126,8 @@ class RAG:
     def __init__(self, index: Index, llm: Generator | str | None = None, *, system: str = DEFAULT_SYSTEM,
                  generation: GenerationConfig | None = None, mode: str | None = None, shadow: bool = True,
                  guards: Guards | None = None, progress: Progress | None = None,
-                 evidence: EvidenceConfig | None = None, attribution: bool = True) -> None:
+                 evidence: EvidenceConfig | None = None, attribution: bool = True,
+                 condense: str = "words") -> None:
         self.index = index
         self.llm = make_generator(llm)
         self.system = system
@@ -127,6 +138,9 @@ class RAG:
         self.progress = progress
         self.evidence = evidence or EvidenceConfig()
         self.attribution = attribution
+        if condense not in CONDENSERS:
+            raise ValueError(f"condense must be one of {sorted(CONDENSERS)}, got {condense!r}")
+        self.condense = condense
 
     def _stage(self, name: str) -> None:
         if self.progress is not None:
@@ -138,12 +152,13 @@ class RAG:
 
     def retrieve_in_context(self, question: str, k: int = 4, source: str | None = None,
                             context: Sequence[str] = ()) -> tuple[list[Hit], list[str]]:
-        """The passages for a follow-up: retrieved for ``question`` alone and, when there is
-        ``context`` (earlier questions), for the context followed by the question; merged by
-        score (:func:`merge_hits`). Returns the hits and the queries that were run."""
-        queries = [question] + ([" ".join([*context, question])] if context else [])
-        lists = [self.retrieve(q, k, source) for q in queries]
-        return (merge_hits(*lists, k=k) if len(lists) > 1 else lists[0]), queries
+        """The passages for a follow-up: retrieved for the query that ``condense`` makes of
+        ``question`` and the ``context`` (earlier questions, oldest first); ``question`` alone
+        without context. Returns the hits and the queries that were run (the last is the one
+        retrieved with; the relevance floor reads them all)."""
+        query = CONDENSERS[self.condense](question, list(context), self.llm) if context else question
+        queries = [question] + ([query] if query != question else [])
+        return self.retrieve(query, k, source), queries
 
     def planning_cache(self) -> PlanningCache | None:
         """The cache the planner walks: the generator's own, else the shadow, else None."""
@@ -164,7 +179,7 @@ class RAG:
         ``questions`` or else ``history``), apply the relevance floor, and plan the prompt."""
         t0 = time.perf_counter()
         self._stage("retrieving")
-        context = list(questions[-1:]) or [c for role, c in history if role == "user"][-1:]
+        context = list(questions) or [c for role, c in history if role == "user"]
         hits, queries = self.retrieve_in_context(question, k, source, context)
         if not answerable(self.index, self.mode, queries, hits, self.guards.floor, source):
             return Turn(None, [], t0, question)

@@ -52,7 +52,7 @@ def _abbreviation(block: str, stop: int) -> bool:
     """Whether the full stop at ``stop`` ends an abbreviation or an initial, not a sentence."""
     if block[stop] != ".":
         return False
-    word = re.search(r"([A-Za-z.]+)$", block[:stop])
+    word = re.search(r"([A-Za-z.]+) ?$", block[:stop])  # "U.S." and tokenized text's "U . S ."
     if word is None:
         return False
     w = word.group(1).lower().strip(".")

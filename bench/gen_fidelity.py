@@ -62,18 +62,19 @@ def prompt_logprobs(gen: LocalGenerator, prompt: Prompt, forced: list[int] | Non
     rows = [torch.log_softmax(logits, dim=-1)]
     if forced is not None:
         if len(forced) > 1:
-            out = gen.run_model(input_ids=torch.tensor([forced[:-1]]), position_ids=torch.arange(
-                pos, pos + len(forced) - 1)[None], past_key_values=cache, use_cache=True)
-            rows.extend(torch.log_softmax(out.logits[0].float(), dim=-1))
+            model = gen.model
+            with torch.inference_mode():
+                out = model.forward(torch.tensor(forced[:-1]), torch.arange(pos, pos + len(forced) - 1), cache,
+                                    logits="all")
+            rows.extend(torch.log_softmax(out, dim=-1))
         return list(forced), torch.stack(rows)
     eos, ids = eos_ids(gen), []
     while True:
         ids.append(int(torch.argmax(rows[-1]).item()))
         if ids[-1] in eos or len(ids) >= max_new or "\n" in gen.decode(ids):
             return ids, torch.stack(rows)
-        out = gen.run_model(input_ids=torch.tensor([[ids[-1]]]), position_ids=torch.tensor([[pos]]),
-                            past_key_values=cache, use_cache=True, logits_to_keep=1)
-        rows.append(torch.log_softmax(out.logits[0, -1].float(), dim=-1))
+        out = gen.forward(torch.tensor([ids[-1]]), torch.tensor([pos]), cache)
+        rows.append(torch.log_softmax(out, dim=-1))
         pos += 1
 
 

@@ -257,7 +257,9 @@ class IndexWriter:
         the PQ codebooks kept; only a few graph rows are re-embedded (at most 2% of them, plus the
         whole generation if the new rows' PQ error has drifted). ``rebuild=True`` builds the
         generation from every live vector instead (fresh graph and codebooks), which re-embeds
-        every row of a slim generation (the price of storing no embeddings).
+        every row of a slim generation (the price of storing no embeddings). The catalog is then
+        brought to its smallest form (`Catalog.upgrade`: an index built before the compact text
+        store is converted, its keyword index merged).
         A chunk id present twice (a generation and a delta part, left by the race of unlocked
         writers of older versions) is kept once."""
         with self.locked():
@@ -269,3 +271,4 @@ class IndexWriter:
         st.switch(st.manifest.changed(generation=gen, gen_kind=kind, delta_parts=()))
         st.catalog.clear_tombstones()
         layout.collect_garbage(st.root, st.manifest)
+        st.catalog.upgrade()  # the catalog at its smallest: a legacy one converted, blocks repacked

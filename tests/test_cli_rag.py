@@ -86,4 +86,28 @@ def test_cli_ask_streams_then_lists_sources(index: Index) -> None:
         r = CliRunner().invoke(cli, ["ask", str(index.root), "How do I bake bread?", "--llm", srv.base_url])
         assert r.exit_code == 0, r.output
         assert "echo: Question: How do I bake bread?" in r.output
-        assert "Sources:" in r.output and "notes/recipes.rst#" in r.output
+        assert "Sources used:" in r.output and "notes/recipes.rst#" in r.output
+
+
+def test_cli_ask_shows_evidence_and_sources_used(index: Index) -> None:
+    index.close()
+    with OpenAIServer() as srv:
+        r = CliRunner().invoke(cli, ["ask", str(index.root), "How do I bake bread?", "--llm", srv.base_url])
+        assert r.exit_code == 0, r.output
+        evidence = r.output.split("Evidence:\n")[1].splitlines()
+        assert "Bake at 230 degrees" in r.output.split("Evidence:")[1].split("Sources")[0]
+        assert evidence[0].startswith('  "') and evidence[0].endswith("[notes/recipes.rst#0]")
+        assert "Sources used:" in r.output and "Also retrieved:" in r.output
+
+
+def test_cli_ask_no_llm_answers_with_evidence_alone(index: Index) -> None:
+    index.close()
+    r = CliRunner().invoke(cli, ["ask", str(index.root), "How long should lentil soup simmer?", "--no-llm"])
+    assert r.exit_code == 0, r.output
+    first = r.output.splitlines()[0]
+    assert "half an hour" in first and first.endswith("[notes/recipes.rst#0]")
+    assert "evidence only, no model" in r.output and "Sources used:" in r.output
+    r = CliRunner().invoke(cli, ["ask", str(index.root), "How long should lentil soup simmer?", "--no-llm", "--json"])
+    ans = json.loads(r.output)
+    assert ans["evidence"][0]["label"] == "notes/recipes.rst#0" and ans["usage"]["completion_tokens"] == 0
+    assert set(ans["used"]) <= {s["source"] + "#" + str(s["metadata"].get("ordinal", 0)) for s in ans["sources"]}

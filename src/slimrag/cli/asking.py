@@ -159,10 +159,16 @@ def answering(index: str, spec: dict[str, Any], max_tokens: int, mode: str | Non
 @click.option("--mode", type=click.Choice(SEARCH_MODES), default=SEARCH["mode"], show_default=True,
               help="How passages are retrieved for the answer.")
 @llm_options
+@click.option("--no-llm", "no_llm", is_flag=True,
+              help="Answer with the evidence alone (the passage sentences that best answer the question), "
+                   "without loading or calling a model.")
 @click.option("--json", "as_json", is_flag=True)
 def ask(index: str, question: str, k: int, source: str | None, mode: str, llm: str | None, llm_model: str | None,
-        api_key: str | None, max_tokens: int, as_json: bool) -> None:
-    """Answer a question from the index, streaming, then list the sources."""
+        api_key: str | None, max_tokens: int, no_llm: bool, as_json: bool) -> None:
+    """Answer a question from the index, streaming, then the evidence and the sources."""
+    if no_llm:
+        evidence_only(index, question, k, source, mode, as_json)
+        return
     with answering(index, llm_spec(llm, llm_model, api_key), max_tokens, mode) as (rag, status):
         pattern = source_filter(rag.index, source)
         for piece in until_first_piece(rag.stream_answer(question, k, source=pattern), status):
@@ -173,6 +179,20 @@ def ask(index: str, question: str, k: int, source: str | None, mode: str, llm: s
                 click.echo(json.dumps({**asdict(piece), "notice": piece.notice}))
             else:
                 print_answer_end(piece)
+
+
+def evidence_only(index: str, question: str, k: int, source: str | None, mode: str, as_json: bool) -> None:
+    """``ask --no-llm``: the evidence-only answer (`slimrag.rag.evidence.evidence_answer`); the LLM
+    stack is never imported."""
+    from slimrag.rag.evidence import evidence_answer
+
+    with open_index(index) as idx:
+        answer = evidence_answer(idx, question, k, mode=mode, source=source_filter(idx, source))
+    if as_json:
+        click.echo(json.dumps({**asdict(answer), "notice": answer.notice}))
+        return
+    click.echo(answer.text, nl=False)
+    print_answer_end(answer, evidence_only=True)
 
 
 @cli.command()

@@ -8,14 +8,13 @@ partition's HNSW (``pool.py``), not the vectors.
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 import numpy as np
 
 from slimrag.index.slim.artifacts import SlimArtifacts
 from slimrag.index.slim.config import SlimConfig
-from slimrag.index.slim.graph import Graph, build_graph, pick_hubs
+from slimrag.index.slim.graph import Graph, PhaseClock, build_graph, pick_hubs
 from slimrag.index.slim.pq import (
     PQConfig,
     ProductQuantizer,
@@ -39,22 +38,20 @@ def build_slim(vectors: np.ndarray, config: SlimConfig | None = None, *, stats: 
         raise ValueError(f"expected a non-empty (n, d) matrix, got shape {x.shape}")
     stats = {} if stats is None else stats
     graph = build_graph(x, config.graph, stats)
-    t0 = time.perf_counter()
+    clock = PhaseClock(stats)
     pq = train_pq(x, config.pq)
     codes = encode_rows(pq, x)
-    t1 = time.perf_counter()
-    stats["pq_s"] = t1 - t0
+    clock.lap("pq")
     hub_rows = pick_hubs(graph, config.hub_count(len(x)))
     rng = np.random.default_rng(config.graph.seed)
     entry_rows = np.sort(rng.choice(len(x), config.entry_count(len(x)), replace=False)).astype(np.int64)
     pq_error = calibrate_pq_error(x, pq, codes, config.error_quantile, seed=config.pq.seed, graph=graph)
     pq_mse = heldout_error(x, pq, codes, config.pq.resolve(len(x), x.shape[1]))
-    stats["calibrate_s"] = time.perf_counter() - t1
+    clock.lap("calibrate")
     hub_vectors = Reader(x).take(hub_rows).astype(np.float16)
     art = SlimArtifacts(graph, pq, codes, hub_rows, hub_vectors, entry_rows, pq_error, pq_mse)
-    t2 = time.perf_counter()
     art = replace(art, stop_table=calibrate_stop(x, art, seed=config.graph.seed))
-    stats["stop_s"] = time.perf_counter() - t2
+    clock.lap("stop")
     return art
 
 

@@ -2,12 +2,13 @@
 
 Algorithm
 ---------
-1. **Candidate pool.** For every vector, its ``candidates`` nearest neighbours by inner product
-   (cosine: vectors are unit-norm), exact, in row blocks against the whole matrix so memory is
-   ``block * n`` floats, never ``n * n`` (``knn.py``, which also gives the cost and the next step
-   past a few hundred thousand vectors). The pool also gets the node's ``long_range`` nearest
-   *pivots* (a seeded random sample of ~2 sqrt(n) nodes), so the prune can keep a few edges that
-   leave the local cluster.
+1. **Candidate pool** (``pool.py``). Up to ``exact_below`` rows, every vector's ``candidates``
+   exact nearest neighbours by inner product (cosine: vectors are unit-norm), in row blocks
+   (``knn.py``); beyond, the level-0 neighbour lists of faiss HNSWs built over k-means partitions
+   (each row in its 2 nearest), never all-pairs k-NN. The pool is scored exactly and sorted per
+   batch of nodes; it also gets the node's ``long_range`` nearest *pivots* (a seeded random sample
+   of ~2 sqrt(n) nodes, at most 2,048, scored per batch: never an n x pivots matrix), so the
+   prune can keep a few edges that leave the local cluster.
 2. **Degree budget (high-degree preserving, after LEANN).** In-degree in the kNN pool marks hub
    nodes: the ``hub_fraction`` most-referenced nodes may keep ``max_degree`` out-edges, all others
    ``base_degree``. Search passes through hubs, so their long lists buy recall; the many ordinary
@@ -17,7 +18,8 @@ Algorithm
    with Euclidean ``d`` (for unit vectors ``d^2 = 2 - 2 cos``). Edges then point in different
    directions instead of being ``k`` near-duplicates. Vectorised over batches of nodes.
 4. **Reverse edges.** Each kept edge ``p -> c`` proposes ``c -> p``; a node whose merged list
-   exceeds its budget is robust-pruned again (Vamana's second pass).
+   exceeds its budget is robust-pruned again (Vamana's second pass). Done in blocks of 65,536
+   nodes over int32 edge arrays, so the temporaries are a block's edges.
 5. **Strong connectivity.** A breadth-first pass from the most-referenced node finds unreachable
    nodes; each gets an edge from its nearest reachable kNN neighbour, repeated until all are
    reached; the same on the reversed graph makes every node reach that root back. So search may
@@ -38,23 +40,25 @@ Knobs (``GraphConfig``)
   rows. 8 saves ~5 bytes per vector and costs ~1 point of recall@10; 16-24 add little.
 - ``max_degree`` (default 32): cap for hub nodes. Few nodes, so raising it is cheap.
 - ``hub_fraction`` (default 0.05): share of nodes that get ``max_degree`` (LEANN uses ~2%).
-- ``candidates`` (default 48): exact kNN pool size. Larger lets the prune pick from farther
+- ``candidates`` (default 48): pool size: the exact kNN's k, and the closest pool members
+  (plus pivots) the forward prune scores past the exact size. Larger lets the prune pick from farther
   nodes; costs build time (top-k selection, prune) but no bytes. Must be >= ``max_degree``.
 - ``alpha`` (default 1.0): prune slack. 1.0 is the relative-neighbourhood rule (fewest edges);
   Vamana's 1.2 keeps more, longer edges; worse per byte on text embeddings (see above).
 - ``long_range`` (default 8): nearest pivots added to each pool. On clustered data it lets the walk
   leave a wrong cluster (recall 0.70 -> 0.79 with 16 entry points on the synthetic set); no cost
   on disk beyond the edges the prune keeps.
-- ``block`` (default 0 = auto, ~128 MB of float32 scores per block): rows per kNN block. The
-  top-k of each block is selected in ~8 MB row chunks (``knn.top_k_columns``), so the block's scores
-  are the only large temporary. Memory rule: build peak ~ input + 128 MB + the kNN pool
-  (``n * (candidates + long_range) * 8`` bytes, ~19 MB at 43k) + the pivot scores
-  (``n * 2 sqrt(n) * 4`` bytes, 72 MB at 43k, the term that grows fastest). The whole slim build
-  of the 43,402 pydocs vectors (``bench.index``, peak resident set incl. ~100 MiB of interpreter
-  and input) took 889 MiB before the chunked selection (here and in ``calibrate_pq_error``), 273
-  after; the graph is bit-identical (checked at 43k with the same BLAS threads: the product's
-  rounding, hence near-tie edges, depends on the block size and on the BLAS thread count).
-- ``seed`` (default 0): pivot sample; the build is deterministic for the same input.
+- ``block`` (default 0 = auto, ~128 MB of float32 scores per block): rows per exact-kNN block
+  (``knn.py``).
+- ``pool``, ``exact_below``, ``hnsw_m``, ``hnsw_ef``, ``partition_rows``, ``overlap``: where the
+  candidates come from (``pool.py``, which gives each knob's trade-off).
+- Memory rule (``rows.py`` keeps a memory-mapped input's touched pages under 256 MB): the pool
+  (``n * 2 * 2 hnsw_m * 4`` bytes past one partition: 256 MB at 1M rows), the kept edges
+  (~``n * 13 * 12`` bytes), one partition's HNSW (~1.7 KB per row at d=384) and per-batch
+  temporaries; no term grows faster than n. Before the HNSW pools the exact kNN and an
+  ``n x 2 sqrt(n)`` pivot matrix made the build O(n^2) in time and O(n^1.5) in memory.
+- ``seed`` (default 0): pivot sample and partitions; deterministic for the same input with an
+  exact pool (HNSW pools vary slightly with faiss's threads).
 
 Thread-safety: building uses numpy (BLAS may use several cores for the kNN blocks); a built or
 loaded ``Graph`` is read-only and safe to share between threads.
@@ -172,9 +176,9 @@ class Graph:
 
     @classmethod
     def load(cls, folder: str | Path, mmap: bool = True) -> Graph:
-        """Read a graph written by :meth:`save`; ``indices`` is memory-mapped by default."""
+        """Read a graph written by :meth:`save`; both arrays are memory-mapped by default."""
         folder = Path(folder)
-        indptr = np.load(folder / INDPTR_FILE)
+        indptr = np.load(folder / INDPTR_FILE, mmap_mode="r" if mmap else None)
         indices = np.load(folder / INDICES_FILE, mmap_mode="r" if mmap else None)
         return cls(indptr, indices)
 
@@ -244,10 +248,9 @@ def build_graph(vectors: np.ndarray, config: GraphConfig | None = None, stats: d
     if n == 0:
         return Graph(np.zeros(1, np.uint32), np.zeros(0, index_dtype(1)))
     stats = {} if stats is None else stats
-    t0 = time.perf_counter()
+    clock = PhaseClock(stats)
     pool = candidate_pool(x, config, stats)
-    t1 = time.perf_counter()
-    stats["pool_s"] = t1 - t0
+    clock.lap("pool")
     indeg = np.zeros(n, dtype=np.int64)
     for start in range(0, n, 65536):
         part = pool[start : start + 65536]
@@ -260,16 +263,30 @@ def build_graph(vectors: np.ndarray, config: GraphConfig | None = None, stats: d
     del indeg
     src, dst, sim, near = _forward_prune(x, pool, limits, config)
     del pool
-    t2 = time.perf_counter()
-    stats["prune_s"] = t2 - t1
+    clock.lap("prune")
     src, dst, sim = _merge_reverse(x, src, dst, sim, limits, config)
     del sim
-    t3 = time.perf_counter()
-    stats["reverse_s"] = t3 - t2
+    clock.lap("reverse")
     src, dst = _make_strongly_connected(n, src, dst, near, root)
     graph = _to_csr(n, src, dst)
-    stats["connect_s"] = time.perf_counter() - t3
+    clock.lap("connect")
     return graph
+
+
+class PhaseClock:
+    """Writes each phase's wall seconds (``NAME_s``) and this process's CPU seconds, all threads
+    (``NAME_cpu_s``), into a stats dict: on a shared machine the CPU time is the steadier figure."""
+
+    def __init__(self, stats: dict) -> None:
+        self.stats = stats
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def lap(self, name: str) -> None:
+        """Record the time since the last lap as phase ``name``."""
+        wall, cpu = time.perf_counter(), time.process_time()
+        self.stats[f"{name}_s"] = wall - self.wall
+        self.stats[f"{name}_cpu_s"] = cpu - self.cpu
+        self.wall, self.cpu = wall, cpu
 
 
 def _pivots(n: int, config: GraphConfig) -> np.ndarray:

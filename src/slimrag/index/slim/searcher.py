@@ -54,7 +54,9 @@ class SlimSearcher:
         self.config = config or SlimConfig()
         self.search_config = search or SearchConfig()
         self.cache = VectorCache(self.config.cache_bytes, artifacts.dim)
-        self._indptr = np.asarray(artifacts.graph.indptr, dtype=np.int64)
+        # Graph and codes stay as loaded (memory-mapped by `SlimArtifacts.load`): the query path's
+        # own memory is 8 bytes per row (PQ norms, visit stamps) plus the pages walks touch.
+        self._indptr = artifacts.graph.indptr
         self._indices = np.asarray(artifacts.graph.indices)
         self._hubs = np.asarray(artifacts.hub_vectors, dtype=np.float32)
         self._codes = artifacts.pq.unpack(np.asarray(artifacts.codes))

@@ -98,7 +98,8 @@ def cached_embedder(name: str) -> Any:
             self.misses = 0
             if path.is_file():
                 z = np.load(path)
-                self.memo = dict(zip((bytes(k) for k in z["keys"]), z["vecs"], strict=True))
+                self.memo = dict(zip((k.tobytes() for k in z["keys"].view(np.uint8).reshape(-1, 20)), z["vecs"],
+                                     strict=True))
             self.dim = inner.dim or (len(next(iter(self.memo.values()))) if self.memo else 0)
 
         def record(self) -> dict[str, Any]:
@@ -121,7 +122,7 @@ def cached_embedder(name: str) -> Any:
         def save(self) -> None:
             if not self.misses:
                 return
-            keys = np.frombuffer(b"".join(self.memo), dtype="S20")
+            keys = np.frombuffer(b"".join(self.memo), dtype=np.uint8).reshape(-1, 20)  # S20 would drop trailing NULs
             tmp = path.with_suffix(".tmp.npz")
             np.savez(tmp, keys=keys, vecs=np.stack(list(self.memo.values())))
             tmp.rename(path)

@@ -6,6 +6,7 @@ were built with before the compact store."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import signal
@@ -276,3 +277,45 @@ def test_blocks_of_deleted_chunks_are_dropped_and_rewritten(tmp_path: Path, docs
         cat.put_chunks(gaps)
     assert cat.chunks_of(doc.source, 0, 9) == gaps
     assert {i for i, _ in cat.keyword_search("gap", 10)} == {c.chunk_id for c in gaps}
+
+
+def test_an_index_built_before_opens_searches_and_compact_converts_it(tmp_path: Path, docs_dir: Path,
+                                                                      embedder: object) -> None:
+    """End to end on the test corpus: an index whose catalog has the legacy layout (rebuilt here
+    from a compact one, the way older slimrag wrote it) searches as before; `slimrag info` says
+    so and gives the text ratio; `compact` converts it, and keyword hits stay the same."""
+    from click.testing import CliRunner
+
+    from slimrag import Index
+    from slimrag.cli import cli
+
+    idx = Index.build(docs_dir, tmp_path / "i.slimrag", embedder=embedder)  # type: ignore[arg-type]
+    chunks = idx.catalog.chunks(idx.catalog.live_ids())
+    documents = idx.catalog.documents()
+    idx.close()
+    path = tmp_path / "i.slimrag" / "catalog.sqlite"
+    for p in tmp_path.glob("i.slimrag/catalog.sqlite*"):
+        p.unlink()
+    old = legacy(path)
+    with old.transaction():
+        for d in documents:
+            old.put_document(d)
+        old.put_chunks(chunks.values())
+    old.close()
+    questions = ["office cat", "bread flour", "install slimrag", "largest planet", "Fibonacci"]
+    with Index.open(tmp_path / "i.slimrag", embedder) as idx:  # type: ignore[arg-type]
+        assert not idx.catalog.compact
+        before = [[(h.chunk_id, h.score) for h in idx.search(q, k=3, mode="keyword")] for q in questions]
+        assert all(before)
+    out = CliRunner().invoke(cli, ["info", str(tmp_path / "i.slimrag")])
+    assert out.exit_code == 0, out.output
+    assert "keyword index" in out.output and "`slimrag compact` converts it" in out.output
+    with Index.open(tmp_path / "i.slimrag", embedder) as idx:  # type: ignore[arg-type]
+        idx.compact()
+        assert idx.catalog.compact and idx.catalog.chunks(list(chunks)) == chunks
+        assert [[(h.chunk_id, h.score) for h in idx.search(q, k=3, mode="keyword")] for q in questions] == before
+        assert idx.check().ok
+    out = CliRunner().invoke(cli, ["info", "--json", str(tmp_path / "i.slimrag")])
+    text = json.loads(out.output)["index"]["text"]
+    assert text["compact"] and text["bytes"] == sum(len(c.text.encode()) for c in chunks.values())
+    assert text["ratio"] == pytest.approx(text["folder_bytes"] / text["bytes"])

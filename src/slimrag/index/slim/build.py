@@ -94,15 +94,7 @@ def calibrate_pq_error(
             s = reader.take(hood) @ xq[i]
             top.append((hood[np.argsort(-s)[:near]], np.sort(s)[::-1][:near]))
     else:
-        best_ids = np.full((len(qs), near), -1, dtype=np.int64)
-        best = np.full((len(qs), near), -np.inf, dtype=np.float32)
-        for start, rows in reader.blocks(65536):
-            s = xq @ rows.T
-            s[qs[:, None] == np.arange(start, start + len(rows))[None, :]] = -np.inf
-            ids = np.concatenate([best_ids, np.broadcast_to(np.arange(start, start + len(rows)), s.shape)], axis=1)
-            sc = np.concatenate([best, s], axis=1)
-            keep = np.argpartition(-sc, near - 1, axis=1)[:, :near]
-            best_ids, best = np.take_along_axis(ids, keep, axis=1), np.take_along_axis(sc, keep, axis=1)
+        best_ids, best = exact_top(reader, xq, qs, near)
         top = [(best_ids[i][best_ids[i] >= 0], best[i][best_ids[i] >= 0]) for i in range(len(qs))]
     reader.done()
     luts = pq.lookup_tables(xq)
@@ -112,6 +104,26 @@ def calibrate_pq_error(
             errs.append(exact - pq.scorer(luts[i], pq.unpack(np.asarray(codes[ids])), pq.inverse_norms(codes[ids]))(
                 np.arange(len(ids))))
     return float(np.quantile(np.concatenate(errs), quantile)) if errs else 0.0
+
+
+def exact_top(reader: Reader, xq: np.ndarray, own: np.ndarray, k: int, block: int = 8192,
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-``k`` rows (ids int64, scores float32; unordered, ``-1`` where fewer exist) of
+    each of the queries ``xq``, which are the rows ``own`` (each excluded from its own list), by
+    a scan over all rows in blocks: ``len(xq) x block`` scores at a time (16 MB for 512 queries)."""
+    best_ids = np.full((len(xq), k), -1, dtype=np.int64)
+    best = np.full((len(xq), k), -np.inf, dtype=np.float32)
+    for start, rows in reader.blocks(block):
+        s = xq @ rows.T
+        s[own[:, None] == np.arange(start, start + len(rows))[None, :]] = -np.inf
+        kk = min(k, s.shape[1])
+        part = np.argpartition(-s, kk - 1, axis=1)[:, :kk]
+        ids = np.concatenate([best_ids, part + start], axis=1)
+        sc = np.concatenate([best, np.take_along_axis(s, part, axis=1)], axis=1)
+        keep = np.argpartition(-sc, k - 1, axis=1)[:, :k]
+        best_ids, best = np.take_along_axis(ids, keep, axis=1), np.take_along_axis(sc, keep, axis=1)
+    best_ids[~np.isfinite(best)] = -1
+    return best_ids, best
 
 
 def heldout_error(x: np.ndarray, pq: ProductQuantizer, codes: np.ndarray, config: PQConfig) -> float:
@@ -171,15 +183,7 @@ def calibrate_stop(
     if k < 1:
         return ()
     xq = reader.take(qs)
-    best_ids = np.full((len(qs), k), -1, dtype=np.int64)
-    best = np.full((len(qs), k), -np.inf, dtype=np.float32)
-    for start, rows in reader.blocks(65536):
-        s = xq @ rows.T
-        s[qs[:, None] == np.arange(start, start + len(rows))[None, :]] = -np.inf  # not its own neighbour
-        ids = np.concatenate([best_ids, np.broadcast_to(np.arange(start, start + len(rows)), s.shape)], axis=1)
-        sc = np.concatenate([best, s], axis=1)
-        keep = np.argpartition(-sc, k - 1, axis=1)[:, :k]
-        best_ids, best = np.take_along_axis(ids, keep, axis=1), np.take_along_axis(sc, keep, axis=1)
+    best_ids, _ = exact_top(reader, xq, qs, k)
     cfg = SearchConfig()
     searcher = SlimSearcher(art, reader.take, SlimConfig(cache_bytes=0), cfg)
     skip = np.zeros(n, dtype=bool)

@@ -182,7 +182,7 @@ def test_upgrade_converts_a_legacy_catalog(tmp_path: Path, docs: list) -> None:
     size = path.stat().st_size
     old = Catalog(path)
     assert old.upgrade() is True
-    assert old.compact and keyword_detail(old.db) == "none"
+    assert old.compact and keyword_detail(old.db) == "none"  # auto: few chunks
     assert old.chunks(ids) == chunks and old.documents() == documents and old.tombstone_ids() == dead
     assert {q: old.keyword_search(q, 10) for q in qs} == before
     assert old.integrity_errors() == []
@@ -319,3 +319,32 @@ def test_an_index_built_before_opens_searches_and_compact_converts_it(tmp_path: 
     text = json.loads(out.output)["index"]["text"]
     assert text["compact"] and text["bytes"] == sum(len(c.text.encode()) for c in chunks.values())
     assert text["ratio"] == pytest.approx(text["folder_bytes"] / text["bytes"])
+
+
+def test_auto_detail_switches_to_full_at_the_bound(tmp_path: Path, docs: list, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``auto`` keeps ``detail=none`` while the catalog is small; the upgrade after it reaches
+    `FULL_FROM_CHUNKS` rebuilds the keyword index with positions: phrases are phrases again, and
+    every ranking equals the legacy layout's."""
+    from slimrag.catalog import store
+
+    n = sum(len(cs) for _, cs in docs)
+    monkeypatch.setattr(store, "FULL_FROM_CHUNKS", n)  # the bound, placed at this corpus's size
+    cat, ref, fixed = Catalog(tmp_path / "c.sqlite"), legacy(tmp_path / "old.sqlite"), \
+        Catalog(tmp_path / "none.sqlite", keyword_detail="none")
+    fill(cat, docs[:10])
+    cat.upgrade()
+    assert keyword_detail(cat.db) == "none"
+    fill(cat, docs[10:])
+    for c in (ref, fixed):
+        fill(c, docs)
+    assert keyword_detail(cat.db) == "none"
+    cat.upgrade()
+    fixed.upgrade()
+    assert keyword_detail(cat.db) == "full" and keyword_detail(fixed.db) == "none"
+    assert cat.integrity_errors() == []
+    for q in [*queries(docs, 30, seed=8), "storm_ship"]:
+        assert cat.keyword_search(q, 10) == ref.keyword_search(q, 10), q
+    with cat.transaction():
+        cat.delete_document(docs[0][0].source)
+    cat.upgrade()
+    assert keyword_detail(cat.db) == "full"  # never back: no flipping at the bound

@@ -3,7 +3,9 @@
 - `store`: `Catalog`, the one class callers use.
 - `schema`: the tables of the compact layout and of the legacy one (indexes built before it).
 - `codec`: how a chunk's text and metadata are compressed (zstd with a trained dictionary).
-- `upgrade`: converting a legacy catalog, training a missing dictionary, merging and vacuuming.
+- `keyword`: queries as FTS5 match expressions.
+- `upgrade`: converting a legacy catalog, training a missing dictionary, choosing the keyword
+  index's detail, merging and vacuuming.
 """
 
 from slimrag.catalog.store import Catalog

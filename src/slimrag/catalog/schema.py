@@ -22,8 +22,10 @@ Compact layout (``PRAGMA user_version`` = `COMPACT`)
   ``detail=none`` the index keeps only which chunks hold a term, and with ``columnsize=0`` not
   their lengths; BM25 needs both, and FTS5 gets them by re-reading the matched chunks' text
   through the view, so scores are those of ``detail=full`` (tested), for half the index bytes
-  and slower queries that match many chunks (see `KEYWORD_DETAIL` in `slimrag.catalog.store`).
+  and much slower queries that match many chunks; `slimrag.catalog.store` chooses by size.
 - ``tombstones(chunk_id)``: as before.
+- ``settings(key, value)``: ``keyword_detail``, the policy the catalog was created with
+  (``auto``, ``none`` or ``full``; see `slimrag.catalog.store`).
 
 Legacy layout (``user_version`` 0): ``documents(source PK, doc_id hex, mtime, size)``,
 ``chunks(chunk_id, source, ordinal, text, metadata JSON)``, FTS5 external content over
@@ -88,11 +90,12 @@ CREATE TABLE documents{s} (
     nbytes INTEGER NOT NULL
 )""", f"CREATE TABLE blocks{s} (first INTEGER PRIMARY KEY, n INTEGER NOT NULL, body BLOB NOT NULL)",
             "CREATE TABLE IF NOT EXISTS dictionaries (id INTEGER PRIMARY KEY, data BLOB NOT NULL)",
-            "CREATE TABLE IF NOT EXISTS tombstones (chunk_id INTEGER PRIMARY KEY)"]
+            "CREATE TABLE IF NOT EXISTS tombstones (chunk_id INTEGER PRIMARY KEY)",
+            "CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"]
 
 
 def compact_views(detail: str) -> list[str]:
-    """The index, view, keyword index and trigger of the compact layout, one statement each
+    """The indexes, view, keyword index and trigger of the compact layout, one statement each
     (created once the tables carry their final names: a view and a trigger name their table).
     ``detail``: FTS5's detail option."""
     return [
@@ -100,6 +103,15 @@ def compact_views(detail: str) -> list[str]:
         "CREATE INDEX documents_key ON documents(key)",
         f"CREATE VIEW chunk_text AS SELECT c.chunk_id, slimrag_text(c.chunk_id, b.first, b.body) AS text "
         f"FROM chunks c JOIN blocks b ON b.first=({BLOCK_OF.format(id='c.chunk_id')})",
+        *keyword_index(detail),
+    ]
+
+
+def keyword_index(detail: str) -> list[str]:
+    """The FTS5 table over ``chunk_text`` and the trigger that keeps it (and the tombstones)
+    current when chunks are deleted; ``columnsize=0`` goes with ``detail=none`` (both re-read the
+    text)."""
+    return [
         "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, content='chunk_text', content_rowid='chunk_id', "
         f"detail={detail}{', columnsize=0' if detail == 'none' else ''})",
         f"""CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN

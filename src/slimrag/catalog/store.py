@@ -10,10 +10,18 @@ layout; `Catalog.upgrade` converts it (``slimrag compact`` calls it, see `slimra
 layout is read again at the start of each call, so a catalog that another process converts under
 an open `Catalog` keeps working.
 
-Knob: `KEYWORD_DETAIL` = ``"none"``, FTS5's detail option for new catalogs. BM25 scores are the
-same as with ``full`` (FTS5 re-reads matched chunks to count terms); the index is about half the
-bytes (disfl_qa: 0.27 against 0.54 of the text, `bench.text_store`); a query pays for decoding the
-chunks it matches, which grows with how common its words are.
+Knobs
+    `KEYWORD_DETAIL` = ``"auto"``: FTS5's detail option. ``none`` keeps only which chunks hold a
+    term: BM25 scores are the same as with ``full`` (FTS5 re-reads and re-tokenizes the matched
+    chunks to count terms) and the keyword index is ~0.3 of the bytes of ``full``, but a query
+    pays for decoding every chunk it matches, and queries OR all their words, so they match most
+    chunks: measured ~10x the time of ``full`` on 1.5k chunks, ~40x on 20k (`bench.text_store`,
+    docs/benchmarks.md). Without positions a word of several tokens (``max_chunk_id``) cannot be
+    a phrase; it becomes its tokens AND-ed. ``auto`` starts with ``none`` and `upgrade` (run by
+    every compaction) switches to ``full`` once the catalog holds `FULL_FROM_CHUNKS` chunks, so
+    small indexes are smallest and large ones stay fast.
+    `FULL_FROM_CHUNKS` = 5,000: about where a ``none`` query's re-reading costs ~0.1 s on this
+    2-core machine.
 
 Thread-safety: one connection per `Catalog`; use one `Catalog` per thread (``check_same_thread``
 is left on so misuse fails loudly).
@@ -22,19 +30,18 @@ is left on so misuse fails loudly).
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from slimrag.catalog import codec, schema, upgrade
+from slimrag.catalog import codec, keyword, schema, upgrade
 from slimrag.types import Chunk, Document
 
-KEYWORD_DETAIL = "none"
-_WORD = re.compile(r"\w+", re.UNICODE)
-_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)  # FTS5's unicode61 tokens: letters and digits
+KEYWORD_DETAIL = "auto"
+FULL_FROM_CHUNKS = 5000
+_DETAILS = ("auto", "none", "full")
 _PARAMS = 900  # SQLite's bound-parameter limit, with room
 #: a document's id as stored: 32 raw bytes for a SHA-256 hex digest (the ids `Index` makes),
 #: the string itself for any other id a caller gives
@@ -46,12 +53,12 @@ _BY_SOURCE = "key=slimrag_key(?1) AND source=?1"
 class Catalog:
     """Documents, chunks and FTS5 keyword search in one SQLite file.
 
-    ``keyword_detail``: FTS5's detail option when this call creates the catalog (see
+    ``keyword_detail``: ``auto``, ``none`` or ``full`` when this call creates the catalog (see
     `KEYWORD_DETAIL`); an existing catalog keeps its own."""
 
     def __init__(self, path: Path, *, keyword_detail: str = KEYWORD_DETAIL) -> None:
-        if keyword_detail not in ("full", "column", "none"):
-            raise ValueError(f"keyword_detail must be full, column or none, not {keyword_detail!r}")
+        if keyword_detail not in _DETAILS:
+            raise ValueError(f"keyword_detail must be one of {', '.join(_DETAILS)}, not {keyword_detail!r}")
         self.path = Path(path)
         self.db = sqlite3.connect(self.path, isolation_level=None)
         self.codec = codec.Codec(self._dictionary)
@@ -63,8 +70,10 @@ class Catalog:
         if schema.layout_of(self.db) is None:  # a new file: create (checked again under the lock)
             with self.transaction():
                 if schema.layout_of(self.db) is None:
-                    for stmt in [*schema.compact_tables(), *schema.compact_views(keyword_detail)]:
+                    start = "none" if keyword_detail == "auto" else keyword_detail
+                    for stmt in [*schema.compact_tables(), *schema.compact_views(start)]:
                         self.db.execute(stmt)
+                    self.db.execute("INSERT INTO settings VALUES ('keyword_detail', ?)", (keyword_detail,))
                     self.db.execute(f"PRAGMA user_version={schema.COMPACT}")
 
     def close(self) -> None:
@@ -311,6 +320,9 @@ class Catalog:
         return total
 
     # -- size and upgrade -----------------------------------------------------------------------
+    def _wanted_detail(self, current: str) -> str:
+        return upgrade.wanted_detail(self.db, self.compact, current, KEYWORD_DETAIL, FULL_FROM_CHUNKS)
+
     def part_bytes(self) -> dict[str, int]:
         """Bytes of the catalog file by part, from SQLite's page map: ``text`` (chunk bodies and
         their index), ``keyword`` (FTS5), ``documents``, ``free`` and ``other`` (schema,
@@ -333,7 +345,7 @@ class Catalog:
         with self.transaction():
             converted = not self.compact
             if converted:
-                upgrade.convert(self.db, self.codec, KEYWORD_DETAIL)
+                upgrade.convert(self.db, self.codec, self._wanted_detail("none"))
                 rewritten = True
             else:
                 rewritten = upgrade.add_dictionary(self.db, self.codec)
@@ -343,6 +355,9 @@ class Catalog:
                     self._pick_dictionary([])
                     upgrade.rewrite_blocks(self.db, self.codec)
                     rewritten = True
+            want = self._wanted_detail(schema.keyword_detail(self.db))
+            if want != schema.keyword_detail(self.db):
+                upgrade.set_keyword_detail(self.db, want)
         upgrade.finish(self.db, rewritten)
         return converted
 
@@ -373,10 +388,9 @@ class Catalog:
         positions (``detail=none``) it becomes its tokens AND-ed, which matches a superset of the
         phrase's chunks and scores the tokens one by one (see `_term`).
         """
-        words = _WORD.findall(query)
-        if not words:
+        match = keyword.match_expression(query, schema.keyword_detail(self.db))
+        if match is None:
             return []
-        match = " OR ".join(_term(w, schema.keyword_detail(self.db)) for w in words)
         if not source_glob:
             sql = "SELECT f.rowid, -bm25(chunks_fts) FROM chunks_fts f WHERE chunks_fts MATCH ? "
             args: tuple[Any, ...] = (match, k)
@@ -388,13 +402,3 @@ class Catalog:
         sql += "ORDER BY bm25(chunks_fts) LIMIT ?"
         return [(int(r[0]), float(r[1])) for r in self.db.execute(sql, args)]
 
-
-def _term(word: str, detail: str) -> str:
-    """One query word as an FTS5 expression: a quoted string, which FTS5 reads as a phrase of
-    its tokens. A phrase needs token positions, which only ``detail=full`` keeps; otherwise a
-    word of several tokens is their AND (the same as the phrase for single-token words, which
-    is nearly every word of prose; identifiers with underscores are where they differ)."""
-    tokens = _TOKEN.findall(word)
-    if detail == "full" or len(tokens) <= 1:
-        return '"' + word.replace('"', '""') + '"'
-    return "(" + " AND ".join(f'"{t}"' for t in tokens) + ")"

@@ -15,7 +15,7 @@ import json
 import sqlite3
 
 from slimrag.catalog import codec
-from slimrag.catalog.schema import COMPACT, compact_tables, compact_views, own_bytes
+from slimrag.catalog.schema import COMPACT, compact_tables, compact_views, keyword_index, own_bytes
 
 #: VACUUM when free pages are at least this share of the file (it rewrites the whole file)
 VACUUM_SHARE = 0.125
@@ -51,6 +51,7 @@ def convert(db: sqlite3.Connection, coder: codec.Codec, detail: str) -> None:
         write_blocks(db, coder, [(r[0], codec.payload(r[3], m)) for r, m in zip(rows, metas, strict=True)],
                      "blocks_new")
         last = rows[-1][0]
+    db.execute("INSERT INTO settings VALUES ('keyword_detail', 'auto')")
     for stmt in ("DROP TRIGGER IF EXISTS chunks_ai", "DROP TRIGGER IF EXISTS chunks_ad", "DROP TABLE chunks_fts",
                  "DROP INDEX IF EXISTS chunks_source", "DROP TABLE chunks", "DROP TABLE documents",
                  "ALTER TABLE documents_new RENAME TO documents", "ALTER TABLE chunks_new RENAME TO chunks",
@@ -58,6 +59,16 @@ def convert(db: sqlite3.Connection, coder: codec.Codec, detail: str) -> None:
         db.execute(stmt)
     db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('rebuild')")
     db.execute(f"PRAGMA user_version={COMPACT}")
+
+
+def set_keyword_detail(db: sqlite3.Connection, detail: str) -> None:
+    """Recreate the keyword index with another FTS5 detail option and fill it from the text;
+    call inside a write transaction (the old index stays until it commits)."""
+    db.execute("DROP TRIGGER chunks_ad")
+    db.execute("DROP TABLE chunks_fts")
+    for stmt in keyword_index(detail):
+        db.execute(stmt)
+    db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('rebuild')")
 
 
 def write_blocks(db: sqlite3.Connection, coder: codec.Codec, payloads: list[tuple[int, str]],
@@ -124,6 +135,19 @@ def install_dictionary(db: sqlite3.Connection, coder: codec.Codec, samples: list
     db.execute("INSERT INTO dictionaries(id, data) VALUES (?,?)", (number, data))
     coder.use(number, data)
     return True
+
+
+def wanted_detail(db: sqlite3.Connection, compact: bool, current: str, default: str, full_from: int) -> str:
+    """The keyword index's detail that the catalog's policy (its ``settings`` row; ``default``
+    for a legacy catalog) asks for now: ``auto`` means ``none`` below ``full_from`` chunks, then
+    ``full`` for good (never back: an index shrinking near the bound would flip each time)."""
+    row = db.execute("SELECT value FROM settings WHERE key='keyword_detail'").fetchone() if compact else None
+    policy = str(row[0]) if row else default
+    if policy != "auto":
+        return policy
+    if current == "full":
+        return "full"
+    return "full" if int(db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]) >= full_from else "none"
 
 
 def finish(db: sqlite3.Connection, rewritten: bool) -> None:

@@ -25,8 +25,9 @@ corpus, N, ``--label``), later runs replacing earlier ones):
 - **per-commit s, first and last 10%.** The writer embeds once per commit (`COMMIT_CHUNKS`
   chunks), so the embedder's calls mark the commits: a commit's ``cycle`` is the time from one
   embedder call to the next (its whole transaction plus the chunking of the next batch), its
-  ``store`` the catalog + vectors + reload + manifest time charged between them. Growth of
-  ``store`` from the first to the last 10% of commits is what an append-only writer keeps at 1.
+  ``store`` the catalog + vectors + reload + manifest time charged between them, ``cycle_cpu``
+  the CPU seconds of the cycle (load-independent). Growth from the first to the last 10% of
+  commits is what an append-only writer keeps at 1.
 - **progress**: one JSON line per commit (time, store seconds so far, RSS, CPU seconds) in
   ``FOLDER.progress.jsonl`` beside the index, flushed as the build goes: a run cut short still
   shows how commit cost and memory grew.
@@ -386,21 +387,21 @@ def child_build(corpus: Corpus, storage: str, out: Path) -> dict[str, Any]:
     missing = install_probes(clock)
     embedder = corpus.embedder()
     base_mib = _status_mib("VmRSS")
-    calls: list[tuple[float, float, int, float]] = []  # start, end, texts, store seconds at start
+    calls: list[tuple[float, float, int, float, float]] = []  # start, end, texts, store s, CPU s at start
     inner_embed = embedder.embed
 
     log = out.with_name(out.name + ".progress.jsonl").open("w")  # a run cut short still says something
     start = time.perf_counter()
 
     def embed(texts: Any, *a: Any, **kw: Any) -> np.ndarray:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()  # one CPU-clock read a commit: cheap enough
         store0 = clock.store_seconds()
         with clock.phase("embed"):
             v = inner_embed(texts, *a, **kw)
-        calls.append((t0, time.perf_counter(), len(texts), store0))
+        calls.append((t0, time.perf_counter(), len(texts), store0, cpu0))
         log.write(json.dumps({"commit": len(calls), "t": round(t0 - start, 3), "store_s": round(store0, 3),
                               "rss_mib": round(_status_mib("VmRSS")), "hwm_mib": round(_status_mib("VmHWM")),
-                              "cpu_s": round(time.process_time(), 2)}) + "\n")
+                              "cpu_s": round(cpu0, 2)}) + "\n")
         log.flush()
         return v
 
@@ -473,15 +474,17 @@ def _find(mod_name: str, attr: str) -> Any:
         return None
 
 
-def _commit_costs(calls: list[tuple[float, float, int, float]], clock: PhaseClock) -> dict[str, Any]:
-    """Per-commit cycle and store seconds (see the module header), first and last 10%."""
+def _commit_costs(calls: list[tuple[float, float, int, float, float]], clock: PhaseClock) -> dict[str, Any]:
+    """Per-commit cycle and store seconds and cycle CPU seconds (see the module header), first and
+    last 10%."""
     if len(calls) < 3:
         return {"count": len(calls)}
     cycle = np.diff([c[0] for c in calls])
     store = np.diff([c[3] for c in calls])
+    cycle_cpu = np.diff([c[4] for c in calls])
     tenth = max(1, len(cycle) // 10)
     out: dict[str, Any] = {"count": len(calls), "chunks_per_commit": int(np.median([c[2] for c in calls]))}
-    for name, v in (("cycle", cycle), ("store", store)):
+    for name, v in (("cycle", cycle), ("store", store), ("cycle_cpu", cycle_cpu)):
         first, last = float(np.mean(v[:tenth])), float(np.mean(v[-tenth:]))
         out[name] = {"first10_s": round(first, 4), "last10_s": round(last, 4),
                      "ratio": round(last / first, 3) if first > 0 else None}

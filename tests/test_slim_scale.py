@@ -102,3 +102,17 @@ def test_ray_partitions_match_the_local_build(data):
     fixed = SearchConfig(recall=0)
     assert abs(recall_of(remote, x, q, truth, fixed) - recall_of(local, x, q, truth, fixed)) <= 0.01
     assert abs(remote.graph.n_edges - local.graph.n_edges) <= 0.02 * local.graph.n_edges
+
+
+def test_cli_build_ray_needs_slim_storage(tmp_path):
+    """`slimrag build --ray` distributes the slim graph's partitions; with flat storage it is a
+    usage error named before any work starts."""
+    from click.testing import CliRunner
+
+    from slimrag.cli import cli
+
+    (tmp_path / "a.txt").write_text("one small file")
+    res = CliRunner().invoke(cli, ["build", str(tmp_path / "a.txt"), "-o", str(tmp_path / "i"), "--storage", "flat",
+                                   "--ray"])
+    assert res.exit_code == 2 and "--storage slim" in res.output
+    assert not (tmp_path / "i").exists()

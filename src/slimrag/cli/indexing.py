@@ -12,6 +12,7 @@ nothing (as ``rm`` does for a missing file), so a script notices a typo.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import asdict
@@ -65,10 +66,15 @@ def check_out(out: str, source: str, force: bool) -> None:
               help="Use a remote OpenAI-compatible /v1/embeddings endpoint.")
 @click.option("--embedder-model", help="Model name for --embedder-url.")
 @click.option("--force", is_flag=True, help="Replace an existing index at --out.")
+@click.option("--ray", "use_ray", is_flag=True,
+              help="Build the slim graph's partitions as Ray tasks (pip install 'slimrag[ray]'); reading, "
+                   "embedding and the write stay here. Partitions exist past 125,000 chunks.")
+@click.option("--ray-address", help="Ray cluster for --ray (host:6379, ray://host:10001, auto); implies --ray. "
+                                    "Default: a local Ray on this machine's CPUs.")
 @click.option("--json", "as_json", is_flag=True)
 def build(source: str, out: str, storage: str, chunk_tokens: int, chunk_overlap: int, dtype: str,
           ignore: tuple[str, ...], embedder_url: str | None, embedder_model: str | None, force: bool,
-          as_json: bool) -> None:
+          use_ray: bool, ray_address: str | None, as_json: bool) -> None:
     """Build an index from a folder or file."""
     from slimrag.index.core import Index
 
@@ -79,13 +85,20 @@ def build(source: str, out: str, storage: str, chunk_tokens: int, chunk_overlap:
         raise config_error(e, BUILD_FLAGS) from e
     if embedder_model and not embedder_url:
         raise click.UsageError("--embedder-model names a model of the --embedder-url server: give --embedder-url too")
+    if (use_ray or ray_address) and storage == "flat":
+        raise click.UsageError("--ray builds a slim graph's partitions on Ray: use it with --storage slim or auto")
     check_out(out, source, force)
     embedder = None
     if embedder_url:
         from slimrag.embed.remote import RemoteEmbedder
 
         embedder = RemoteEmbedder(embedder_url, embedder_model or "default")
-    with show_progress():
+    on_ray: contextlib.AbstractContextManager = contextlib.nullcontext()
+    if use_ray or ray_address:
+        from slimrag.index.slim.ray_build import ray_partitions
+
+        on_ray = ray_partitions(ray_address)
+    with show_progress(), on_ray:
         idx = Index.build(source, out, config=cfg, embedder=embedder, overwrite=force)
     print_report(idx.last_report, as_json)
 

@@ -32,6 +32,7 @@ from openai_server import OpenAIServer
 from slimrag.config import GenerationConfig
 from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
+from slimrag.rag.evidence import rank_sentences
 from slimrag.rag.pipeline import RAG
 from slimrag.serve.app import create_app
 
@@ -255,6 +256,29 @@ def test_ask_stream_cite_search_and_status(page: Page, base: str, index: Index, 
     assert middle.text.startswith(before.text[len(shown_before):])  # what was cut is the passage's start
     assert after.text.endswith(shown_after) and len(shown_after) < len(after.text)
     assert middle.text.endswith(after.text[: len(after.text) - len(shown_after)])
+
+
+def test_evidence_is_listed_and_highlighted_in_its_passage(page: Page, base: str, index: Index) -> None:
+    page.goto(base)
+    enter_key(page, KEY)
+    ask(page, CAT_Q)
+    turn = page.locator(".turn").nth(0)
+    expect(turn.locator(".answer")).to_have_attribute("aria-busy", "false")
+    # ground truth: the evidence the library ranks for the same question over the same passages
+    hits = sorted(index.search(CAT_Q, k=4), key=lambda h: (-h.score, h.chunk_id))
+    want = rank_sentences(CAT_Q, hits, index.embedder)
+    items = turn.locator("ol.evidence li")
+    expect(items).to_have_count(len(want))
+    expect(items.locator("q")).to_have_text([e.text for e in want])
+    # the best sentence's button opens its passage with that sentence highlighted, the text unchanged
+    items.nth(0).locator("button.cite").click()
+    expect(page.locator("#passage-text")).to_have_text(index.passage(want[0].chunk_id).chunk.text, use_inner_text=False)
+    marks = page.locator("#passage-text mark.evidence")
+    expect(marks).to_have_text([e.text for e in want if e.chunk_id == want[0].chunk_id])
+    shoot(page, "evidence.png", full_page=False)
+    # sources the answer sentences do not match are listed as "also retrieved"
+    also = turn.locator(".sources li.also-retrieved")
+    assert also.count() + turn.locator(".sources li:not(.also-retrieved)").count() == len(hits)
 
 
 def test_every_control_has_a_name(page: Page, base: str) -> None:

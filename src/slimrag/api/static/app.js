@@ -14,6 +14,9 @@ const $ = (id) => document.getElementById(id);
 const conversation = [];
 /** Bumped by "New conversation", so an answer still streaming is not added to the new one. */
 let conversationId = 0;
+/** Evidence sentences of the answers so far (the `slimrag.evidence` field), by chunk id: what the
+ * passage view highlights when that chunk is opened. */
+const evidenceByChunk = new Map();
 
 class ApiError extends Error {}
 
@@ -132,10 +135,17 @@ function citeButton(hit, text = hit.label) {
     title: `Show ${hit.label} in its document`, onclick: () => showPassage(hit.chunk_id) }, text);
 }
 
-function sourceItem(hit) {
+function sourceItem(hit, used) {
   const page = pageOf(hit);
-  return el("li", {}, citeButton(hit), " ",
-    el("span", { class: "path" }, hit.source), page ? el("span", { class: "page" }, ` · page ${page}`) : null);
+  return el("li", { class: used === false ? "also-retrieved" : "" }, citeButton(hit), " ",
+    el("span", { class: "path" }, hit.source), page ? el("span", { class: "page" }, ` · page ${page}`) : null,
+    used === false ? el("span", { class: "why" }, " · also retrieved, no answer sentence matches it") : null);
+}
+
+/** One evidence sentence: quoted, with the button that opens its passage (highlighted there). */
+function evidenceItem(ev, sources) {
+  const hit = sources.find((s) => s.chunk_id === ev.chunk_id) || { chunk_id: ev.chunk_id, label: ev.label };
+  return el("li", {}, el("q", {}, ev.text), " ", citeButton(hit, `[${ev.label}]`));
 }
 
 // -- status -----------------------------------------------------------------------------------
@@ -164,13 +174,16 @@ function newTurn(question) {
   const turn = {
     answer,
     usage: el("p", { class: "usage" }),
+    evidence: el("ol", { class: "evidence" }),
     sources: el("ol", { class: "sources" }),
     error: el("p", { class: "error", role: "alert", hidden: true }),
   };
+  turn.evidenceBox = el("details", { class: "evidence-box", open: true, hidden: true },
+    el("summary", {}, "Evidence: the passage sentences that answer the question"), turn.evidence);
   const item = el("li", { class: "turn" },
     el("p", { class: "question" }, el("span", { class: "who" }, "You"), question),
     el("div", { class: "reply" }, el("span", { class: "who" }, "Answer"), answer),
-    turn.error, turn.usage,
+    turn.error, turn.usage, turn.evidenceBox,
     el("details", { class: "sources-box", open: true }, el("summary", {}, "Sources"), turn.sources));
   $("conversation").append(item);
   item.scrollIntoView({ block: "nearest" });
@@ -233,12 +246,20 @@ async function ask(question) {
     return;
   }
   const sources = ext ? ext.sources : [];
+  const evidence = (ext && ext.evidence) || [];
+  for (const ev of evidence) {
+    if (!evidenceByChunk.has(ev.chunk_id)) evidenceByChunk.set(ev.chunk_id, []);
+    if (!evidenceByChunk.get(ev.chunk_id).some((e) => e.text === ev.text)) evidenceByChunk.get(ev.chunk_id).push(ev);
+    turn.evidence.append(evidenceItem(ev, sources));
+  }
+  turn.evidenceBox.hidden = evidence.length === 0;
   renderAnswer(turn.answer, text, sources);
   const notice = NOTICES[finish];
   if (notice) turn.answer.append(el("span", { class: "notice" }, ` [${notice}]`));
   turn.answer.setAttribute("aria-busy", "false");
   turn.usage.textContent = usageLine(usage, ext, firstAt === null ? null : (firstAt - started) / 1000);
-  if (sources.length) sources.forEach((s) => turn.sources.append(sourceItem(s)));
+  const used = ext && ext.support && ext.support.length ? new Set(ext.used) : null;
+  if (sources.length) sources.forEach((s) => turn.sources.append(sourceItem(s, used ? used.has(s.label) : undefined)));
   else turn.sources.append(el("li", {}, "No passage was relevant enough to cite."));
   if (startedIn === conversationId) conversation.push({ role: "user", content: question }, { role: "assistant", content: text });
 }
@@ -271,10 +292,37 @@ function overlap(a, b) {
   return 0;
 }
 
-/** One chunk of the passage view; neighbours show their text without what the cited chunk repeats. */
+/** Where `sentence` is in `text`: [start, end], or null. Exact first; else with any run of white
+ * space matching any other (the view folds a markup source's indentation). */
+function findSentence(text, sentence) {
+  const at = text.indexOf(sentence);
+  if (at !== -1) return [at, at + sentence.length];
+  const words = sentence.trim().split(/\s+/).map((w) => w.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
+  const m = new RegExp(words.join("\\s+")).exec(text);
+  return m ? [m.index, m.index + m[0].length] : null;
+}
+
+/** `text` as nodes, each evidence sentence of `chunkId` in it wrapped in <mark class="evidence">. */
+function withEvidence(text, chunkId) {
+  const spans = (evidenceByChunk.get(chunkId) || []).map((ev) => findSentence(text, ev.text)).filter(Boolean)
+    .sort((a, b) => a[0] - b[0]);
+  const nodes = [];
+  let at = 0;
+  for (const [start, end] of spans) {
+    if (start < at) continue; // overlapping sentences: the first one wins
+    if (start > at) nodes.push(text.slice(at, start));
+    nodes.push(el("mark", { class: "evidence", title: "evidence for the answer" }, text.slice(start, end)));
+    at = end;
+  }
+  if (at < text.length) nodes.push(text.slice(at));
+  return nodes;
+}
+
+/** One chunk of the passage view; neighbours show their text without what the cited chunk repeats.
+ * The cited chunk's evidence sentences are highlighted. */
 function chunkBlock(chunk, where, text = chunk.text) {
   const current = where === "cited";
-  const body = el(current ? "mark" : "div", { class: "chunk-text" }, text);
+  const body = el(current ? "mark" : "div", { class: "chunk-text" }, ...(current ? withEvidence(text, chunk.chunk_id) : [text]));
   if (current) body.id = "passage-text";
   else {
     body.tabIndex = 0; // a scrollable region must be reachable by keyboard

@@ -326,13 +326,17 @@ class Catalog:
     def part_bytes(self) -> dict[str, int]:
         """Bytes of the catalog file by part, from SQLite's page map: ``text`` (chunk bodies and
         their index), ``keyword`` (FTS5), ``documents``, ``free`` and ``other`` (schema,
-        dictionaries, tombstones); they sum to the file's size without its WAL."""
+        dictionaries, tombstones); they sum to the file's size without its WAL. Where SQLite
+        lacks its ``dbstat`` table, all but ``free`` is counted as ``other``."""
         parts = {"text": 0, "keyword": 0, "documents": 0, "free": 0, "other": 0}
-        for name, size in self.db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"):
-            key = ("keyword" if name.startswith("chunks_fts") else "text" if name.startswith(("chunks", "blocks"))
-                   else "documents" if "documents" in name else "other")
-            parts[key] += int(size)
         page = int(self.db.execute("PRAGMA page_size").fetchone()[0])
+        try:
+            for name, size in self.db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"):
+                key = ("keyword" if name.startswith("chunks_fts") else "text" if name.startswith(("chunks", "blocks"))
+                       else "documents" if "documents" in name else "other")
+                parts[key] += int(size)
+        except sqlite3.OperationalError:  # an SQLite built without the dbstat table: no breakdown
+            parts["other"] = page * int(self.db.execute("PRAGMA page_count").fetchone()[0])
         parts["free"] = page * int(self.db.execute("PRAGMA freelist_count").fetchone()[0])
         return parts
 
@@ -340,6 +344,7 @@ class Catalog:
         """Bring the catalog to its smallest form: convert a legacy catalog to the compact layout
         (one transaction: a crash leaves it as it was), train a dictionary it lacks, rewrite the
         text blocks when more than `upgrade.DEAD_SHARE` of their slots belong to deleted chunks,
+        give the keyword index positions once an ``auto`` catalog reaches `FULL_FROM_CHUNKS`,
         merge the keyword index, and VACUUM when many pages are free. Safe beside readers and under an
         index writer (SQLite's write lock orders it). Returns True when the layout changed."""
         with self.transaction():

@@ -4,8 +4,8 @@ compact one given a dictionary it lacked, the keyword index merged, free pages r
 `convert` runs in one write transaction (SQLite DDL is transactional): a crash or an error in the
 middle leaves the legacy catalog as it was. It keeps every chunk id, document, tombstone and text;
 vectors refer to chunk ids, so nothing else in the index folder changes. `finish` runs after the
-commit: FTS5 ``optimize`` (one b-tree of terms instead of one per commit, ~7% smaller on
-disfl_qa) and ``VACUUM`` when the chunks were rewritten or at least `VACUUM_SHARE` of the pages are free (a
+commit: FTS5 ``optimize`` after a rewrite (one b-tree of terms instead of one per commit, ~7%
+smaller on disfl_qa), a bounded ``merge`` step otherwise, and ``VACUUM`` when the chunks were rewritten or at least `VACUUM_SHARE` of the pages are free (a
 converted catalog keeps the legacy tables' pages free until then).
 """
 
@@ -21,6 +21,8 @@ from slimrag.catalog.schema import COMPACT, compact_tables, compact_views, keywo
 VACUUM_SHARE = 0.125
 #: rewrite the text blocks when more than this share of their slots hold deleted chunks
 DEAD_SHARE = 0.25
+#: pages of keyword-index merging a compaction does when nothing was rewritten (FTS5 'merge')
+MERGE_PAGES = 500
 #: chunks read and written per batch while converting
 BATCH = 2048
 
@@ -151,9 +153,14 @@ def wanted_detail(db: sqlite3.Connection, compact: bool, current: str, default: 
 
 
 def finish(db: sqlite3.Connection, rewritten: bool) -> None:
-    """Merge the keyword index, then VACUUM when the chunks were ``rewritten`` (their pages are
-    left part-filled) or enough pages are free; outside a transaction."""
-    db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('optimize')")
+    """Merge the keyword index (all of it after a rewrite; otherwise a bounded step of
+    `MERGE_PAGES`, so a compaction of a large index does not rewrite its whole keyword index each
+    time), then VACUUM when the chunks were ``rewritten`` (their pages are left part-filled) or
+    enough pages are free; outside a transaction."""
+    if rewritten:
+        db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('optimize')")
+    else:
+        db.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES('merge', ?)", (MERGE_PAGES,))
     free = int(db.execute("PRAGMA freelist_count").fetchone()[0])
     pages = int(db.execute("PRAGMA page_count").fetchone()[0])
     if rewritten or (pages and free >= VACUUM_SHARE * pages):

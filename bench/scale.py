@@ -86,6 +86,7 @@ PROBES: tuple[tuple[str, str, str], ...] = (
     ("catalog", "slimrag.catalog", "Catalog.put_chunks"),
     ("catalog", "slimrag.catalog", "Catalog.delete_document"),
     ("catalog", "slimrag.catalog", "Catalog.transaction"),
+    ("catalog", "slimrag.index.writer", "IndexWriter.stored_doc_id"),
     ("vectors", "slimrag.index.layout", "write_delta_part"),
     ("vectors", "slimrag.index.layout", "write_generation"),
     ("vectors", "slimrag.index.layout", "write_npy"),

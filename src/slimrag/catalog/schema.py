@@ -24,8 +24,9 @@ Compact layout (``PRAGMA user_version`` = `COMPACT`)
   through the view, so scores are those of ``detail=full`` (tested), for half the index bytes
   and much slower queries that match many chunks; `slimrag.catalog.store` chooses by size.
 - ``tombstones(chunk_id)``: as before.
-- ``settings(key, value)``: ``keyword_detail``, the policy the catalog was created with
-  (``auto``, ``none`` or ``full``; see `slimrag.catalog.store`).
+- ``PRAGMA application_id``: the keyword-detail policy the catalog was created with, by its
+  position in `POLICIES` (``auto``, ``none``, ``full``; see `slimrag.catalog.store`). A header
+  field rather than a settings table, which would cost a page (4 KiB, 0.4% of disfl_qa's index).
 
 Legacy layout (``user_version`` 0): ``documents(source PK, doc_id hex, mtime, size)``,
 ``chunks(chunk_id, source, ordinal, text, metadata JSON)``, FTS5 external content over
@@ -41,6 +42,8 @@ from typing import Any
 #: ``PRAGMA user_version`` of a compact catalog (legacy catalogs have 0)
 COMPACT = 3
 LEGACY = 0
+#: keyword-detail policies by their code in ``PRAGMA application_id`` (0, a legacy file's, is auto)
+POLICIES = ("auto", "none", "full")
 #: the first chunk id of the block holding chunk ``{id}``
 BLOCK_OF = "SELECT MAX(first) FROM blocks WHERE first<={id}"
 
@@ -90,8 +93,7 @@ CREATE TABLE documents{s} (
     nbytes INTEGER NOT NULL
 )""", f"CREATE TABLE blocks{s} (first INTEGER PRIMARY KEY, n INTEGER NOT NULL, body BLOB NOT NULL)",
             "CREATE TABLE IF NOT EXISTS dictionaries (id INTEGER PRIMARY KEY, data BLOB NOT NULL)",
-            "CREATE TABLE IF NOT EXISTS tombstones (chunk_id INTEGER PRIMARY KEY)",
-            "CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"]
+            "CREATE TABLE IF NOT EXISTS tombstones (chunk_id INTEGER PRIMARY KEY)"]
 
 
 def compact_views(detail: str) -> list[str]:

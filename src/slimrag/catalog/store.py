@@ -41,7 +41,7 @@ from slimrag.types import Chunk, Document
 
 KEYWORD_DETAIL = "auto"
 FULL_FROM_CHUNKS = 5000
-_DETAILS = ("auto", "none", "full")
+_DETAILS = schema.POLICIES
 _PARAMS = 900  # SQLite's bound-parameter limit, with room
 #: a document's id as stored: 32 raw bytes for a SHA-256 hex digest (the ids `Index` makes),
 #: the string itself for any other id a caller gives
@@ -73,7 +73,7 @@ class Catalog:
                     start = "none" if keyword_detail == "auto" else keyword_detail
                     for stmt in [*schema.compact_tables(), *schema.compact_views(start)]:
                         self.db.execute(stmt)
-                    self.db.execute("INSERT INTO settings VALUES ('keyword_detail', ?)", (keyword_detail,))
+                    self.db.execute(f"PRAGMA application_id={schema.POLICIES.index(keyword_detail)}")
                     self.db.execute(f"PRAGMA user_version={schema.COMPACT}")
 
     def close(self) -> None:

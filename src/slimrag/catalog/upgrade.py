@@ -15,13 +15,16 @@ import json
 import sqlite3
 
 from slimrag.catalog import codec
-from slimrag.catalog.schema import COMPACT, compact_tables, compact_views, keyword_index, own_bytes
+from slimrag.catalog.schema import COMPACT, POLICIES, compact_tables, compact_views, keyword_index, own_bytes
 
 #: VACUUM when free pages are at least this share of the file (it rewrites the whole file)
 VACUUM_SHARE = 0.125
 #: rewrite the text blocks when more than this share of their slots hold deleted chunks
 DEAD_SHARE = 0.25
-#: pages of keyword-index merging a compaction does when nothing was rewritten (FTS5 'merge')
+#: below this many chunks a compaction merges the whole keyword index (FTS5 'optimize': on
+#: disfl_qa 7% smaller; seconds at most); from it on, a bounded step of `MERGE_PAGES`
+OPTIMIZE_BELOW_CHUNKS = 100_000
+#: pages of keyword-index merging a compaction of a large index does (FTS5 'merge')
 MERGE_PAGES = 500
 #: chunks read and written per batch while converting
 BATCH = 2048
@@ -53,7 +56,6 @@ def convert(db: sqlite3.Connection, coder: codec.Codec, detail: str) -> None:
         write_blocks(db, coder, [(r[0], codec.payload(r[3], m)) for r, m in zip(rows, metas, strict=True)],
                      "blocks_new")
         last = rows[-1][0]
-    db.execute("INSERT INTO settings VALUES ('keyword_detail', 'auto')")
     for stmt in ("DROP TRIGGER IF EXISTS chunks_ai", "DROP TRIGGER IF EXISTS chunks_ad", "DROP TABLE chunks_fts",
                  "DROP INDEX IF EXISTS chunks_source", "DROP TABLE chunks", "DROP TABLE documents",
                  "ALTER TABLE documents_new RENAME TO documents", "ALTER TABLE chunks_new RENAME TO chunks",
@@ -140,11 +142,12 @@ def install_dictionary(db: sqlite3.Connection, coder: codec.Codec, samples: list
 
 
 def wanted_detail(db: sqlite3.Connection, compact: bool, current: str, default: str, full_from: int) -> str:
-    """The keyword index's detail that the catalog's policy (its ``settings`` row; ``default``
-    for a legacy catalog) asks for now: ``auto`` means ``none`` below ``full_from`` chunks, then
-    ``full`` for good (never back: an index shrinking near the bound would flip each time)."""
-    row = db.execute("SELECT value FROM settings WHERE key='keyword_detail'").fetchone() if compact else None
-    policy = str(row[0]) if row else default
+    """The keyword index's detail that the catalog's policy (``PRAGMA application_id``, see
+    `schema.POLICIES`; ``default`` for a legacy catalog) asks for now: ``auto`` means ``none``
+    below ``full_from`` chunks, then ``full`` for good (never back: an index shrinking near the
+    bound would flip each time)."""
+    code = int(db.execute("PRAGMA application_id").fetchone()[0]) if compact else -1
+    policy = POLICIES[code] if 0 <= code < len(POLICIES) else default
     if policy != "auto":
         return policy
     if current == "full":
@@ -153,11 +156,11 @@ def wanted_detail(db: sqlite3.Connection, compact: bool, current: str, default: 
 
 
 def finish(db: sqlite3.Connection, rewritten: bool) -> None:
-    """Merge the keyword index (all of it after a rewrite; otherwise a bounded step of
-    `MERGE_PAGES`, so a compaction of a large index does not rewrite its whole keyword index each
-    time), then VACUUM when the chunks were ``rewritten`` (their pages are left part-filled) or
+    """Merge the keyword index (all of it after a rewrite or below `OPTIMIZE_BELOW_CHUNKS`
+    chunks; otherwise a bounded step of `MERGE_PAGES`, so a compaction of a large index does not
+    rewrite its whole keyword index each time), then VACUUM when the chunks were ``rewritten`` (their pages are left part-filled) or
     enough pages are free; outside a transaction."""
-    if rewritten:
+    if rewritten or int(db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]) < OPTIMIZE_BELOW_CHUNKS:
         db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('optimize')")
     else:
         db.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES('merge', ?)", (MERGE_PAGES,))

@@ -76,3 +76,26 @@ def test_mcp_answer_result_carries_evidence(index: Index) -> None:
     assert res.used == ["notes/recipes.rst#0"] and set(res.used) <= {s.label for s in res.sources}
     assert [s.supported for s in res.support] == [True, False]
     assert "[notes/recipes.rst#0]" in res.marked
+
+
+class Refuses(Generator):
+    """A generator that must not be called: the evidence-only answer runs no model."""
+
+    thread_safe = True
+
+    def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:
+        raise AssertionError("the model was called for an evidence-only answer")
+
+
+def test_evidence_only_request_runs_no_model(index: Index) -> None:
+    body = {"messages": [{"role": "user", "content": QUESTION}], "evidence_only": True}
+    with running(create_app(RAG(index, Refuses()), workers=1)) as url, httpx.Client(base_url=url, timeout=30) as c:
+        whole = c.post("/v1/chat/completions", json=body).json()
+        text = whole["choices"][0]["message"]["content"]
+        assert text.splitlines()[0].endswith("[notes/recipes.rst#0]") and "half an hour" in text
+        assert whole["slimrag"]["evidence"][0]["label"] == "notes/recipes.rst#0"
+        r = c.post("/v1/chat/completions", json={**body, "stream": True})
+        events = [line[5:].strip() for line in r.text.splitlines() if line.startswith("data:")]
+        streamed = "".join(json.loads(e)["choices"][0]["delta"].get("content", "") for e in events[:-1]
+                           if json.loads(e)["choices"])
+        assert streamed == text and json.loads(events[-2])["slimrag"]["evidence"]

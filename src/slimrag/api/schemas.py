@@ -200,6 +200,9 @@ class ChatRequest(_Body):
     n: _int(1, 1) = Field(1, description="Only 1: ask again for another answer.")
     k: _int(1, MAX_K) = 4
     source: Glob | None = None
+    evidence_only: bool = Field(False, description=(
+        "Answer with the evidence alone: the passage sentences that best answer the question, each with "
+        "its [label], without calling the model (slimrag ask --no-llm)."))
 
 
 class EmbeddingsRequest(_Body):

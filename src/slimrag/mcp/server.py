@@ -143,16 +143,27 @@ class SlimragTools:
                                 ge=1, le=MAX_K)] = 4,
         source: Annotated[str | None, Field(description="Only use passages from this stored source, folder "
                                                         "or glob (as in search).")] = None,
+        no_llm: Annotated[bool, Field(description="Answer with the evidence sentences alone, without the "
+                                                  "language model: fast, and quoted from the passages.")] = False,
     ) -> AnswerResult:
         """Answer a question from the indexed files with a language model, citing passages.
 
         Returns `answer` (citations look like [source#ordinal]), `sources` (the passages it was
         given, best first, same fields as search), `finish_reason` ('length' means it was cut
         off), `notice`, `abstained` (true when no passage was relevant enough: the answer then
-        says so and no model ran), `unknown_citations` (labels the model invented) and `usage`.
+        says so and no model ran), `unknown_citations` (labels the model invented), `usage`,
+        `evidence` (the passage sentences that best answer the question, each with its label and
+        its place in the passage), `support` (each answer sentence: backed or not, by which labels,
+        numbers and names found in no passage), `used` (the labels backing the answer) and `marked`
+        (the answer with [label] after each backed sentence that cited nothing). With no_llm the
+        answer is the evidence alone and no model runs.
         Slower than search (a model generates); prefer search when you can read passages yourself."""
         def run(idx: Any) -> AnswerResult:
             pattern = _source_filter(idx, source)
+            if no_llm:
+                from slimrag.rag.evidence import evidence_answer
+
+                return AnswerResult.from_answer(evidence_answer(idx, question, k, source=pattern))
             answer = self.worker.rag().ask(question, k, source=pattern)
             return AnswerResult.from_answer(answer)
         return self._call(run)

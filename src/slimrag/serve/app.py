@@ -142,7 +142,8 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
     async def chat_completions(req: ChatRequest, request: Request) -> Response:
         question, history = conversation(req.messages)
         config = generation_config(req, rag.generation)
-        events = chats.stream(lambda w: answer_pieces(w, question, history, req.k, req.source, config))
+        events = chats.stream(lambda w: answer_pieces(w, question, history, req.k, req.source, config,
+                                                                  req.evidence_only))
         try:
             # retrieval, prompt and backend errors before the first piece still get their status
             first = await until_gone(request, anext(events))

@@ -4,8 +4,9 @@ compact one given a dictionary it lacked, the keyword index merged, free pages r
 `convert` runs in one write transaction (SQLite DDL is transactional): a crash or an error in the
 middle leaves the legacy catalog as it was. It keeps every chunk id, document, tombstone and text;
 vectors refer to chunk ids, so nothing else in the index folder changes. `finish` runs after the
-commit: FTS5 ``optimize`` after a rewrite (one b-tree of terms instead of one per commit, ~7%
-smaller on disfl_qa), a bounded ``merge`` step otherwise, and ``VACUUM`` when the chunks were rewritten or at least `VACUUM_SHARE` of the pages are free (a
+commit: FTS5 ``optimize`` after a rewrite or below `OPTIMIZE_BELOW_CHUNKS` chunks (one b-tree
+of terms instead of one per commit, ~7% smaller on disfl_qa), a bounded ``merge`` step
+otherwise, and ``VACUUM`` when the chunks were rewritten or at least `VACUUM_SHARE` of the pages are free (a
 converted catalog keeps the legacy tables' pages free until then).
 """
 

@@ -24,7 +24,11 @@ stores, so seeding and storing are slices and copies, nothing more. One request:
    so a caller that stops (EOS, limit, stop string) never pays for a forward it does not use.
 
 Concurrent streams: decode steps interleave token by token through one model lock; decode is not
-batched across requests (``docs/bench_generation.md`` has the measurement and why).
+batched across requests (``docs/bench_generation.md`` has the measurement and why). A further
+reason on CPU: a row of a batched float32 matrix product is not bitwise the product of that row
+alone (checked on this machine's torch/MKL: batch 2 and 3 agree with each other, 1, 4 and 8 with
+neither), so batched decoding would break the token-for-token equality with unbatched runs that
+the exactness tests hold; it would need one fixed batch shape for every step.
 
 Usage accounting: ``prompt_tokens`` is the joined segment ids; ``cached_tokens`` the prompt
 tokens served from the cache; ``completion_tokens`` counts every token the model produced, the

@@ -32,7 +32,8 @@ corpus, N, ``--label``), later runs replacing earlier ones):
   ``FOLDER.progress.jsonl`` beside the index, flushed as the build goes: a run cut short still
   shows how commit cost and memory grew.
 - **peak RSS** of the build child (``VmHWM``; ``base`` is the resident set after imports) and
-  the vector bytes (N × dim × 4) it is judged against.
+  the vector bytes (N × dim × 4) it is judged against; ``peak_anon_mib`` / ``peak_file_mib``:
+  the peaks of anonymous and file-backed resident memory, sampled every 0.2 s (`RssSampler`).
 - **bytes by file** of the finished folder (``gen/`` files without their generation number),
   their total, and the total per byte of passage text (UTF-8).
 - **open**: `Index.open` and the first vector search, in a fresh process; then ``--queries``
@@ -200,6 +201,30 @@ def _status_mib(field: str) -> float:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+class RssSampler:
+    """Peak anonymous and file-backed resident memory, sampled every ``period`` s on a thread:
+    `VmHWM` alone cannot tell memory a build allocates from pages of files it maps (which the
+    kernel can drop)."""
+
+    def __init__(self, period: float = 0.2) -> None:
+        import threading
+
+        self.peak = {"RssAnon": 0.0, "RssFile": 0.0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(period,), daemon=True)
+        self._thread.start()
+
+    def _run(self, period: float) -> None:
+        while not self._stop.wait(period):
+            for k in self.peak:
+                self.peak[k] = max(self.peak[k], _status_mib(k))
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join()
+        return {f"peak_{k[3:].lower()}_mib": round(v, 1) for k, v in self.peak.items()}
 
 
 def _load1() -> float:
@@ -391,6 +416,7 @@ def child_build(corpus: Corpus, storage: str, out: Path) -> dict[str, Any]:
     calls: list[tuple[float, float, int, float, float]] = []  # start, end, texts, store s, CPU s at start
     inner_embed = embedder.embed
 
+    out.parent.mkdir(parents=True, exist_ok=True)
     log = out.with_name(out.name + ".progress.jsonl").open("w")  # a run cut short still says something
     start = time.perf_counter()
 
@@ -422,11 +448,13 @@ def child_build(corpus: Corpus, storage: str, out: Path) -> dict[str, Any]:
 
     slim_stats: dict[str, Any] = {}
     _capture_slim_stats(slim_stats)
+    sampler = RssSampler()
     t0, c0 = time.perf_counter(), time.process_time()
     idx = Index.build(pairs(), out, storage=storage, embedder=embedder, overwrite=True)
     total, total_cpu = time.perf_counter() - t0, time.process_time() - c0
     idx.close()
     log.close()
+    rss_parts = sampler.stop()
     chunks = stored_rows(out)
     if hasattr(embedder, "save"):
         embedder.save()
@@ -437,7 +465,7 @@ def child_build(corpus: Corpus, storage: str, out: Path) -> dict[str, Any]:
     return {
         "passages": corpus.n, "build_s": round(total, 3), "phases_s": phases,
         "build_cpu_s": round(total_cpu, 3), "probes_missing": missing, "commits": commits,
-        "peak_rss_mib": round(_status_mib("VmHWM"), 1), "base_rss_mib": round(base_mib, 1),
+        "peak_rss_mib": round(_status_mib("VmHWM"), 1), "base_rss_mib": round(base_mib, 1), **rss_parts,
         "chunks": chunks, "text_bytes": text_bytes, "dim": int(embedder.dim),
         "vector_mib": round(chunks * int(embedder.dim) * 4 / 2**20, 1),
         "bytes": sizes, "total_bytes": sum(sizes.values()),

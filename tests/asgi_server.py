@@ -58,12 +58,13 @@ def assert_error(response: httpx.Response, status: int, param: str | None = None
 
 def cli_server_url(proc: subprocess.Popen[str]) -> str:
     """The base URL a ``slimrag serve``/``route`` subprocess (started with ``stderr=PIPE``,
-    ``text=True`` and ``--port 0``) reports in uvicorn's "running on" line."""
+    ``text=True`` and ``--port 0``) reports in its start-up line (it binds the port first, so it
+    names the port the system chose; uvicorn's own "running on" line is kept off the screen)."""
     assert proc.stderr is not None
     for line in proc.stderr:
-        if m := re.search(r"running on (http://127\.0\.0\.1:\d+)", line):
+        if m := re.search(r"(?:running on|is at|are at) (http://127\.0\.0\.1:\d+)", line):
             return m.group(1)
-    raise AssertionError("no 'running on' line from uvicorn")
+    raise AssertionError("no start-up line naming the server's address")
 
 
 class Endless(Generator):

@@ -87,7 +87,9 @@ def test_odd_and_encoded_paths_do_not_bypass_the_key(base: str) -> None:
            "http://127.0.0.1/v1/search", "/v1/search?x=/healthz", "/v1/search#/healthz", "/healthz%2f..%2fv1/search"]
     for path in odd:
         status, _ = send(base, "POST", path, body=SEARCH)
-        assert status in (400, 401), (path, status)  # 400: a target uvicorn refuses to parse
+        # 400: a target uvicorn refuses to parse; 421: the absolute form, whose Host (taken from
+        # the target by http.client) has no port, so it does not name this server
+        assert status in (400, 401, 421), (path, status)
         assert status != 200
     # with the key, the percent-encoded path is the same route (routing and the gate see one path)
     status, body = send(base, "POST", "/v1/%73earch", f"Bearer {KEY}".encode(), SEARCH)

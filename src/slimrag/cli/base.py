@@ -29,22 +29,27 @@ def _setup_logging(verbose: bool) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
-class _Failed(click.ClickException):
-    """A `SlimragError` as the CLI reports it: one ``error:`` line on stderr, exit code 1."""
+class Failed(click.ClickException):
+    """A failure as the CLI reports it: one ``error:`` line on stderr, exit code 1 (a
+    `SlimragError`) or the one given (2 for a port that cannot be bound, as for bad usage)."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
     def show(self, file: IO[Any] | None = None) -> None:
         click.echo(f"error: {self.format_message()}", err=True)
 
 
 class _Group(click.Group):
-    """The command group: a `SlimragError` from any command ends it as :class:`_Failed` (no
+    """The command group: a `SlimragError` from any command ends it as :class:`Failed` (no
     traceback: the message says what to do next)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except SlimragError as e:
-            raise _Failed(str(e)) from e
+            raise Failed(str(e)) from e
 
 
 @click.group(cls=_Group)

@@ -19,6 +19,11 @@ names the flag and never a traceback.
   as typed, or a glob) as the GLOB the index filters by; a usage error when it matches nothing.
 - :func:`config_error`: a config dataclass's ``ValueError`` ("chunk_overlap must be ...") as a
   usage error in the CLI's words ("--chunk-overlap must be ...").
+- :func:`host_options`: ``--allow-host NAME`` and ``--allow-origin ORIGIN`` (repeatable) for the
+  three HTTP programs (serve, route, mcp --http); :func:`host_rule` turns them and ``--host``
+  into the `HostRule` all three enforce (`slimrag.api.hosts`).
+- :func:`bind_port`: the port bound before anything slow runs; one ``error:`` line and exit
+  status 2 when it cannot be (in use, not this machine's address, privileged).
 
 Why here and not in each verb: the rules are the same for every verb that takes the flag, and the
 library's own checks (`slimrag.openai_http.api_root`, the configs' ``__post_init__``) stay the
@@ -34,7 +39,7 @@ from urllib.parse import urlsplit
 
 import click
 
-from slimrag.cli.base import GENERATION
+from slimrag.cli.base import GENERATION, Failed
 from slimrag.errors import RequestError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -190,3 +195,48 @@ def source_filter(idx: Any, value: str | None) -> str | None:
         raise click.BadParameter(f"no stored source matches {value!r}; give a stored name, a folder or a glob "
                                  f"(stored names look like {example_names(names)})", param_hint="--source")
     return pattern
+
+
+def host_options(func: F) -> F:
+    """Add ``--allow-host`` and ``--allow-origin`` (received as tuples ``allow_host`` and
+    ``allow_origin``); read them with :func:`host_rule`."""
+    options = [
+        click.option("--allow-host", multiple=True, metavar="NAME[:PORT]",
+                     help="Also answer requests whose Host is NAME (a reverse proxy's or the machine's name; any "
+                          "port unless given); repeatable. By default only 127.0.0.1, localhost, [::1] and --host "
+                          "are answered (others get 421: protection against DNS rebinding); '*' answers any."),
+        click.option("--allow-origin", multiple=True, metavar="ORIGIN",
+                     help="Also answer browser requests from ORIGIN (scheme://name[:port]); repeatable. Pages "
+                          "from other origins get 403; requests without an Origin (curl, SDKs) are not checked."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def host_rule(host: str, allow_host: tuple[str, ...], allow_origin: tuple[str, ...]) -> Any:
+    """The `HostRule` for ``--host`` and the two flags of :func:`host_options`; a bad parameter
+    naming the flag for a value that does not parse."""
+    from slimrag.api.hosts import HostRule, split_authority, split_origin
+
+    for flag, values, check in (("--allow-host", allow_host, split_authority),
+                                ("--allow-origin", allow_origin, split_origin)):
+        for value in values:
+            if value.strip() in ("*", "null") and (flag == "--allow-origin" or value.strip() == "*"):
+                continue
+            try:
+                check(value)
+            except ValueError as e:
+                raise click.BadParameter(str(e), param_hint=flag) from e
+    return HostRule(bind=host, allow_hosts=tuple(allow_host), allow_origins=tuple(allow_origin))
+
+
+def bind_port(host: str, port: int) -> Any:
+    """The socket of ``host``:``port``, bound now, before any model loads (`slimrag.api.listen`);
+    one ``error:`` line and exit status 2 when it cannot be bound."""
+    from slimrag.api.listen import PortError, bind
+
+    try:
+        return bind(host, port)
+    except PortError as e:
+        raise Failed(str(e), exit_code=2) from e

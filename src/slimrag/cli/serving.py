@@ -1,4 +1,8 @@
-"""Verbs that run servers: serve (one replica), route (the cache-aware router)."""
+"""Verbs that run servers: serve (one replica), route (the cache-aware router).
+
+Both bind their port first (one line and exit status 2 when it is taken, before any model
+loads) and answer only the Host and Origin values of `slimrag.api.hosts` (``--allow-host``,
+``--allow-origin``)."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import ipaddress
 import click
 
 from slimrag.cli.base import ROUTE, cli, open_index
-from slimrag.cli.options import cache_config, reuse_options
+from slimrag.cli.options import bind_port, cache_config, host_options, host_rule, reuse_options
 from slimrag.route.policy import RouterConfig
 
 
@@ -39,16 +43,13 @@ def bind_warning(host: str, api_key: str | None, what: str = "server") -> str | 
               help="Threads answering chats (generation); searches and embeddings have their own.")
 @click.option("--search-workers", default=2, show_default=True, type=click.IntRange(1, 256),
               help="Threads answering searches, so a search never waits behind a generation.")
+@host_options
 @reuse_options
 def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None, workers: int,
-          search_workers: int) -> None:
+          search_workers: int, allow_host: tuple[str, ...], allow_origin: tuple[str, ...]) -> None:
     """Serve an index over HTTP: OpenAI-compatible chat completions (RAG) and embeddings, search, metrics."""
-    import uvicorn
-
     from slimrag.api.gate import check_api_key
-    from slimrag.llm.backends import make_generator
-    from slimrag.rag.pipeline import RAG
-    from slimrag.serve.app import create_app, warm_up
+    from slimrag.api.listen import listen, run
 
     if api_key is not None:
         try:  # before any model loads: a key no client can send is a usage error
@@ -56,15 +57,25 @@ def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--api-key") from e
     cache = cache_config(llm)
+    hosts = host_rule(host, allow_host, allow_origin)
+    sock = bind_port(host, port)  # before any model loads: a busy port is one line, at once
     if warning := bind_warning(host, api_key):
         click.echo(warning, err=True)
-    with open_index(index) as idx:
-        rag = RAG(idx, make_generator(llm, cache=cache))
-        warm_up(rag)  # here, so a missing model is one error line rather than a failed startup
-        app = create_app(rag, api_key=api_key, workers=workers, search_workers=search_workers, warm=False)
-        where = f"http://{host}:{port}/" if port else "/ on the port uvicorn names below"
-        click.echo(f"slimrag: the web page is at {where}; the OpenAI-compatible API under /v1", err=True)
-        uvicorn.run(app, host=host, port=port, log_level="info")
+    try:
+        from slimrag.llm.backends import make_generator  # imports torch: after the port is ours
+        from slimrag.rag.pipeline import RAG
+        from slimrag.serve.app import create_app, warm_up
+
+        with open_index(index) as idx:
+            rag = RAG(idx, make_generator(llm, cache=cache))
+            warm_up(rag)  # here, so a missing model is one error line rather than a failed startup
+            app = create_app(rag, api_key=api_key, workers=workers, search_workers=search_workers, warm=False,
+                             hosts=hosts)
+            click.echo(f"slimrag: the web page is at {_url(host, listen(sock))}; the OpenAI-compatible API "
+                       "under /v1", err=True)
+            run(app, sock, host)
+    finally:
+        sock.close()
 
 
 @cli.command()
@@ -83,13 +94,15 @@ def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None
               help="Seconds a failed replica is left out (a passing health check ends it sooner).")
 @click.option("--health-interval", default=ROUTE["health_interval_s"], show_default=True,
               help="Seconds between health checks of each replica (GET /healthz); 0 turns them off.")
+@host_options
 def route(replicas: tuple[str, ...], host: str, port: int, cache_threshold: float, balance_abs_threshold: int,
-          balance_rel_threshold: float, cooldown: float, health_interval: float) -> None:
+          balance_rel_threshold: float, cooldown: float, health_interval: float, allow_host: tuple[str, ...],
+          allow_origin: tuple[str, ...]) -> None:
     """Route OpenAI-compatible requests over several `slimrag serve` replicas (cache-aware, with failover)."""
-    import uvicorn
-
+    from slimrag.api.listen import listen, run
     from slimrag.route.app import create_router_app
 
+    hosts = host_rule(host, allow_host, allow_origin)
     if warning := bind_warning(host, None, "router"):
         click.echo(warning.replace("no --api-key guards it", "the router checks no key (its replicas may)"),
                    err=True)
@@ -97,8 +110,17 @@ def route(replicas: tuple[str, ...], host: str, port: int, cache_threshold: floa
         config = RouterConfig(cache_threshold=cache_threshold, balance_abs_threshold=balance_abs_threshold,
                               balance_rel_threshold=balance_rel_threshold, cooldown_s=cooldown,
                               health_interval_s=health_interval)
-        app = create_router_app(list(replicas), config)
+        app = create_router_app(list(replicas), config, hosts=hosts)
     except ValueError as e:
         raise click.UsageError(str(e)) from e
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    sock = bind_port(host, port)
+    click.echo(f"slimrag: the router and its web page are at {_url(host, listen(sock))}", err=True)
+    run(app, sock, host)
+
+
+def _url(host: str, port: int) -> str:
+    """The server's root URL (an IPv6 address in brackets)."""
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}/"
 

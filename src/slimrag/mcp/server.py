@@ -24,14 +24,18 @@ a missing path) and any `SlimragError` become a tool error whose text says what 
 answers a generic tool error.
 
 Transports: stdio (the default; what Claude Code and Claude Desktop start) or streamable HTTP
-(``--http``, at ``http://HOST:PORT/mcp``; bound to 127.0.0.1 by default, where the SDK also turns
-on its DNS-rebinding protection). On stdio, stdout carries the protocol alone: logs go to stderr,
+(``--http``, at ``http://HOST:PORT/mcp``; bound to 127.0.0.1 by default). Over HTTP, the Host and
+Origin headers are checked by slimrag's own rule (`slimrag.api.hosts`, as ``slimrag serve`` and
+``slimrag route`` check them: 421 for a foreign Host, 403 for a foreign Origin), which replaces
+the SDK's (that one accepts loopback origins on any port); the SDK still requires JSON bodies.
+The app runs on a socket the CLI bound before the index opened (`slimrag.api.listen`). On stdio, stdout carries the protocol alone: logs go to stderr,
 and while it serves, the SDK points file descriptor 1 at stderr, so a stray ``print`` in a library
 (a model loader's progress) cannot corrupt the protocol.
 """
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -41,6 +45,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
+from slimrag.api.hosts import HostGuard, HostRule
 from slimrag.config import SEARCH_MODES, GenerationConfig, SearchConfig
 from slimrag.errors import SlimragError
 from slimrag.index.browse import MAX_AROUND
@@ -253,10 +258,23 @@ def create_server(worker: IndexWorker) -> MCPServer[Any]:
     return server
 
 
+def http_app(server: MCPServer[Any], hosts: HostRule | None = None) -> Any:
+    """The streamable-HTTP app of ``server`` (``/mcp``) behind slimrag's Host and Origin rule
+    (default: the loopback names), with the SDK's own check off so that one rule decides."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    app = server.streamable_http_app(
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+    return HostGuard(app, rule=hosts or HostRule())
+
+
 def serve(index: str | Path, *, llm: dict[str, Any] | None = None, max_tokens: int | None = None,
-          transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765) -> None:
+          transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
+          sock: socket.socket | None = None, hosts: HostRule | None = None) -> None:
     """Open ``index`` and serve its tools until the client leaves (stdio) or the process is
-    stopped (HTTP). llm: the generator's spec (`IndexWorker`), default the embedded model."""
+    stopped (HTTP). llm: the generator's spec (`IndexWorker`), default the embedded model.
+    HTTP only: ``sock``, a socket bound already (`slimrag.api.listen.bind`; else ``host``:``port``
+    is bound here), and ``hosts``, the Host and Origin rule (default: ``host`` and loopback)."""
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
     worker = IndexWorker(index, llm or {"llm": None},
@@ -266,6 +284,8 @@ def serve(index: str | Path, *, llm: dict[str, Any] | None = None, max_tokens: i
         if transport == "stdio":
             server.run("stdio")
         else:
-            server.run("streamable-http", host=host, port=port)
+            from slimrag.api.listen import bind, run
+
+            run(http_app(server, hosts or HostRule(bind=host)), sock or bind(host, port), host, log_level="warning")
     finally:
         worker.close()

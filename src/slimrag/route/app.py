@@ -15,6 +15,8 @@ Endpoints
     size); 503 when every replica is cooling down. ``GET /metrics``. The ``Authorization`` header
     is passed through: replicas with an API key check it, the router holds none. Every forwarded
     answer names its replica in ``X-Slimrag-Replica``. Bodies over ``max_body_bytes`` get 413.
+    Host and Origin are checked first, as ``slimrag serve`` checks them (`slimrag.api.hosts`); the
+    router sends neither on (a replica sees its own URL's name as Host, and no Origin).
 
 Forwarding and failover
     The router sends the request with httpx and waits for the replica's status and first bytes.
@@ -76,6 +78,7 @@ from starlette.types import Receive, Scope, Send
 from slimrag.api.disconnect import ClientGone, until_gone
 from slimrag.api.errors import APIError, install_handlers
 from slimrag.api.gate import Gate
+from slimrag.api.hosts import HostGuard, HostRule
 from slimrag.api.metrics import Metrics
 from slimrag.api.page import PageFront
 from slimrag.api.schemas import ChatRequest
@@ -331,9 +334,11 @@ class Router:
         return {"status": "ok" if any(s["healthy"] for s in states) else "unavailable", "replicas": states}
 
 
-def create_router_app(replicas: list[str], config: RouterConfig | None = None) -> FastAPI:
+def create_router_app(replicas: list[str], config: RouterConfig | None = None,
+                      hosts: HostRule | None = None) -> FastAPI:
     """The router over ``replicas`` (server roots such as ``http://127.0.0.1:8001``; a trailing
-    ``/v1`` is dropped), with ``config``'s knobs (defaults: `RouterConfig`). Raises ValueError for
+    ``/v1`` is dropped), with ``config``'s knobs (defaults: `RouterConfig`), answering the Host and
+    Origin values of ``hosts`` (`slimrag.api.hosts`; default the loopback names). Raises ValueError for
     no replica, a repeated one, or a URL that is not ``http(s)://host:port``."""
     config = config or RouterConfig()
     router = Router(replicas, config)
@@ -352,6 +357,7 @@ def create_router_app(replicas: list[str], config: RouterConfig | None = None) -
     app = FastAPI(title="slimrag router", summary="cache-aware routing over slimrag replicas", lifespan=lifespan)
     app.add_middleware(Gate, api_key=None, max_body_bytes=config.max_body_bytes, metrics=router.metrics)
     app.add_middleware(PageFront, metrics=router.metrics)  # the web page, as a replica serves it
+    app.add_middleware(HostGuard, rule=hosts or HostRule(), metrics=router.metrics)  # outermost
     install_handlers(app)
 
     @app.post("/v1/chat/completions")

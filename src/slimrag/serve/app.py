@@ -59,6 +59,7 @@ from starlette.requests import Request
 from slimrag.api.disconnect import ClientGone, until_gone
 from slimrag.api.errors import APIError, install_handlers
 from slimrag.api.gate import Gate, check_api_key
+from slimrag.api.hosts import HostGuard, HostRule
 from slimrag.api.metrics import Metrics
 from slimrag.api.openapi import error_responses, publish
 from slimrag.api.page import PageFront
@@ -101,14 +102,16 @@ def warm_up(rag: RAG) -> None:
 
 def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimrag", workers: int = 4,
                search_workers: int = 2, embed_workers: int = 1, max_body_bytes: int = 1 << 20,
-               warm: bool = True) -> FastAPI:
+               warm: bool = True, hosts: HostRule | None = None) -> FastAPI:
     """The server for ``rag``'s index folder, generator and settings (see the module header).
 
     api_key: required as a bearer token on every route but ``/healthz`` and the page when set (ValueError for a
     key no client can send, see `check_api_key`). model_name: the id listed at ``/v1/models`` and
     named in completions. workers, search_workers, embed_workers: threads for chats, searches and
     embeddings, each with its own index. max_body_bytes: larger request bodies get 413. warm: load
-    the models at startup (:func:`warm_up`); False when the caller already did.
+    the models at startup (:func:`warm_up`); False when the caller already did. hosts: the Host
+    and Origin values answered (`slimrag.api.hosts`; default: the loopback names only, as when
+    bound to 127.0.0.1).
     """
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
@@ -127,7 +130,8 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
 
     app = FastAPI(title="slimrag", summary="RAG over one index, OpenAI-compatible", lifespan=lifespan)
     app.add_middleware(Gate, api_key=api_key or None, max_body_bytes=max_body_bytes, metrics=metrics)
-    app.add_middleware(PageFront, metrics=metrics)  # added last, so outside Gate: the page needs no key
+    app.add_middleware(PageFront, metrics=metrics)  # outside Gate: the page needs no key
+    app.add_middleware(HostGuard, rule=hosts or HostRule(), metrics=metrics)  # outermost: before all else
     install_handlers(app)
     embedder = rag.index.embedder
 

@@ -36,7 +36,7 @@ import click
 
 from slimrag.cli.base import SEARCH, cli, open_index
 from slimrag.cli.feedback import StatusLine, print_answer_end, until_first_piece
-from slimrag.cli.options import llm_options, llm_spec, source_filter
+from slimrag.cli.options import llm_options, llm_spec, non_blank, source_filter
 from slimrag.config import SEARCH_MODES
 
 SOURCE_HELP = "Only sources under this stored name, folder (e.g. 'guide') or glob ('docs/*.md')."
@@ -44,7 +44,7 @@ SOURCE_HELP = "Only sources under this stored name, folder (e.g. 'guide') or glo
 
 @cli.command()
 @click.argument("index", type=click.Path(exists=True))
-@click.argument("query")
+@click.argument("query", callback=non_blank)
 @click.option("-k", type=click.IntRange(min=1), default=SEARCH["k"], show_default=True)
 @click.option("--mode", type=click.Choice(SEARCH_MODES), default=SEARCH["mode"],
               show_default=True)
@@ -153,7 +153,7 @@ def answering(index: str, spec: dict[str, Any], max_tokens: int, mode: str | Non
 
 @cli.command()
 @click.argument("index", type=click.Path(exists=True))
-@click.argument("question")
+@click.argument("question", callback=non_blank)
 @click.option("-k", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--source", help=SOURCE_HELP)
 @click.option("--mode", type=click.Choice(SEARCH_MODES), default=SEARCH["mode"], show_default=True,

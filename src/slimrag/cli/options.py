@@ -19,6 +19,8 @@ names the flag and never a traceback.
   as typed, or a glob) as the GLOB the index filters by; a usage error when it matches nothing.
 - :func:`config_error`: a config dataclass's ``ValueError`` ("chunk_overlap must be ...") as a
   usage error in the CLI's words ("--chunk-overlap must be ...").
+- :func:`non_blank`: the callback of a QUERY or QUESTION argument: an empty or white-space-only
+  one is one ``error:`` line (exit status 2), not a search for nothing that returns arbitrary hits.
 - :func:`host_options`: ``--allow-host NAME`` and ``--allow-origin ORIGIN`` (repeatable) for the
   three HTTP programs (serve, route, mcp --http); :func:`host_rule` turns them and ``--host``
   into the `HostRule` all three enforce (`slimrag.api.hosts`).
@@ -195,6 +197,14 @@ def source_filter(idx: Any, value: str | None) -> str | None:
         raise click.BadParameter(f"no stored source matches {value!r}; give a stored name, a folder or a glob "
                                  f"(stored names look like {example_names(names)})", param_hint="--source")
     return pattern
+
+
+def non_blank(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Click callback: refuse an empty or white-space-only argument in one line (exit status 2)."""
+    if value is not None and not value.strip():
+        name = (param.name or "argument").upper()
+        raise Failed(f"{name} is empty or white space only: give some words to search for", exit_code=2)
+    return value
 
 
 def host_options(func: F) -> F:

@@ -348,6 +348,20 @@ def test_cli_sync_reports_counts_and_json(synced: tuple[Path, Index], tmp_path: 
     assert res.exit_code == 2 and "does not exist; create it with `slimrag build" in res.output
 
 
+def test_cli_sync_json_names_changed_files_and_counts_unchanged_ones(synced: tuple[Path, Index]) -> None:
+    """1,171 unchanged names in every report made ``sync --json`` unreadable: the changed files
+    come by name, the unchanged ones as a count, their names only with ``--verbose``."""
+    folder, idx = synced
+    (folder / "b.md").write_text("# Bees\n\nBees sleep in the hive at night.")
+    runner = CliRunner()
+    out = json.loads(runner.invoke(cli, ["sync", str(folder), str(idx.root), "--json"]).stdout)
+    assert out["files"]["updated"] == ["b.md"] and "unchanged" not in out["files"] and out["unchanged"] == 4
+    for args in (["sync", str(folder), str(idx.root), "--json", "--verbose"],
+                 ["-v", "sync", str(folder), str(idx.root), "--json"]):
+        out = json.loads(runner.invoke(cli, args).stdout)
+        assert sorted(out["files"]["unchanged"]) == sorted(readable(folder)) and out["unchanged"] == 5, args
+
+
 def readline(child: subprocess.Popen[str], timeout: float = 15.0) -> str:
     """The child's next stdout line, or "" after ``timeout`` (a hung child fails the test, not the run)."""
     assert child.stdout is not None
@@ -370,6 +384,73 @@ def test_cli_watch_prints_a_line_per_batch_and_stops_on_ctrl_c(synced: tuple[Pat
         child.send_signal(signal.SIGINT)
     out, err = child.communicate(timeout=10)
     assert child.returncode == 0 and "stopped" in err and "Traceback" not in err
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def stop_and_time(child: subprocess.Popen[str], signum: int) -> tuple[float, str]:
+    """Send ``signum``; the seconds until the child exited (a hung child fails at 10 s) and its stderr."""
+    t0 = time.monotonic()
+    child.send_signal(signum)
+    try:
+        _, err = child.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        child.kill()  # never leave a hung child behind (the slow one below would run for minutes)
+        child.communicate()
+        raise
+    return time.monotonic() - t0, err
+
+
+@pytest.mark.parametrize("how", ["SIGINT, inherited as ignored", "SIGTERM"])
+def test_cli_watch_stops_on_a_signal_even_when_sigint_was_ignored_at_start(
+        synced: tuple[Path, Index], how: str) -> None:
+    """Why the Ctrl-C test once hung for over 10 s: a shell starts a background job (``make test
+    &``) with SIGINT ignored, the child inherits that, and Python then installs no
+    KeyboardInterrupt handler: the watcher ignored the test's SIGINT. It must stop anyway, and on
+    SIGTERM (what ``kill`` and service managers send) as well."""
+    folder, idx = synced
+    code = ("import bench.crash\nfrom slimrag.cli import main\n"
+            f"sys.argv = ['slimrag', 'watch', {str(folder)!r}, {str(idx.root)!r}, '--quiet-ms', '200']\nmain()\n")
+    child = subprocess.Popen([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO)!r})\n{code}"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "HF_HUB_OFFLINE": "1"}, preexec_fn=_ignore_sigint)
+    try:
+        assert "full sync" in readline(child)
+    finally:
+        took, err = stop_and_time(child, signal.SIGTERM if how == "SIGTERM" else signal.SIGINT)
+    assert child.returncode == 0 and "stopped" in err and "Traceback" not in err, err
+    assert took < 5, took  # the bar is 1 s; 5 s leaves room for a loaded machine, a hang takes forever
+
+
+def test_cli_watch_stops_within_a_second_in_the_middle_of_a_sync(synced: tuple[Path, Index]) -> None:
+    """Ctrl-C while a sync sits in a long C call (a model's forward pass would; here the embedder
+    runs a SQLite query of 300 million steps, a minute or so, which Python cannot interrupt): the watcher leaves the
+    sync unfinished and exits, and the next sync converges to the folder."""
+    folder, idx = synced
+    slow = ("import sqlite3\nfrom bench.crash import HashEmbedder\nfast = HashEmbedder.embed_batch\n"
+            "def slow(self, texts):\n"
+            "    if any('Slowworms' in t for t in texts):\n"
+            "        print('embedding', flush=True)\n"
+            "        sqlite3.connect(':memory:').execute('WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 "
+            "FROM c WHERE x < 300000000) SELECT count(*) FROM c').fetchone()\n"
+            "    return fast(self, texts)\n"
+            "HashEmbedder.embed_batch = slow\n")
+    child = run_child(f"{slow}from slimrag.cli import main\n"
+                      f"sys.argv = ['slimrag', 'watch', {str(folder)!r}, {str(idx.root)!r}, '--quiet-ms', '200']\n"
+                      "main()\n")
+    try:
+        assert "full sync" in readline(child)
+        (folder / "s.txt").write_text("Slowworms are legless lizards, not worms.")
+        assert readline(child).strip() == "embedding"  # the sync is in its long call now
+    finally:
+        took, err = stop_and_time(child, signal.SIGINT)
+    assert child.returncode == 0 and "left unfinished" in err and "Traceback" not in err, err
+    assert took < 5, took  # the bar is 1 s; without the worker thread it took the query's minute
+    assert "s.txt" not in stored(idx)  # the abandoned sync committed nothing
+    rep = idx.sync(folder)
+    assert rep.added == 1 and stored(idx) == readable(folder)
 
 
 def test_sync_report_counts_every_file(synced: tuple[Path, Index]) -> None:

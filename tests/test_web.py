@@ -276,6 +276,11 @@ def test_evidence_is_listed_and_highlighted_in_its_passage(page: Page, base: str
     marks = page.locator("#passage-text mark.evidence")
     expect(marks).to_have_text([e.text for e in want if e.chunk_id == want[0].chunk_id])
     shoot(page, "evidence.png", full_page=False)
+    # the same passage opened from a search hit highlights nothing: evidence belongs to an answer
+    page.get_by_label("Search the index").fill("office cat Whiskers")
+    page.get_by_role("button", name="Search", exact=True).click()
+    page.locator(f"#search-results button.cite[data-chunk-id='{want[0].chunk_id}']").click()
+    expect(page.locator("#passage-text mark.evidence")).to_have_count(0)
     # sources the answer sentences do not match are listed as "also retrieved"
     also = turn.locator(".sources li.also-retrieved")
     assert also.count() + turn.locator(".sources li:not(.also-retrieved)").count() == len(hits)

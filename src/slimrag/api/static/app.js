@@ -14,9 +14,9 @@ const $ = (id) => document.getElementById(id);
 const conversation = [];
 /** Bumped by "New conversation", so an answer still streaming is not added to the new one. */
 let conversationId = 0;
-/** Evidence sentences of the answers so far (the `slimrag.evidence` field), by chunk id: what the
- * passage view highlights when that chunk is opened. */
-const evidenceByChunk = new Map();
+/** The evidence sentences the open passage highlights: those of the answer whose citation opened it
+ * (the `slimrag.evidence` field), none for a search hit. */
+let highlighted = [];
 
 class ApiError extends Error {}
 
@@ -129,23 +129,24 @@ function pageOf(hit) {
   return Number.isInteger(meta.page) && meta.page > 0 ? meta.page : null;
 }
 
-/** A button that opens a chunk's passage, labelled as answers cite it (source#ordinal). */
-function citeButton(hit, text = hit.label) {
+/** A button that opens a chunk's passage, labelled as answers cite it (source#ordinal); `evidence`:
+ * the answer's evidence sentences, highlighted in the passage. */
+function citeButton(hit, text = hit.label, evidence = []) {
   return el("button", { type: "button", class: "cite", dataset: { chunkId: String(hit.chunk_id) },
-    title: `Show ${hit.label} in its document`, onclick: () => showPassage(hit.chunk_id) }, text);
+    title: `Show ${hit.label} in its document`, onclick: () => showPassage(hit.chunk_id, evidence) }, text);
 }
 
-function sourceItem(hit, used) {
+function sourceItem(hit, used, evidence = []) {
   const page = pageOf(hit);
-  return el("li", { class: used === false ? "also-retrieved" : "" }, citeButton(hit), " ",
+  return el("li", { class: used === false ? "also-retrieved" : "" }, citeButton(hit, hit.label, evidence), " ",
     el("span", { class: "path" }, hit.source), page ? el("span", { class: "page" }, ` · page ${page}`) : null,
     used === false ? el("span", { class: "why" }, " · also retrieved, no answer sentence matches it") : null);
 }
 
 /** One evidence sentence: quoted, with the button that opens its passage (highlighted there). */
-function evidenceItem(ev, sources) {
+function evidenceItem(ev, sources, evidence) {
   const hit = sources.find((s) => s.chunk_id === ev.chunk_id) || { chunk_id: ev.chunk_id, label: ev.label };
-  return el("li", {}, el("q", {}, ev.text), " ", citeButton(hit, `[${ev.label}]`));
+  return el("li", {}, el("q", {}, ev.text), " ", citeButton(hit, `[${ev.label}]`, evidence));
 }
 
 // -- status -----------------------------------------------------------------------------------
@@ -191,11 +192,11 @@ function newTurn(question) {
 }
 
 /** The answer as Markdown, its "[label]" citations turned into buttons that open the passage. */
-function renderAnswer(node, text, sources) {
+function renderAnswer(node, text, sources, evidence = []) {
   const byLabel = new Map(sources.map((s) => [s.label, s]));
   node.replaceChildren(renderMarkdown(text, (label) => {
     const hit = byLabel.get(label);
-    return hit ? citeButton(hit, `[${label}]`) : null;
+    return hit ? citeButton(hit, `[${label}]`, evidence) : null;
   }));
 }
 
@@ -247,19 +248,15 @@ async function ask(question) {
   }
   const sources = ext ? ext.sources : [];
   const evidence = (ext && ext.evidence) || [];
-  for (const ev of evidence) {
-    if (!evidenceByChunk.has(ev.chunk_id)) evidenceByChunk.set(ev.chunk_id, []);
-    if (!evidenceByChunk.get(ev.chunk_id).some((e) => e.text === ev.text)) evidenceByChunk.get(ev.chunk_id).push(ev);
-    turn.evidence.append(evidenceItem(ev, sources));
-  }
+  for (const ev of evidence) turn.evidence.append(evidenceItem(ev, sources, evidence));
   turn.evidenceBox.hidden = evidence.length === 0;
-  renderAnswer(turn.answer, text, sources);
+  renderAnswer(turn.answer, text, sources, evidence);
   const notice = NOTICES[finish];
   if (notice) turn.answer.append(el("span", { class: "notice" }, ` [${notice}]`));
   turn.answer.setAttribute("aria-busy", "false");
   turn.usage.textContent = usageLine(usage, ext, firstAt === null ? null : (firstAt - started) / 1000);
   const used = ext && ext.support && ext.support.length ? new Set(ext.used) : null;
-  if (sources.length) sources.forEach((s) => turn.sources.append(sourceItem(s, used ? used.has(s.label) : undefined)));
+  if (sources.length) sources.forEach((s) => turn.sources.append(sourceItem(s, used ? used.has(s.label) : undefined, evidence)));
   else turn.sources.append(el("li", {}, "No passage was relevant enough to cite."));
   if (startedIn === conversationId) conversation.push({ role: "user", content: question }, { role: "assistant", content: text });
 }
@@ -304,7 +301,8 @@ function findSentence(text, sentence) {
 
 /** `text` as nodes, each evidence sentence of `chunkId` in it wrapped in <mark class="evidence">. */
 function withEvidence(text, chunkId) {
-  const spans = (evidenceByChunk.get(chunkId) || []).map((ev) => findSentence(text, ev.text)).filter(Boolean)
+  const spans = highlighted.filter((ev) => ev.chunk_id === chunkId).map((ev) => findSentence(text, ev.text))
+    .filter(Boolean)
     .sort((a, b) => a[0] - b[0]);
   const nodes = [];
   let at = 0;
@@ -335,7 +333,8 @@ function chunkBlock(chunk, where, text = chunk.text) {
   body);
 }
 
-async function showPassage(chunkId) {
+async function showPassage(chunkId, evidence = []) {
+  highlighted = evidence;
   const section = $("passage");
   let p;
   try {

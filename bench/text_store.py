@@ -5,6 +5,7 @@ documents yield, by part, before and after the compact catalog, and whether keyw
     python -m bench.text_store upgrade --src DIR --out DIR2   # the new code: open, compact, measure
     python -m bench.text_store keyword --a DIR --b DIR2       # BM25 top-k of many queries, a against b
     python -m bench.text_store stores                         # the design choices, catalog only
+    python -m bench.text_store details --legacy DIR --fresh DIR3 --out DIR4  # keyword index options
 
 Corpora (``--corpora``):
 
@@ -327,6 +328,71 @@ def cmd_stores(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+#: keyword-index variants of `cmd_details`: name -> (FTS5 detail, columnsize)
+VARIANTS = {"full": ("full", True), "none+cs": ("none", True), "none": ("none", False), "column+cs": ("column", True)}
+
+
+def cmd_details(args: argparse.Namespace) -> list[dict]:
+    """The keyword index's FTS5 options, side by side on whole folders: each variant is a copy of
+    the fresh slim folder (``--fresh``) with its keyword index recreated (`VARIANTS`), merged and
+    vacuumed; the legacy folder (``--legacy``) is the reference. Queries run interleaved (each
+    query on every catalog in turn, the order rotating), so load changes hit all alike."""
+    import sqlite3
+
+    from slimrag.catalog import Catalog
+    from slimrag.catalog.upgrade import set_keyword_detail
+
+    rows = []
+    for name in args.corpora:
+        _, text_bytes = corpus(name)
+        legacy = Path(args.out) / f"{name}-legacy.slimrag"  # a copy: opening must not change the original
+        if legacy.exists():
+            shutil.rmtree(legacy)
+        shutil.copytree(Path(args.legacy) / f"{name}-slim.slimrag", legacy)
+        folders = {"legacy": legacy}
+        for var, (detail, colsize) in VARIANTS.items():
+            out = Path(args.out) / f"{name}-{var}.slimrag"
+            if out.exists():
+                shutil.rmtree(out)
+            shutil.copytree(Path(args.fresh) / f"{name}-slim.slimrag", out)
+            cat = Catalog(out / "catalog.sqlite")
+            with cat.transaction():
+                set_keyword_detail(cat.db, detail, colsize)
+                cat.db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('optimize')")
+            cat.db.execute("VACUUM")
+            cat.close()
+            folders[var] = out
+        qs = queries(name, args.queries)
+        cats = {v: Catalog(p / "catalog.sqlite") for v, p in folders.items()}
+        for c in cats.values():  # warm: page cache and decoded blocks
+            for q in qs[:20]:
+                c.keyword_search(q, args.k)
+        times: dict[str, list[float]] = {v: [] for v in cats}
+        got: dict[str, list[Any]] = {v: [] for v in cats}
+        order = list(cats)
+        for i, q in enumerate(qs):
+            for v in order[i % len(order):] + order[: i % len(order)]:
+                t0 = time.perf_counter()
+                got[v].append(cats[v].keyword_search(q, args.k))
+                times[v].append(time.perf_counter() - t0)
+        for c in cats.values():
+            c.close()
+        base = float(np.median(times["legacy"]))
+        for v, p in folders.items():
+            parts = folder_parts(p)
+            with sqlite3.connect(p / "catalog.sqlite") as db:
+                fts = db.execute("SELECT sql FROM sqlite_schema WHERE name='chunks_fts'").fetchone()[0]
+            t = np.array(times[v]) * 1000
+            rows.append({"corpus": name, "variant": v, "fts5": fts.split("USING", 1)[1].strip(),
+                         "text_bytes": text_bytes, "bytes": parts, "ratio": parts["total"] / text_bytes,
+                         "catalog_ratio": parts["catalog"] / text_bytes, "queries": len(qs), "k": args.k,
+                         "median_ms": round(float(np.median(t)), 2), "p95_ms": round(float(np.percentile(t, 95)), 2),
+                         "median_vs_legacy": round(float(np.median(t)) / 1000 / base, 2),
+                         "same_topk_as_legacy": sum(a == b for a, b in zip(got["legacy"], got[v], strict=True))})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -347,12 +413,20 @@ def main(argv: list[str] | None = None) -> None:
     st.add_argument("--out", default=str(DATA / "text_store_catalogs"))
     st.add_argument("--queries", type=int, default=200)
     st.add_argument("--k", type=int, default=10)
-    for p in (b, u, k, st):
+    dt = sub.add_parser("details")
+    dt.add_argument("--tag", default="details")
+    dt.add_argument("--legacy", required=True, help="folder of legacy slim indexes (build under the old code)")
+    dt.add_argument("--fresh", required=True, help="folder of slim indexes built by this code")
+    dt.add_argument("--out", required=True)
+    dt.add_argument("--queries", type=int, default=300)
+    dt.add_argument("--k", type=int, default=10)
+    for p in (b, u, k, st, dt):
         p.add_argument("--corpora", type=lambda s: s.split(","), default=list(CORPORA))
         p.add_argument("--storage", type=lambda s: s.split(","), default=["flat", "slim"])
     args = ap.parse_args(argv)
     load0 = os.getloadavg()
-    rows = {"build": cmd_build, "upgrade": cmd_upgrade, "keyword": cmd_keyword, "stores": cmd_stores}[args.cmd](args)
+    rows = {"build": cmd_build, "upgrade": cmd_upgrade, "keyword": cmd_keyword, "stores": cmd_stores,
+            "details": cmd_details}[args.cmd](args)
     RESULTS.mkdir(exist_ok=True)
     tag = getattr(args, "tag", "keyword")
     out = RESULTS / f"text_store-{args.cmd}-{tag}.json"

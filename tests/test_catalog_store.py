@@ -83,7 +83,7 @@ def docs() -> list[tuple[Document, list[Chunk]]]:
 def test_round_trip_and_dictionary(tmp_path: Path, docs: list) -> None:
     cat = Catalog(tmp_path / "c.sqlite")
     fill(cat, docs)
-    assert cat.compact and keyword_detail(cat.db) == "none"
+    assert cat.compact and keyword_detail(cat.db) == "full"  # the default: positions, fast exact BM25
     assert cat.db.execute("SELECT COUNT(*) FROM dictionaries").fetchone()[0] == 1
     want = {c.chunk_id: c for _, cs in docs for c in cs}
     assert cat.chunks(list(want)) == want
@@ -103,8 +103,12 @@ def test_round_trip_and_dictionary(tmp_path: Path, docs: list) -> None:
     cat.close()
 
 
-def test_keyword_search_ranks_as_the_legacy_layout(tmp_path: Path, docs: list) -> None:
-    new, old = Catalog(tmp_path / "new.sqlite"), legacy(tmp_path / "old.sqlite")
+@pytest.mark.parametrize("detail", ["full", "none"])
+def test_keyword_search_ranks_as_the_legacy_layout(tmp_path: Path, docs: list, detail: str) -> None:
+    """Both keyword-index details score as the legacy layout: ``full`` from its own counts,
+    ``none`` by re-reading the matched chunks' text through the decoding view."""
+    new, old = Catalog(tmp_path / "new.sqlite", keyword_detail=detail), legacy(tmp_path / "old.sqlite")
+    assert keyword_detail(new.db) == detail
     assert not old.compact and keyword_detail(old.db) == "full"
     for cat in (new, old):
         fill(cat, docs)
@@ -117,9 +121,10 @@ def test_keyword_search_ranks_as_the_legacy_layout(tmp_path: Path, docs: list) -
 
 def test_words_of_several_tokens_match_all_of_them(tmp_path: Path, docs: list) -> None:
     """``detail=none`` keeps no positions, so ``storm_ship`` cannot be a phrase: it is the AND of
-    its tokens (a superset of the phrase's matches); ``detail=full`` keeps the phrase."""
-    new, old = Catalog(tmp_path / "new.sqlite"), legacy(tmp_path / "old.sqlite")
-    for cat in (new, old):
+    its tokens (a superset of the phrase's matches); ``detail=full``, the default, keeps the phrase."""
+    new, old, full = Catalog(tmp_path / "new.sqlite", keyword_detail="none"), legacy(tmp_path / "old.sqlite"), \
+        Catalog(tmp_path / "full.sqlite")
+    for cat in (new, old, full):
         fill(cat, docs)
     texts = {c.chunk_id: c.text.split() for _, cs in docs for c in cs}
     both = {i for i, w in texts.items() if "storm" in w and "ship" in w}
@@ -127,6 +132,7 @@ def test_words_of_several_tokens_match_all_of_them(tmp_path: Path, docs: list) -
     assert phrase and phrase < both
     assert {i for i, _ in new.keyword_search("storm_ship", 10_000)} == both
     assert {i for i, _ in old.keyword_search("storm_ship", 10_000)} == phrase
+    assert full.keyword_search("storm_ship", 10_000) == old.keyword_search("storm_ship", 10_000)
 
 
 def test_deletes_and_replacements_keep_the_keyword_index_sound(tmp_path: Path, docs: list) -> None:
@@ -182,7 +188,7 @@ def test_upgrade_converts_a_legacy_catalog(tmp_path: Path, docs: list) -> None:
     size = path.stat().st_size
     old = Catalog(path)
     assert old.upgrade() is True
-    assert old.compact and keyword_detail(old.db) == "none"  # auto: few chunks
+    assert old.compact and keyword_detail(old.db) == "full"  # the default, as the legacy index was
     assert old.chunks(ids) == chunks and old.documents() == documents and old.tombstone_ids() == dead
     assert {q: old.keyword_search(q, 10) for q in qs} == before
     assert old.integrity_errors() == []
@@ -329,7 +335,7 @@ def test_auto_detail_switches_to_full_at_the_bound(tmp_path: Path, docs: list, m
 
     n = sum(len(cs) for _, cs in docs)
     monkeypatch.setattr(store, "FULL_FROM_CHUNKS", n)  # the bound, placed at this corpus's size
-    cat, ref, fixed = Catalog(tmp_path / "c.sqlite"), legacy(tmp_path / "old.sqlite"), \
+    cat, ref, fixed = Catalog(tmp_path / "c.sqlite", keyword_detail="auto"), legacy(tmp_path / "old.sqlite"), \
         Catalog(tmp_path / "none.sqlite", keyword_detail="none")
     fill(cat, docs[:10])
     cat.upgrade()

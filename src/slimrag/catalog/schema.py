@@ -18,14 +18,15 @@ Compact layout (``PRAGMA user_version`` = `COMPACT`)
 - ``chunk_text``: a view of ``(chunk_id, text)`` that decodes blocks through the SQL function
   ``slimrag_text``, registered on every connection the `Catalog` opens (a bare ``sqlite3`` shell
   cannot read the text, and cannot delete chunks: the delete trigger calls the function too).
-- ``chunks_fts``: FTS5, external content over ``chunk_text``, so the text is stored once. With
-  ``detail=none`` the index keeps only which chunks hold a term, and with ``columnsize=0`` not
-  their lengths; BM25 needs both, and FTS5 gets them by re-reading the matched chunks' text
-  through the view, so scores are those of ``detail=full`` (tested), for half the index bytes
-  and much slower queries that match many chunks; `slimrag.catalog.store` chooses by size.
+- ``chunks_fts``: FTS5, external content over ``chunk_text``, so the text is stored once. By
+  default ``detail=full``: term positions and counts, and chunk lengths (``columnsize``), so a
+  query reads only the index. With ``detail=none`` (and ``columnsize=0``) it keeps only which
+  chunks hold a term; BM25 still needs each matched chunk's term counts and length, and FTS5
+  gets them by re-reading and re-tokenizing the chunk's text through the view: the same scores
+  for ~0.45 of the index bytes and 13-25x slower queries (`slimrag.catalog.store`).
 - ``tombstones(chunk_id)``: as before.
 - ``PRAGMA application_id``: the keyword-detail policy the catalog was created with, by its
-  position in `POLICIES` (``auto``, ``none``, ``full``; see `slimrag.catalog.store`). A header
+  position in `POLICIES` (``full``, ``none``, ``auto``; see `slimrag.catalog.store`). A header
   field rather than a settings table, which would cost a page (4 KiB, 0.4% of disfl_qa's index).
 
 Legacy layout (``user_version`` 0): ``documents(source PK, doc_id hex, mtime, size)``,
@@ -42,8 +43,9 @@ from typing import Any
 #: ``PRAGMA user_version`` of a compact catalog (legacy catalogs have 0)
 COMPACT = 3
 LEGACY = 0
-#: keyword-detail policies by their code in ``PRAGMA application_id`` (0, a legacy file's, is auto)
-POLICIES = ("auto", "none", "full")
+#: keyword-detail policies by their code in ``PRAGMA application_id`` (0, a legacy file's and
+#: the default, is full)
+POLICIES = ("full", "none", "auto")
 #: the first chunk id of the block holding chunk ``{id}``
 BLOCK_OF = "SELECT MAX(first) FROM blocks WHERE first<={id}"
 
@@ -109,13 +111,17 @@ def compact_views(detail: str) -> list[str]:
     ]
 
 
-def keyword_index(detail: str) -> list[str]:
+def keyword_index(detail: str, columnsize: bool | None = None) -> list[str]:
     """The FTS5 table over ``chunk_text`` and the trigger that keeps it (and the tombstones)
-    current when chunks are deleted; ``columnsize=0`` goes with ``detail=none`` (both re-read the
-    text)."""
+    current when chunks are deleted. ``columnsize=0`` goes with ``detail=none`` unless
+    ``columnsize`` says otherwise: ``none`` re-reads each matched chunk anyway, and keeping the
+    lengths bought only 15% of its query time for 2% more bytes (disfl_qa, `bench.text_store
+    details`)."""
+    if columnsize is None:
+        columnsize = detail != "none"
     return [
         "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, content='chunk_text', content_rowid='chunk_id', "
-        f"detail={detail}{', columnsize=0' if detail == 'none' else ''})",
+        f"detail={detail}{'' if columnsize else ', columnsize=0'})",
         f"""CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
     INSERT INTO chunks_fts(chunks_fts, rowid, text) SELECT 'delete', old.chunk_id,
         slimrag_text(old.chunk_id, b.first, b.body) FROM blocks b WHERE b.first=({BLOCK_OF.format(id='old.chunk_id')});

@@ -11,17 +11,23 @@ layout is read again at the start of each call, so a catalog that another proces
 an open `Catalog` keeps working.
 
 Knobs
-    `KEYWORD_DETAIL` = ``"auto"``: FTS5's detail option. ``none`` keeps only which chunks hold a
-    term: BM25 scores are the same as with ``full`` (FTS5 re-reads and re-tokenizes the matched
-    chunks to count terms) and the keyword index is ~0.3 of the bytes of ``full``, but a query
-    pays for decoding every chunk it matches, and queries OR all their words, so they match most
-    chunks: measured ~10x the time of ``full`` on 1.5k chunks, ~40x on 20k (`bench.text_store`,
-    docs/benchmarks.md). Without positions a word of several tokens (``max_chunk_id``) cannot be
-    a phrase; it becomes its tokens AND-ed. ``auto`` starts with ``none`` and `upgrade` (run by
-    every compaction) switches to ``full`` once the catalog holds `FULL_FROM_CHUNKS` chunks, so
-    small indexes are smallest and large ones stay fast.
-    `FULL_FROM_CHUNKS` = 5,000: about where a ``none`` query's re-reading costs ~0.1 s on this
-    2-core machine.
+    `KEYWORD_DETAIL` = ``"full"``: the FTS5 detail of a new catalog's keyword index. ``full``
+    keeps term positions and counts and each chunk's length, so BM25 reads only the index: the
+    legacy catalog's top-k (ids and scores) and its speed (median query 0.6-0.75x the legacy
+    catalog's, 300/300 top-10 identical on disfl_qa and the pydoc modules). ``none`` keeps only
+    which chunks hold a term, ~0.45 of the index bytes; BM25's term counts and lengths then come
+    from re-reading and re-tokenizing every chunk a query matches (queries OR all their words, so
+    they match most chunks): 13-25x the legacy catalog's median time at 1.1-1.5k chunks, and
+    without positions a word of several tokens (``max_chunk_id``) is its tokens AND-ed, not a
+    phrase (277/300 top-10 identical on the pydoc modules). Keeping the lengths under ``none``
+    (``columnsize=1``) saved only 15% of that time: the cost is the term counts. Measured with
+    ``python -m bench.text_store details`` (docs/benchmarks.md). ``full`` costs size: disfl_qa's
+    slim folder is 1.30x its text with it, 1.00x with ``none``; exact, fast keyword search is
+    the better default. ``auto`` (opt-in) starts with ``none`` and `upgrade` (run by every
+    compaction) switches to ``full`` once the catalog holds `FULL_FROM_CHUNKS` chunks, never
+    back.
+    `FULL_FROM_CHUNKS` = 5,000: for ``auto`` only; about where a ``none`` query's re-reading
+    costs ~0.1 s on this 2-core machine.
 
 Thread-safety: one connection per `Catalog`; use one `Catalog` per thread (``check_same_thread``
 is left on so misuse fails loudly).
@@ -39,7 +45,7 @@ from typing import Any
 from slimrag.catalog import codec, keyword, schema, upgrade
 from slimrag.types import Chunk, Document
 
-KEYWORD_DETAIL = "auto"
+KEYWORD_DETAIL = "full"
 FULL_FROM_CHUNKS = 5000
 _DETAILS = schema.POLICIES
 _PARAMS = 900  # SQLite's bound-parameter limit, with room
@@ -53,7 +59,7 @@ _BY_SOURCE = "key=slimrag_key(?1) AND source=?1"
 class Catalog:
     """Documents, chunks and FTS5 keyword search in one SQLite file.
 
-    ``keyword_detail``: ``auto``, ``none`` or ``full`` when this call creates the catalog (see
+    ``keyword_detail``: ``full``, ``none`` or ``auto`` when this call creates the catalog (see
     `KEYWORD_DETAIL`); an existing catalog keeps its own."""
 
     def __init__(self, path: Path, *, keyword_detail: str = KEYWORD_DETAIL) -> None:
@@ -344,7 +350,8 @@ class Catalog:
         """Bring the catalog to its smallest form: convert a legacy catalog to the compact layout
         (one transaction: a crash leaves it as it was), train a dictionary it lacks, rewrite the
         text blocks when more than `upgrade.DEAD_SHARE` of their slots belong to deleted chunks,
-        give the keyword index positions once an ``auto`` catalog reaches `FULL_FROM_CHUNKS`,
+        give the keyword index the detail its policy asks for (positions once an ``auto`` catalog
+        reaches `FULL_FROM_CHUNKS`; a legacy catalog becomes `KEYWORD_DETAIL`),
         merge the keyword index, and VACUUM when many pages are free. Safe beside readers and under an
         index writer (SQLite's write lock orders it). Returns True when the layout changed."""
         with self.transaction():

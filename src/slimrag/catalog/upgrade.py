@@ -66,12 +66,12 @@ def convert(db: sqlite3.Connection, coder: codec.Codec, detail: str) -> None:
     db.execute(f"PRAGMA user_version={COMPACT}")
 
 
-def set_keyword_detail(db: sqlite3.Connection, detail: str) -> None:
+def set_keyword_detail(db: sqlite3.Connection, detail: str, columnsize: bool | None = None) -> None:
     """Recreate the keyword index with another FTS5 detail option and fill it from the text;
     call inside a write transaction (the old index stays until it commits)."""
     db.execute("DROP TRIGGER chunks_ad")
     db.execute("DROP TABLE chunks_fts")
-    for stmt in keyword_index(detail):
+    for stmt in keyword_index(detail, columnsize):
         db.execute(stmt)
     db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('rebuild')")
 
@@ -144,9 +144,9 @@ def install_dictionary(db: sqlite3.Connection, coder: codec.Codec, samples: list
 
 def wanted_detail(db: sqlite3.Connection, compact: bool, current: str, default: str, full_from: int) -> str:
     """The keyword index's detail that the catalog's policy (``PRAGMA application_id``, see
-    `schema.POLICIES`; ``default`` for a legacy catalog) asks for now: ``auto`` means ``none``
-    below ``full_from`` chunks, then ``full`` for good (never back: an index shrinking near the
-    bound would flip each time)."""
+    `schema.POLICIES`; ``default`` for a legacy catalog) asks for now: ``full`` or ``none`` as
+    named, and ``auto`` (opt-in) ``none`` below ``full_from`` chunks, then ``full`` for good
+    (never back: an index shrinking near the bound would flip each time)."""
     code = int(db.execute("PRAGMA application_id").fetchone()[0]) if compact else -1
     policy = POLICIES[code] if 0 <= code < len(POLICIES) else default
     if policy != "auto":

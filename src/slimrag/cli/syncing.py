@@ -153,13 +153,15 @@ def watch(folder: str, index: str, quiet_ms: int, max_batch_ms: int, full_sync_p
                 pass
         except KeyboardInterrupt:
             stop.set()
-            if not done.wait(STOP_GRACE_S):  # a sync in progress: leave it behind, as a crash would
+            if done.wait(STOP_GRACE_S):
+                click.echo("stopped", err=True)
+            else:  # a sync in progress: leave it behind, as a crash would
                 click.echo("stopped (the sync in progress was left unfinished; the next sync redoes it)", err=True)
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(0)
-            click.echo("stopped", err=True)
-            return
+            # Out at once: the index is closed or abandoned, and the interpreter's own teardown
+            # (modules, the watcher's thread) costs up to a second on a loaded machine.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
     if "error" in result:
         raise result["error"]
     click.echo(f"stopped after {result['syncs']} syncs", err=True)

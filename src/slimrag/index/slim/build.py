@@ -14,13 +14,14 @@ import numpy as np
 
 from slimrag.index.slim.artifacts import SlimArtifacts
 from slimrag.index.slim.config import SlimConfig
-from slimrag.index.slim.graph import Graph, PhaseClock, build_graph, pick_hubs
+from slimrag.index.slim.graph import Graph, build_graph, pick_hubs
 from slimrag.index.slim.pq import (
     PQConfig,
     ProductQuantizer,
     train_pq,
     training_rows,
 )
+from slimrag.index.slim.prune import PhaseClock
 from slimrag.index.slim.rows import Reader
 
 #: most held-out rows `heldout_error` encodes

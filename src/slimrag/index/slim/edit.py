@@ -16,7 +16,8 @@ import numpy as np
 from slimrag.index.slim._threads import single_thread_blas
 from slimrag.index.slim.artifacts import SlimArtifacts
 from slimrag.index.slim.config import SlimConfig
-from slimrag.index.slim.graph import Graph, _make_strongly_connected, _to_csr, robust_prune
+from slimrag.index.slim.graph import Graph, _make_strongly_connected, _to_csr
+from slimrag.index.slim.prune import robust_prune
 from slimrag.index.slim.searcher import Recompute, SlimSearcher
 
 _PRUNE_BATCH = 256

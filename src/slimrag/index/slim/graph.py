@@ -27,6 +27,8 @@ Algorithm
 6. **CSR.** ``indptr`` (uint32) and ``indices`` in the smallest unsigned type that holds a row id:
    uint16 up to 65,536 rows (2 bytes per edge), uint32 beyond (4 bytes per edge).
 
+Steps 3 and 4 run in ``prune.py``, over batches and blocks of nodes.
+
 Measured (6,000 real MiniLM passage vectors, PQ m=64, ef=128, rerank 24; recall@10 vs brute force):
 alpha=1.0 gives 10.3 edges per node and recall 0.971; alpha=1.2 keeps 12.9 edges and gets *less*
 (0.935): in 384 dimensions the strict rule's more diverse edges navigate better than extra near
@@ -66,23 +68,16 @@ loaded ``Graph`` is read-only and safe to share between threads.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from slimrag.index.slim._threads import single_thread_blas
-from slimrag.index.slim.knn import top_k_columns
 from slimrag.index.slim.pool import candidate_pool
-from slimrag.index.slim.rows import Reader
+from slimrag.index.slim.prune import PhaseClock, forward_prune, merge_reverse
 
 INDPTR_FILE = "graph_indptr.npy"
 INDICES_FILE = "graph_indices.npy"
-_PRUNE_BATCH = 512
-_MERGE_BLOCK = 65536  # nodes per block of the reverse-edge merge
-_MAX_PIVOTS = 2048  # long-range pivots: 2 sqrt(n) up to 1M rows, this many beyond
-_NEAR = 8  # closest candidates kept per node for the connectivity repair
 POOLS = ("auto", "exact", "hnsw", "hnsw-knn")
 
 
@@ -194,44 +189,6 @@ def index_dtype(n: int) -> np.dtype:
     return np.dtype(np.uint64)
 
 
-def robust_prune(
-    vectors: np.ndarray, cand: np.ndarray, cand_sims: np.ndarray, limits: np.ndarray, alpha: float | np.ndarray,
-    gathered: np.ndarray | None = None,
-) -> np.ndarray:
-    """Vamana's RobustPrune, vectorised over rows: which candidates each node keeps.
-
-    cand: (b, c) candidate ids sorted closest first, ``-1`` for padding; cand_sims: their inner
-    products with the node; limits: (b,) max kept per node; gathered: the candidates' vectors
-    (b, c, d) when the caller has them already (else read from ``vectors``). Returns a (b, c)
-    bool mask.
-    """
-    b, c = cand.shape
-    valid = cand >= 0
-    g = vectors[np.where(valid, cand, 0)] if gathered is None else gathered
-    # Sims among candidates. A loop of 2-D products: numpy's stacked matmul does not use BLAS
-    # and is ~30x slower here.
-    pair = np.empty((b, c, c), dtype=np.float32)
-    for i in range(b):
-        np.matmul(g[i], g[i].T, out=pair[i])
-    alive = valid.copy()
-    kept = np.zeros((b, c), dtype=bool)
-    count = np.zeros(b, dtype=np.int64)
-    a2 = np.broadcast_to(np.asarray(alpha, dtype=np.float32) ** 2, (b,))
-    far_p = 1.0 - cand_sims  # d^2(p, c) / 2
-    for t in range(c):
-        sel = alive[:, t] & (count < limits)
-        if not sel.any():
-            continue
-        kept[sel, t] = True
-        count += sel
-        rows = np.flatnonzero(sel)
-        # Drop c when alpha * d(s, c) <= d(p, c), i.e. alpha^2 (1 - s·c) <= 1 - p·c.
-        covered = a2[rows, None] * (1.0 - pair[rows, t, :]) <= far_p[rows]
-        alive[rows] &= ~covered
-        alive[:, t] = False
-    return kept
-
-
 def build_graph(vectors: np.ndarray, config: GraphConfig | None = None, stats: dict | None = None) -> Graph:
     """Build the pruned proximity graph of unit-norm ``vectors`` (n, d) float32, in memory or an
     ``np.memmap`` (read in blocks, `rows.Reader`; never copied whole).
@@ -261,10 +218,10 @@ def build_graph(vectors: np.ndarray, config: GraphConfig | None = None, stats: d
         limits[np.argsort(-indeg, kind="stable")[:n_hubs]] = config.max_degree
     root = int(np.argmax(indeg))
     del indeg
-    src, dst, sim, near = _forward_prune(x, pool, limits, config)
+    src, dst, sim, near = forward_prune(x, pool, limits, config)
     del pool
     clock.lap("prune")
-    src, dst, sim = _merge_reverse(x, src, dst, sim, limits, config)
+    src, dst, sim = merge_reverse(x, src, dst, sim, limits, config)
     del sim
     clock.lap("reverse")
     src, dst = _make_strongly_connected(n, src, dst, near, root)
@@ -273,160 +230,11 @@ def build_graph(vectors: np.ndarray, config: GraphConfig | None = None, stats: d
     return graph
 
 
-class PhaseClock:
-    """Writes each phase's wall seconds (``NAME_s``) and this process's CPU seconds, all threads
-    (``NAME_cpu_s``), into a stats dict: on a shared machine the CPU time is the steadier figure."""
-
-    def __init__(self, stats: dict) -> None:
-        self.stats = stats
-        self.wall, self.cpu = time.perf_counter(), time.process_time()
-
-    def lap(self, name: str) -> None:
-        """Record the time since the last lap as phase ``name``."""
-        wall, cpu = time.perf_counter(), time.process_time()
-        self.stats[f"{name}_s"] = wall - self.wall
-        self.stats[f"{name}_cpu_s"] = cpu - self.cpu
-        self.wall, self.cpu = wall, cpu
-
-
-def _pivots(n: int, config: GraphConfig) -> np.ndarray:
-    """The seeded sample whose nearest members give each node its long-range candidates: ~2
-    sqrt(n) nodes, at most ``_MAX_PIVOTS`` (their scores cost ``n * pivots * d`` flops)."""
-    extra = min(config.long_range, n - 1)
-    if extra <= 0:
-        return np.zeros(0, dtype=np.int64)
-    rng = np.random.default_rng(config.seed)
-    count = min(n, max(extra + 1, min(_MAX_PIVOTS, int(2 * np.sqrt(n)))))
-    return np.sort(rng.choice(n, count, replace=False)).astype(np.int64)
-
-
-def _forward_prune(
-    x: np.ndarray, pool: np.ndarray, limits: np.ndarray, config: GraphConfig
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Robust-prune every node's candidates, ``_PRUNE_BATCH`` nodes at a time: the pool's ids
-    (deduplicated, scored exactly, closest ``candidates`` kept) plus the node's ``long_range``
-    nearest pivots. Returns the kept edges (src, dst int32, sim float32; grouped by src, closest
-    first) and each node's ``_NEAR`` closest candidates (n, _NEAR) int32, for connectivity repair."""
-    n = len(x)
-    reader = Reader(x)
-    pivots = _pivots(n, config)
-    pivot_vecs = reader.take(pivots)
-    extra = min(config.long_range, max(len(pivots) - 1, 0))
-    near = np.full((n, _NEAR), -1, dtype=np.int32)
-    out_s, out_d, out_v = [], [], []
-    with single_thread_blas():
-        for start in range(0, n, _PRUNE_BATCH):
-            stop = min(n, start + _PRUNE_BATCH)
-            own = np.arange(start, stop)
-            cand = np.sort(pool[start:stop].astype(np.int64), axis=1)
-            dup = np.zeros(cand.shape, dtype=bool)
-            dup[:, 1:] = cand[:, 1:] == cand[:, :-1]
-            cand[dup | (cand == own[:, None])] = -1
-            xb = reader.block(start, stop)
-            g = reader.take(np.maximum(cand, 0))  # (b, w, d)
-            sims = np.einsum("bwd,bd->bw", g, xb)
-            sims[cand < 0] = -np.inf
-            if extra:
-                ps = xb @ pivot_vecs.T
-                ps[pivots[None, :] == own[:, None]] = -np.inf  # a pivot is not its own long-range neighbour
-                top = top_k_columns(ps, extra)
-                e_ids = pivots[top]
-                e_sims = np.take_along_axis(ps, top, axis=1)
-                clash = (e_ids[:, :, None] == cand[:, None, :]).any(axis=2) | ~np.isfinite(e_sims)
-                e_ids[clash] = -1
-                e_sims[clash] = -np.inf
-                cand = np.concatenate([cand, e_ids], axis=1)
-                sims = np.concatenate([sims, e_sims], axis=1)
-                g = np.concatenate([g, pivot_vecs[top]], axis=1)
-            width = min(cand.shape[1], config.candidates + extra)
-            order = np.argsort(-sims, axis=1, kind="stable")[:, :width]
-            cand = np.take_along_axis(cand, order, axis=1)
-            sims = np.take_along_axis(sims, order, axis=1)
-            # Row gather on the flattened (b * w, d) matrix: a memcpy per row, ~10x faster than
-            # take_along_axis with a broadcast (b, width, 1) index.
-            flat = (order + np.arange(len(order))[:, None] * g.shape[1]).reshape(-1)
-            g = np.take(g.reshape(-1, g.shape[2]), flat, axis=0).reshape(len(order), width, g.shape[2])
-            cand[~np.isfinite(sims)] = -1
-            near[start:stop, : min(_NEAR, width)] = cand[:, :_NEAR]
-            kept = robust_prune(x, cand, sims, limits[start:stop], config.alpha, gathered=g)
-            r, c = np.nonzero(kept)
-            out_s.append((start + r).astype(np.int32))
-            out_d.append(cand[r, c].astype(np.int32))
-            out_v.append(sims[r, c].astype(np.float32))
-    reader.done()
-    return np.concatenate(out_s), np.concatenate(out_d), np.concatenate(out_v), near
-
-
 def pick_hubs(graph: Graph, count: int) -> np.ndarray:
     """The ``count`` rows of highest in-degree (ties by row id), as int64: the best-connected
     nodes, used as search entry points and kept as fp16 vectors."""
     count = max(0, min(int(count), graph.n))
     return np.sort(np.argsort(-graph.in_degrees(), kind="stable")[:count]).astype(np.int64)
-
-
-def _merge_reverse(
-    x: np.ndarray,
-    src: np.ndarray,
-    dst: np.ndarray,
-    sim: np.ndarray,
-    limits: np.ndarray,
-    config: GraphConfig,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Add every kept edge's reverse and robust-prune the nodes then over budget (Vamana's second
-    pass). ``src`` must be grouped by node (as `_forward_prune` returns it). Works in blocks of
-    ``_MERGE_BLOCK`` nodes, so its temporaries are a block's edges, not all of them; returns the
-    merged edges (int32, float32) grouped by src, closest first."""
-    n = x.shape[0]
-    rev = np.argsort(dst, kind="stable")
-    r_src, r_dst, r_sim = dst[rev], src[rev], sim[rev]
-    del rev
-    f_ptr = np.searchsorted(src, np.arange(0, n + _MERGE_BLOCK, _MERGE_BLOCK).clip(max=n))
-    r_ptr = np.searchsorted(r_src, np.arange(0, n + _MERGE_BLOCK, _MERGE_BLOCK).clip(max=n))
-    reader = Reader(x)
-    out_s, out_d, out_v = [], [], []
-    for b, a in enumerate(range(0, n, _MERGE_BLOCK)):
-        fs, fe, rs, re_ = f_ptr[b], f_ptr[b + 1], r_ptr[b], r_ptr[b + 1]
-        s_all = np.concatenate([src[fs:fe], r_src[rs:re_]]).astype(np.int64)
-        d_all = np.concatenate([dst[fs:fe], r_dst[rs:re_]]).astype(np.int64)
-        v_all = np.concatenate([sim[fs:fe], r_sim[rs:re_]])
-        _, first = np.unique((s_all - a) * n + d_all, return_index=True)
-        s_all, d_all, v_all = s_all[first], d_all[first], v_all[first]
-        order = np.lexsort((-v_all, s_all))
-        s_all, d_all, v_all = s_all[order], d_all[order], v_all[order]
-        width_nodes = min(_MERGE_BLOCK, n - a)
-        counts = np.bincount(s_all - a, minlength=width_nodes)
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        rank = np.arange(len(s_all)) - starts[s_all - a]
-        over = counts > limits[a : a + width_nodes]
-        keep = ~over[s_all - a]
-        rows = np.flatnonzero(over)
-        if len(rows):
-            # Nodes over budget: robust-prune their merged lists (capped at `candidates`, closest first).
-            width = config.candidates
-            sel = over[s_all - a] & (rank < width)
-            pos = np.full(width_nodes, -1, dtype=np.int64)
-            pos[rows] = np.arange(len(rows))
-            cand = np.full((len(rows), width), -1, dtype=np.int64)
-            csim = np.full((len(rows), width), -np.inf, dtype=np.float32)
-            cand[pos[s_all[sel] - a], rank[sel]] = d_all[sel]
-            csim[pos[s_all[sel] - a], rank[sel]] = v_all[sel]
-            kept = np.zeros(cand.shape, dtype=bool)
-            with single_thread_blas():
-                for start in range(0, len(rows), _PRUNE_BATCH):
-                    sl = slice(start, start + _PRUNE_BATCH)
-                    g = reader.take(np.maximum(cand[sl], 0))
-                    kept[sl] = robust_prune(x, cand[sl], csim[sl], limits[a + rows[sl]], config.alpha, gathered=g)
-            r_idx, c_idx = np.nonzero(kept)
-            s_all = np.concatenate([s_all[keep], a + rows[r_idx]])
-            d_all = np.concatenate([d_all[keep], cand[r_idx, c_idx]])
-            v_all = np.concatenate([v_all[keep], csim[r_idx, c_idx]])
-            order = np.lexsort((-v_all, s_all))
-            s_all, d_all, v_all = s_all[order], d_all[order], v_all[order]
-        out_s.append(s_all.astype(np.int32))
-        out_d.append(d_all.astype(np.int32))
-        out_v.append(v_all)
-    reader.done()
-    return np.concatenate(out_s), np.concatenate(out_d), np.concatenate(out_v)
 
 
 def _reached_from(n: int, src: np.ndarray, dst: np.ndarray, seeds: np.ndarray, reached: np.ndarray) -> None:

@@ -103,3 +103,28 @@ def test_gguf_written_from_a_reference_model_gives_its_logits(family: str, smoll
         want = ref(torch.tensor([ids])).logits[0]
         got = model.forward(torch.tensor(ids), torch.arange(len(ids)), model.new_cache(), logits="all")
     assert got is not None and (got - want).abs().max().item() < 1e-4
+
+
+def test_fast_dequantizers_equal_gguf_quants_bitwise(smollm: weights.LoadedModel) -> None:
+    """The torch Q4_1/Q8_0 dequantizers give gguf.quants' float32 values to the bit, on every such
+    tensor of the embedded file and on random blocks quantized by gguf itself."""
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import dequantize, quantize
+
+    from slimrag.llm.engine.gguf import FAST_DEQUANT
+
+    file = GGUFFile(smollm.path)
+    seen = set()
+    for info in file.tensors.values():
+        fast = FAST_DEQUANT.get(info.ggml_type)
+        if fast is not None:
+            raw = file.raw(info)
+            want = dequantize(raw, GGMLQuantizationType(info.ggml_type))
+            assert np.array_equal(fast(raw), want.reshape(raw.shape[0], -1)), info.name
+            seen.add(info.ggml_type)
+    assert seen == set(FAST_DEQUANT)
+    rng = np.random.default_rng(0)
+    for kind in FAST_DEQUANT:
+        w = (rng.standard_normal((16, 256)) * 3).astype(np.float32)
+        raw = quantize(w, GGMLQuantizationType(kind))
+        assert np.array_equal(FAST_DEQUANT[kind](raw), dequantize(raw, GGMLQuantizationType(kind)))

@@ -9,9 +9,12 @@ SmolLM2 file with its 49k-token vocabulary, against 0.2 s for this parser, measu
 development machine under load). Tensor bytes are never copied before
 use: each is a ``numpy`` view of the map, dequantized by ``gguf.quants.dequantize`` (the
 reference dequantizers that llama.cpp's Python tools and transformers use, so the float32 values
-are the same numbers) and turned into a torch tensor, one tensor at a time, so peak memory is the
+are the same numbers) and turned into a torch tensor, one tensor at a time. The two block types
+of the embedded model, Q4_1 and Q8_0, are dequantized by :data:`FAST_DEQUANT` instead: the same
+float32 arithmetic in torch (``d * q + m``), bitwise equal to ``gguf.quants`` on every tensor of
+the embedded file and 1.9x faster (13.9 s against 7.2 s of one saturated core), so peak memory is the
 model in the target dtype plus one tensor. Tensors are dequantized on a thread pool (numpy
-releases the GIL): 1.3 s of dequantizing for SmolLM2-135M Q4_1 on one core.
+releases the GIL).
 
 Names. llama.cpp's names map to HF's (``blk.3.attn_q.weight`` -> ``model.layers.3.self_attn.q_proj.weight``).
 For the llama architecture (Llama, SmolLM2, Mistral) llama.cpp's converter permuted the rows of
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 MAGIC = b"GGUF"
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
@@ -53,6 +58,33 @@ _LAYER_NAMES = {
 }
 _TOP_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
               "output.weight": "lm_head.weight"}
+
+
+def _blocks(raw: np.ndarray, size: int) -> torch.Tensor:
+    with warnings.catch_warnings():  # a read-only view of the map; it is only read
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(raw).reshape(-1, size)
+
+
+def _q4_1(raw: np.ndarray) -> np.ndarray:
+    """Q4_1: blocks of 32 weights as (f16 scale d, f16 minimum m, 16 bytes of 4-bit q); w = d*q + m,
+    the low nibbles first."""
+    b = _blocks(raw, 20)
+    d = b[:, 0:2].contiguous().view(torch.float16).float()
+    m = b[:, 2:4].contiguous().view(torch.float16).float()
+    q = torch.cat([b[:, 4:] & 0x0F, b[:, 4:] >> 4], dim=1).float()
+    return (d * q + m).reshape(raw.shape[0], -1).numpy()
+
+
+def _q8_0(raw: np.ndarray) -> np.ndarray:
+    """Q8_0: blocks of 32 weights as (f16 scale d, 32 int8 q); w = d*q."""
+    b = _blocks(raw, 34)
+    d = b[:, 0:2].contiguous().view(torch.float16).float()
+    return (d * b[:, 2:].contiguous().view(torch.int8).float()).reshape(raw.shape[0], -1).numpy()
+
+
+#: ggml type id -> a torch dequantizer bitwise equal to ``gguf.quants`` (see the module header).
+FAST_DEQUANT = {3: _q4_1, 8: _q8_0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +177,8 @@ class GGUFFile:
         from gguf.constants import GGMLQuantizationType
         from gguf.quants import dequantize
 
-        qtype = GGMLQuantizationType(info.ggml_type)
-        out = dequantize(self.raw(info), qtype)
+        fast = FAST_DEQUANT.get(info.ggml_type)
+        out = fast(self.raw(info)) if fast is not None else dequantize(self.raw(info), GGMLQuantizationType(info.ggml_type))
         if out.dtype != np.float32 or not out.flags.writeable:  # F32/F16 come back as views of the map
             out = out.astype(np.float32)
         return out.reshape(info.shape)

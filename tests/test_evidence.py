@@ -17,7 +17,7 @@ from slimrag.index.core import Index
 from slimrag.llm.base import Delta, Generator
 from slimrag.prompt import Prompt
 from slimrag.rag.attribution import attribute, with_markers
-from slimrag.rag.evidence import EvidenceConfig, Weights, answer_type, evidence_answer, rank_sentences
+from slimrag.rag.evidence import EvidenceConfig, Memo, Weights, answer_type, evidence_answer, rank_sentences
 from slimrag.rag.guards import NO_ANSWER
 from slimrag.rag.pipeline import RAG
 from slimrag.rag.sentences import content_words, key_terms, split_sentences
@@ -150,3 +150,27 @@ def test_answers_carry_evidence_and_attribution(idx: Index) -> None:
     plain = RAG(idx, Fixed("Half an hour."), attribution=False).ask(QUESTION)
     assert plain.evidence and not plain.support and not plain.used and plain.marked == ""
     assert RAG(idx, Fixed("x")).evidence_answer(QUESTION).evidence[0].label == "notes/recipes.rst#0"
+
+
+class Counting:
+    """The real embedder, counting the texts it is asked to embed."""
+
+    def __init__(self, embedder: LocalEmbedder) -> None:
+        self.embedder, self.texts = embedder, 0
+
+    def embed(self, texts: list[str]) -> object:
+        self.texts += len(texts)
+        return self.embedder.embed(texts)
+
+
+def test_memo_embeds_each_text_once(idx: Index) -> None:
+    counting = Counting(idx.embedder)
+    memo = Memo(counting)
+    hits = idx.search(QUESTION, k=4)
+    first = rank_sentences(QUESTION, hits, memo)
+    n = counting.texts
+    assert rank_sentences(QUESTION, hits, memo) == first and counting.texts == n  # all remembered
+    attribute(QUESTION, "Simmer them for half an hour.", hits, memo)
+    assert counting.texts == n + 1  # only the answer's one sentence is new
+    direct = rank_sentences(QUESTION, hits, idx.embedder)  # same vectors (to float rounding), same ranking
+    assert [(e.label, e.text) for e in first] == [(e.label, e.text) for e in direct]

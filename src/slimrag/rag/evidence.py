@@ -101,6 +101,22 @@ class Embeds(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
+class Memo:
+    """An `Embeds` that remembers the vectors of the texts it has embedded, so evidence and then
+    attribution of one answer embed its passage sentences once. For one answer; not thread-safe."""
+
+    def __init__(self, embedder: Embeds) -> None:
+        self.embedder = embedder
+        self.vectors: dict[str, np.ndarray] = {}
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """The vectors of ``texts``, embedding in one batch only those not seen before."""
+        new = list(dict.fromkeys(t for t in texts if t not in self.vectors))
+        if new:
+            self.vectors.update(zip(new, np.asarray(self.embedder.embed(new)), strict=True))
+        return np.stack([self.vectors[t] for t in texts]) if texts else np.zeros((0, 0), dtype=np.float32)
+
+
 _YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})s?\b|\b\d{1,2}(st|nd|rd|th)\b|century|centuries", re.I)
 _MONTH = re.compile(r"\b(january|february|march|april|may|june|july|august|september|october|november|"
                     r"december|spring|summer|autumn|winter)\b", re.I)

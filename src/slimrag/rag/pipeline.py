@@ -48,7 +48,7 @@ from slimrag.llm.decoding import LoopGuard
 from slimrag.prompt import DEFAULT_SYSTEM, Passage, Prompt
 from slimrag.rag.attribution import attribute, with_markers
 from slimrag.rag.condense import CONDENSERS
-from slimrag.rag.evidence import EvidenceConfig, evidence_answer, rank_sentences
+from slimrag.rag.evidence import EvidenceConfig, Memo, evidence_answer, rank_sentences
 from slimrag.rag.guards import NO_ANSWER, CitationCheck, Guards, answerable
 from slimrag.rag.plan import PlanningCache, plan_prompt
 from slimrag.rag.shadow import ShadowCache
@@ -248,10 +248,11 @@ class RAG:
         with ``attribution``, each sentence's support, the sources used and the marked text."""
         if answer.abstained or not answer.sources:
             return answer
-        evidence = tuple(rank_sentences(question, answer.sources, self.index.embedder, self.evidence))
+        embedder = Memo(self.index.embedder)  # the passage sentences are embedded once for both
+        evidence = tuple(rank_sentences(question, answer.sources, embedder, self.evidence))
         if not self.attribution:
             return replace(answer, evidence=evidence)
-        check = attribute(question, answer.text, answer.sources, self.index.embedder)
+        check = attribute(question, answer.text, answer.sources, embedder)
         return replace(answer, evidence=evidence, support=check.support, used=check.used,
                        marked=with_markers(answer.text, check))
 

@@ -107,7 +107,7 @@ def _source_filter(idx: Any, source: str | None) -> str | None:
     """`source_pattern` against ``idx``'s stored names (listed only when a filter is given)."""
     if source is None:
         return None
-    return source_pattern(source, [d.source for d in idx.documents()], idx.manifest.get("source_root"))
+    return source_pattern(source, [d.source for d in idx.documents()], idx.manifest.source_root)
 
 
 class SlimragTools:
@@ -188,7 +188,7 @@ class SlimragTools:
         def run(idx: Any) -> DocumentList:
             docs = idx.documents()
             if source:
-                meant = set(sources_meant(source, [d.source for d in docs], idx.manifest.get("source_root")))
+                meant = set(sources_meant(source, [d.source for d in docs], idx.manifest.source_root))
                 docs = [d for d in docs if d.source in meant]
             return DocumentList(len(docs), [DocumentInfo.from_document(d) for d in docs[:limit]],
                                 int(idx.status()["chunks"]))

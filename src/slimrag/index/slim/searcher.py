@@ -239,16 +239,17 @@ class SlimSearcher:
     def stop_margin(self, config: SearchConfig | None = None) -> float | None:
         """The stop margin that reaches ``config.recall`` on this generation's calibration
         (`SlimArtifacts.stop_table`): the smallest tabulated margin whose calibrated recall@10
-        is at least the target, or the largest if none is. None when the depth is fixed:
+        is at least the target, or that reaches the table's best recall if none does. None when the depth is fixed:
         ``recall=0``, ``early_stop=False``, or a generation built before the calibration."""
         cfg = config or self.search_config
         table = self.art.stop_table
         if not cfg.recall or not cfg.early_stop or not table:
             return None
-        for margin, recall, _rows in table:
-            if recall >= cfg.recall:
-                return margin
-        return table[-1][0]
+        # A target above what the calibration reached asks for its best: the smallest margin that
+        # reaches the table's highest recall, not the largest margin (which reranks the whole pool:
+        # median 128 rows at 300k with overlap 1, for nothing the calibration could see).
+        target = min(cfg.recall, max(recall for _m, recall, _r in table))
+        return next(margin for margin, recall, _rows in table if recall >= target)
 
     def _done(self, pool: tuple[np.ndarray, np.ndarray], exact: dict[int, float], pos: int, limit: int, k: int,
               early_stop: bool, bound: float, floor: int) -> bool:

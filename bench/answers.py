@@ -1,0 +1,219 @@
+"""Benchmark: answers you can check. Evidence sentences, model answers, and their latency, per QA set
+and search mode.
+
+``python -m bench.answers`` (``--questions 300 --k 4 --llm-questions 30``), on the QA sets of
+`bench.qa_sets` (disfl_qa, nq_conflicts), for each search mode (vector, keyword, hybrid):
+
+- ``retrieved``: the gold passage among the ``k`` retrieved;
+- ``ev1`` / ``ev2``: among the questions whose gold passage was retrieved, the gold answer string
+  (SQuAD-normalised, `bench.qa_workload.normalize`) inside the top-1 / top-2 evidence sentences
+  (`slimrag.rag.evidence`); ``cos2``: the same for the top 2 by embedding cosine alone, the
+  baseline issue 19 measured;
+- ``evidence_ms``: the evidence-only answer (`slimrag.rag.evidence.evidence_answer`: retrieval,
+  relevance floor, sentence ranking) per question, after the index is open: what
+  ``slimrag ask --no-llm`` costs; ``evidence_cpu_ms`` the CPU time of the same (on a machine whose
+  other processes take the cores, wall time measures them; one thread's CPU time measures us);
+- with ``--llm-questions N`` (hybrid only, the first N questions): the embedded model's answer
+  containing the gold answer, with the default system prompt and with each candidate of
+  `PROMPTS`, and its latency per question.
+
+``--tune`` chooses the evidence weights instead: it computes the features once for the questions
+of the first set (disfl_qa) in hybrid mode, scores every weight vector of a small grid (cosine
+fixed at 1, the others in `GRID`), and prints the best ones with their top-2 figure on that set and
+on the second set (nq_conflicts), which had no say in the choice.
+
+Prints a table and writes ``bench/results/answers.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+import numpy as np  # noqa: E402
+
+from bench.qa_sets import SETS, Item, load  # noqa: E402
+from bench.qa_workload import normalize  # noqa: E402
+from slimrag.rag.evidence import FEATURES, Candidates, Weights, features  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "answers.json"
+MODES = ("vector", "keyword", "hybrid")
+#: Values tried for each weight but the cosine's (fixed at 1) by ``--tune``.
+GRID = (0.0, 0.25, 0.5, 1.0, 2.0)
+
+
+@dataclass
+class Case:
+    """One question's evidence candidates: features, and which sentences hold the gold answer."""
+
+    feats: np.ndarray
+    gold_in: np.ndarray  # bool per sentence
+    cos_order: np.ndarray
+
+
+def collect(idx: Any, items: list[Item], mode: str, k: int) -> tuple[list[Case], int]:
+    """Cases for the questions whose gold passage is retrieved, and how many were retrieved."""
+    cases: list[Case] = []
+    for it in items:
+        hits = idx.search(it.question, k=k, mode=mode)
+        if it.source not in {h.source for h in hits}:
+            continue
+        cands = Candidates.of(hits)
+        vecs = np.asarray(idx.embedder.embed([it.question, *cands.texts]), dtype=np.float64)
+        f = features(it.question, hits, cands, vecs[0], vecs[1:])
+        gold = normalize(it.answer)
+        inside = np.array([gold in normalize(t) for t in cands.texts], dtype=bool)
+        cases.append(Case(f, inside, np.argsort(-f[:, 0], kind="stable")))
+    return cases, len(cases)
+
+
+def top_share(cases: list[Case], w: np.ndarray, n: int) -> float:
+    """Share of cases whose gold answer is in the top ``n`` sentences by ``features @ w``."""
+    if not cases:
+        return 0.0
+    hit = 0
+    for c in cases:
+        order = np.argsort(-(c.feats @ w), kind="stable")
+        hit += bool(c.gold_in[order[:n]].any())
+    return hit / len(cases)
+
+
+def tune(args: argparse.Namespace) -> dict[str, Any]:
+    names = args.sets.split(",")
+    data = {}
+    for name in names:
+        idx, items = load(name, args.questions, args.seed)
+        data[name] = collect(idx, items, "hybrid", args.k)[0]
+        idx.close()
+    dev, *held = names
+    rows = []
+    for rest in itertools.product(GRID, repeat=len(FEATURES) - 1):
+        w = np.array((1.0, *rest))
+        rows.append((top_share(data[dev], w, 2), top_share(data[dev], w, 1), w))
+    rows.sort(key=lambda r: (-r[0], -r[1]))
+    out = {"dev": dev, "best": []}
+    print(f"{'weights ' + str(FEATURES):60} {dev + ' ev2/ev1':>18} " + " ".join(f"{h + ' ev2':>16}" for h in held))
+    for ev2, ev1, w in rows[:10]:
+        checks = {h: top_share(data[h], w, 2) for h in held}
+        out["best"].append({"weights": w.tolist(), dev: {"ev2": ev2, "ev1": ev1}, **{h: {"ev2": v} for h, v in checks.items()}})
+        print(f"{str(w.tolist()):60} {ev2:10.3f} / {ev1:.3f} " + " ".join(f"{v:16.3f}" for v in checks.values()))
+    default = Weights().vector()
+    out["default"] = {n: {"ev2": top_share(data[n], default, 2), "ev1": top_share(data[n], default, 1)} for n in names}
+    out["cosine"] = {n: {"ev2": top_share(data[n], np.eye(len(FEATURES))[0], 2)} for n in names}
+    out["n"] = {n: len(data[n]) for n in names}
+    print("default weights", default.tolist(), json.dumps(out["default"]), "cosine only", json.dumps(out["cosine"]))
+    return out
+
+
+def evidence_rows(idx: Any, items: list[Item], k: int) -> dict[str, Any]:
+    from slimrag.rag.evidence import evidence_answer
+
+    out: dict[str, Any] = {}
+    weights = Weights().vector()
+    for mode in MODES:
+        cases, n_ret = collect(idx, items, mode, k)
+        t, c = time.perf_counter(), time.process_time()
+        for it in items:
+            evidence_answer(idx, it.question, k, mode=mode)
+        ms = 1000 * (time.perf_counter() - t) / len(items)
+        cpu_ms = 1000 * (time.process_time() - c) / len(items)
+        out[mode] = {"n": len(items), "retrieved": n_ret / len(items), "ev1": top_share(cases, weights, 1),
+                     "ev2": top_share(cases, weights, 2), "cos2": top_share(cases, np.eye(len(FEATURES))[0], 2),
+                     "evidence_ms": ms, "evidence_cpu_ms": cpu_ms}
+        print(mode, json.dumps(out[mode]), flush=True)
+    return out
+
+
+#: System prompts compared with ``--llm-questions`` (name -> text); "default" is slimrag's before
+#: issue 19 (`slimrag.prompt.DEFAULT_SYSTEM`).
+PROMPTS: dict[str, str] = {
+    "quote": ("You are a helpful assistant. Answer the question using only the passages given. "
+              "Quote the words of the passage that answer it, and cite the passage's label in brackets. "
+              "If the passages do not contain the answer, say you do not know."),
+    "short-first": ("You are a helpful assistant. Answer the question using only the passages given. "
+                    "Start with the short answer itself (a name, a number, a date or a few words), then one "
+                    "sentence from the passage that supports it, with the passage's label in brackets. "
+                    "If the passages do not contain the answer, say you do not know."),
+}
+
+
+def llm_rows(idx: Any, items: list[Item], k: int, n: int, llm: str | None = None,
+             prompts: str = "default,quote,short-first") -> dict[str, Any]:
+    from slimrag.prompt import DEFAULT_SYSTEM
+    from slimrag.rag.pipeline import RAG
+
+    out: dict[str, Any] = {}
+    rag = RAG(idx, llm, mode="hybrid", attribution=False)
+    rag.generation = replace(rag.generation, max_new_tokens=64)
+    answers: dict[str, list[str]] = {}
+    systems = {"default": DEFAULT_SYSTEM, **PROMPTS}
+    for name in prompts.split(","):
+        system = systems[name]
+        rag.system = system
+        right = 0
+        t = time.perf_counter()
+        answers[name] = []
+        for it in items[:n]:
+            ans = rag.ask(it.question, k)
+            answers[name].append(ans.text)
+            right += normalize(it.answer) in normalize(ans.text)
+        out[name] = {"n": n, "contains_gold": right / n, "s_per_answer": (time.perf_counter() - t) / n}
+        print("llm", name, json.dumps(out[name]), flush=True)
+    out["answers"] = answers
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--questions", type=int, default=300)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--llm-questions", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tune", action="store_true")
+    ap.add_argument("--llm-only", action="store_true", help="only the model rows (with --llm-questions)")
+    ap.add_argument("--llm", default=None, help="the generator: None for the embedded model, or a URL")
+    ap.add_argument("--prompts", default="default,quote,short-first", help="system prompts to compare")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    res: dict[str, Any] = {"args": vars(args), "machine": platform.platform(), "load_before": os.getloadavg()}
+    if args.tune:
+        res["tune"] = tune(args)
+    else:
+        res["sets"] = {}
+        for name in args.sets.split(","):
+            idx, items = load(name, args.questions, args.seed)
+            res["sets"][name] = {} if args.llm_only else {"evidence": evidence_rows(idx, items, args.k)}
+            if args.llm_questions:
+                res["sets"][name]["llm"] = llm_rows(idx, items, args.k, args.llm_questions, args.llm, args.prompts)
+            idx.close()
+    res["load_after"] = os.getloadavg()
+    out = args.out.with_name(args.out.stem + "-tune.json") if args.tune else args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=1, default=str))
+    if not args.tune:
+        print(f"{'set':13} {'mode':8} {'n':>4} {'retrieved':>9} {'ev1':>6} {'ev2':>6} {'cos2':>6} {'evid ms':>8} "
+              f"{'cpu ms':>7}")
+        for name, r in res["sets"].items():
+            for mode, m in r.get("evidence", {}).items():
+                print(f"{name:13} {mode:8} {m['n']:>4} {m['retrieved']:9.3f} {m['ev1']:6.3f} {m['ev2']:6.3f} "
+                      f"{m['cos2']:6.3f} {m['evidence_ms']:8.1f} {m.get('evidence_cpu_ms', 0):7.1f}")
+            for p, m in r.get("llm", {}).items():
+                if p == "answers":
+                    continue
+                print(f"{name:13} llm:{p:10} n={m['n']} contains gold {m['contains_gold']:.3f}, "
+                      f"{m['s_per_answer']:.2f} s/answer")
+
+
+if __name__ == "__main__":
+    main()

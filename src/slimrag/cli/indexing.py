@@ -75,7 +75,12 @@ def check_out(out: str, source: str, force: bool) -> None:
 def build(source: str, out: str, storage: str, chunk_tokens: int, chunk_overlap: int, dtype: str,
           ignore: tuple[str, ...], embedder_url: str | None, embedder_model: str | None, force: bool,
           use_ray: bool, ray_address: str | None, as_json: bool) -> None:
-    """Build an index from a folder or file."""
+    """Build an index from a folder or file.
+
+    Stored names (cited in answers, matched by remove, sync and --source): a file of the folder is
+    named by its path relative to the folder (guide/cats.md); a file from anywhere else, added
+    later, by its absolute path. An index built from a single file has no indexed folder and
+    names every file by its absolute path."""
     from slimrag.index.core import Index
 
     try:
@@ -115,7 +120,12 @@ def build(source: str, out: str, storage: str, chunk_tokens: int, chunk_overlap:
 @click.option("--json", "as_json", is_flag=True)
 def add(index: str, paths: tuple[str, ...], use_ray: bool, ray_address: str | None, embed_actors: int | None,
         as_json: bool) -> None:
-    """Add or update files or folders in an index."""
+    """Add or update files or folders in an index.
+
+    Stored names: a file inside the folder the index was built from is named by its path relative
+    to that folder (guide/cats.md); any other file, from another folder, drive or mount, by its
+    absolute path (/home/me/notes/dogs.md), which stays right if the indexed folder moves. An
+    unchanged file added again is recognised by that name and not read twice."""
     with open_index(index) as idx:
         with show_progress():  # its last line before the report
             if use_ray or ray_address:

@@ -3,9 +3,12 @@
 Used by `Index.remove` (and so by ``slimrag remove``) and by the CLI's ``--source`` filter; it
 lives in the index room so that the Python API and the command line read a path the same way.
 
-An index stores a file's source name relative to the folder it was built from (``guide/cats.md``
-for ``docs/guide/cats.md`` built from ``docs``), or absolute for a file added from outside that
-folder (`slimrag.ingest.source`). A user types what their shell shows: a path relative to the
+An index stores a file's source name by one rule (`slimrag.ingest.source.source_name`): relative
+to the folder it was built from (``guide/cats.md`` for ``docs/guide/cats.md`` built from ``docs``),
+or absolute for any file outside that folder, and for every file of an index built from files or
+texts, which has no such folder. Indexes built before the rule stored the same names, but for a
+folder added to an index with no indexed folder (its files relative to that folder): spelling 2
+below still finds those. A user types what their shell shows: a path relative to the
 current folder (``docs/guide/cats.md``), one relative to the indexed folder (``guide/cats.md``),
 an absolute path, a folder (``guide``, ``dpkg``), or a glob (``'guide/*.md'``). This module turns
 one such argument into the stored names it means.

@@ -17,12 +17,15 @@ under one hold of the writer lock (`slimrag.index.lock`), so no other writer int
    indexed (now ignored, too large, unparsable, empty), as a fresh build would not hold them.
 
 Which documents are "of this folder" (the only candidates for removal, so a sync of folder A never
-deletes what came from folder B): names are formed as `add` forms them, relative to the index's
-source root (the folder it was built from) when the folder is inside it, absolute otherwise. So
-the folder's scope is the prefix ``sub/`` for a subfolder of the root, every relative name for the
-root itself, ``/abs/path/`` for a folder outside it (and both, every relative name and its own
-absolute prefix, for a folder that contains the root). An index with no source root (created from
-files or texts) names a synced folder's files relative to that folder. A text added as a
+deletes what came from folder B): names are formed by `add`'s one rule (`ingest.source.source_name`),
+relative to the index's source root (the folder it was built from) for a file inside it, absolute
+otherwise. So the folder's scope is the prefix ``sub/`` for a subfolder of the root, every relative
+name for the root itself, ``/abs/path/`` for a folder outside it (and both, every relative name and
+its own absolute prefix, for a folder that contains the root). An index with no source root
+(created from files, several inputs or texts) names every file absolutely, so a folder's scope
+there is its absolute prefix, plus every relative name: versions before the one naming rule stored
+a synced or added folder's files relative to that folder, and the first sync replaces those names
+with absolute ones (the files are read and embedded again once). A text added as a
 ``(source, text)`` pair under a name inside the scope is indistinguishable from a file of the
 folder, and a sync removes it when no such file exists. When the index folder itself lies inside
 the synced folder it is left out of the listing (an index never indexes itself).
@@ -68,7 +71,7 @@ from slimrag.index.report import AddReport
 from slimrag.ingest.crawl import IGNORE_FILES, MAX_IGNORE_FILE_BYTES
 from slimrag.ingest.outcome import ADDED, OUTSIDE, UNCHANGED, UPDATED, SkipFile, Skipped, message
 from slimrag.ingest.rawfile import read_bounded
-from slimrag.ingest.source import InputItem, PreparedDoc, iter_inputs, prepare
+from slimrag.ingest.source import InputItem, PreparedDoc, iter_inputs, prepare, source_name
 
 if TYPE_CHECKING:
     from slimrag.index.state import IndexState
@@ -134,15 +137,17 @@ class Scope:
         return prefix is not None and name.startswith(prefix)
 
 
-def name_of(path: Path, naming_root: Path) -> str:
-    """The stored name of ``path`` (which need not exist), formed as `ingest.source` forms it:
-    relative to ``naming_root`` when inside it, else absolute."""
-    p = Path(os.path.realpath(path))
-    return p.relative_to(naming_root).as_posix() if p.is_relative_to(naming_root) else p.as_posix()
+def name_of(path: Path, naming_root: Path | None) -> str:
+    """The stored name of ``path`` (which need not exist): `ingest.source.source_name`, the one
+    naming rule (relative to ``naming_root`` when inside it, else absolute)."""
+    return source_name(path, naming_root)
 
 
-def scope_of(folder: Path, naming_root: Path) -> Scope:
-    """The names ``folder`` (resolved) owns in an index whose names are relative to ``naming_root``."""
+def scope_of(folder: Path, naming_root: Path | None) -> Scope:
+    """The names ``folder`` (resolved) owns in an index whose names are relative to ``naming_root``
+    (its source root; None when it has none, module header)."""
+    if naming_root is None:  # every name absolute; relative ones are names of the older rule
+        return Scope("", folder.as_posix().rstrip("/") + "/")
     if folder == naming_root:
         return Scope("", None)
     if naming_root.is_relative_to(folder):  # the root inside the folder: all of the root's names too
@@ -178,7 +183,7 @@ class _Sync:
     def __init__(self, state: IndexState, writer: IndexWriter, folder: Path) -> None:
         self.state, self.writer, self.folder = state, writer, folder
         root = state.manifest.source_path
-        self.naming_root = root if root else folder
+        self.naming_root = root
         if root and not root.is_dir() and not folder.is_relative_to(root):
             log.warning("%s: the folder it was built from, %s, is gone, and %s is not inside it: its files are "
                         "stored under absolute names, beside the old ones. If the folder moved, rebuild the "
@@ -274,8 +279,8 @@ class _Sync:
                 continue
             if not Path(os.path.realpath(path)).is_relative_to(self.folder):
                 link = Path(os.path.abspath(path))  # the link's own name, as the crawl shows it
-                shown = link.relative_to(self.naming_root).as_posix() if link.is_relative_to(self.naming_root) \
-                    else link.as_posix()
+                root = self.naming_root
+                shown = link.relative_to(root).as_posix() if root and link.is_relative_to(root) else link.as_posix()
                 self.report.skip(shown, message(OUTSIDE, f"points to {os.path.realpath(path)}"), OUTSIDE)
                 continue
             items += iter_inputs(path, self.naming_root, (), self.state.config.max_file_bytes, self.report.skipped)

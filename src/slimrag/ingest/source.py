@@ -6,6 +6,19 @@ per-document work (`prepare`: read once, so the SHA-256 and the parsed text come
 bytes; skip if unchanged; parse; chunk), because distributed ingest lists on the driver and
 prepares on Ray workers; both paths call these two functions.
 
+Naming (`source_name`), one rule for every file, wherever it was found: a file inside the
+index's indexed folder (``Manifest.source_root``, the folder it was built from) is stored by its
+path relative to that folder (``guide/cats.md``); any other file by its absolute path, symlinks
+resolved (``/home/me/notes/dogs.md``); an index with no indexed folder (built from files, from
+several inputs, or from texts) names every file absolutely. A ``(source, text)`` pair keeps the
+name it was given. Why not ``../notes/dogs.md`` for outside files: a file on another drive has no
+relative path at all (Windows), one on another mount only a long ``../../..`` chain, a ``..``
+after a symlinked folder means another file than the shell's, and when the indexed folder moves
+every ``../`` name would point at the wrong file, while an absolute name still names the same one.
+Absolute names are also what indexes built before this rule store, so they keep matching. (Before,
+a folder added to an index with no indexed folder had its files named relative to that folder:
+two folders' ``README.md`` collided and the second was dropped.)
+
 Nothing about one input ends the add: every read, decode, parse or chunking failure of a file or
 text becomes a `Skipped` with its reason (`slimrag.ingest.outcome`), which the writer reports as
 one warning. Files are read at most ``max_bytes`` (decompressed ``.gz`` too), whether they were
@@ -54,13 +67,15 @@ class PreparedDoc:
     vectors: np.ndarray | None = None
 
 
-def _source_name(path: Path, root: Path | None) -> str:
-    """Stored source name: relative to the index's source root when inside it, else absolute."""
-    path = path.resolve()
-    if root is not None and path.is_relative_to(root):
-        rel = path.relative_to(root).as_posix()
-        return rel if rel != "." else path.name
-    return path.as_posix()
+def source_name(path: str | Path, root: Path | None) -> str:
+    """The stored name of the file ``path`` (which need not exist) in an index whose indexed folder
+    is ``root`` (resolved; None when it has none): relative to ``root`` when the resolved path lies
+    inside it, else absolute (module header). The one naming rule of add, build, sync and watch."""
+    resolved = Path(os.path.realpath(path))
+    if root is not None and resolved.is_relative_to(root):
+        rel = resolved.relative_to(root).as_posix()
+        return rel if rel != "." else resolved.name
+    return resolved.as_posix()
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +92,8 @@ class InputItem:
 
 def iter_inputs(inputs: Inputs, root: Path | None, ignore: tuple[str, ...], max_bytes: int,
                 skipped: list[Skipped]) -> Iterator[InputItem]:
-    """List every input file or text once, in crawl order, without reading files (only the first
+    """List every input file or text once, in crawl order, named by `source_name` against the
+    indexed folder ``root``, without reading files (only the first
     8 KB of a file whose name no reader claims, to see whether it is text): the crawl rules
     (hidden, ignore files, symlinks, file type, size limit) apply here, to files named directly
     too, and a source listed twice is yielded once. Entries passed over by the crawl are recorded
@@ -96,10 +112,8 @@ def iter_inputs(inputs: Inputs, root: Path | None, ignore: tuple[str, ...], max_
         path = Path(item)
         if not os.path.lexists(path):
             raise IngestError(f"{path} does not exist")
-        base = path.resolve() if path.is_dir() else None
         for f in crawl(path, ignore=ignore, max_bytes=max_bytes, skipped=skipped):
-            source = _source_name(f.path, root) if (root is not None or base is None) else \
-                _source_name(f.path, base)
+            source = source_name(f.path, root)
             if source not in seen:
                 seen.add(source)
                 yield InputItem(source, f.path, None, f.mtime, max_bytes)

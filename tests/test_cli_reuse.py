@@ -61,16 +61,20 @@ def test_ask_reuse_blend_reaches_the_generators_cache_config(index: Path, made: 
 
 
 def test_serve_reuse_reaches_the_generator(index: Path, made: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    import uvicorn
-
+    from slimrag.api import listen
     from slimrag.serve import app as serve_app
 
     served: list[Any] = []
+
+    def run(app: Any, sock: Any, host: str, **kw: Any) -> None:  # serve's uvicorn loop, not entered
+        served.append({"host": host, "port": sock.getsockname()[1]})
+        sock.close()
+
     monkeypatch.setattr(serve_app, "warm_up", served.append)  # no model load: the config is what counts
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.append(kw))
+    monkeypatch.setattr(listen, "run", run)
     r = CliRunner().invoke(cli, ["serve", str(index), "--port", "0", "--reuse", "blend", "--recompute", "none"])
     assert r.exit_code == 0, r.output
-    assert served[0].llm is made[0] and served[1]["port"] == 0
+    assert served[0].llm is made[0] and served[1]["host"] == "127.0.0.1" and served[1]["port"] > 0
     assert made[0].cache_spec == CacheConfig(reuse="blend", recompute="none")
     r = CliRunner().invoke(cli, ["serve", str(index), "--port", "0"])
     assert r.exit_code == 0, r.output

@@ -3,11 +3,12 @@
 transformers exposes its classes through a lazy module: ``from transformers import X`` and the
 auto classes' own look-ups resolve names on first use, and that resolution is not safe when two
 threads do it at once. One of them gets ``ImportError: cannot import name 'AutoModelForCausalLM'``
-while the other is half-way through. slimrag meets this on the first ``ask`` on a new machine:
-the preload thread converts the GGUF model with transformers while the main thread exports the
-embedder to ONNX with transformers (issue 22). Later runs use neither path (both are cached), so
-holding one lock around each whole load or export costs nothing then, and on a first run it turns
-two loads that would fight over two cores into two that follow each other.
+while the other is half-way through. slimrag met this on the first ``ask`` on a new machine
+(issue 22): the preload thread converted the GGUF model with transformers while the main thread
+exported the embedder to ONNX with transformers. The LLM engine now reads the GGUF itself
+(`slimrag.llm.engine`), so the answer path imports no transformers at all; what is left is the
+embedder's one-time ONNX export and its torch runtime, which serve's worker threads can start side
+by side. A cached run uses neither, so the lock costs nothing then.
 
 Rule: code that imports from or calls into transformers or sentence-transformers (which imports
 transformers) does it inside ``with using_transformers():``. The lock is re-entrant, so a guarded

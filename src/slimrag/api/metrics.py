@@ -14,7 +14,8 @@ from slimrag.types import Usage
 
 #: The routes, and so the values of the ``endpoint`` label (anything else counts as ``other``).
 ENDPOINTS = ("/v1/chat/completions", "/v1/embeddings", "/v1/search", "/v1/models", "/healthz", "/metrics",
-             "/v1/status", "/", "/static/app.js", "/static/style.css")
+             "/v1/status", "/", "/static/app.js", "/static/style.css", "/static/markdown.js",
+             "/static/favicon.svg", "/favicon.ico")
 #: Routes with a path parameter, labelled by their template (one series, whatever the id).
 TEMPLATES = (("/v1/passages/", "/v1/passages/{chunk_id}"),)
 

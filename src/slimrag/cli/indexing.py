@@ -163,15 +163,12 @@ def remove(ctx: click.Context, index: str, paths: tuple[str, ...]) -> None:
 
 def text_report(catalog: Any, folder: dict[str, Any]) -> dict[str, Any]:
     """What `info` says about the text store: the bytes of text the documents yielded, the
-    catalog's bytes by part, and the whole folder's size over the text. ``folder_bytes`` and
-    ``catalog_bytes`` leave out SQLite's ``-shm`` file, an index of the WAL that exists only
-    while a connection is open (`info` itself holds one)."""
+    catalog's bytes by part, and the whole folder's size over the text (`Index.stats` leaves out
+    SQLite's transient ``-shm`` file)."""
     text = catalog.text_bytes()
-    shm = Path(str(catalog.path) + "-shm")
-    transient = shm.stat().st_size if shm.exists() else 0
     return {"bytes": text, "catalog_parts": catalog.part_bytes(), "compact": catalog.compact,
-            "catalog_bytes": folder["catalog"] - transient, "folder_bytes": folder["total"] - transient,
-            "ratio": (folder["total"] - transient) / text if text else 0.0}
+            "catalog_bytes": folder["catalog"], "folder_bytes": folder["total"],
+            "ratio": folder["total"] / text if text else 0.0}
 
 
 @cli.command()
@@ -199,8 +196,7 @@ def info(index: str | None, docs: bool, show_llm: bool, as_json: bool) -> None:
 
         t0 = time.perf_counter()
         loaded = load_model()
-        out["llm"] = {"path": str(loaded.path), "from_cache": loaded.from_cache,
-                      "load_s": round(time.perf_counter() - t0, 3)}
+        out["llm"] = {"path": str(loaded.path), "load_s": round(time.perf_counter() - t0, 3)}
     if as_json:
         click.echo(json.dumps(out, indent=2, default=str))
         return
@@ -225,5 +221,5 @@ def info(index: str | None, docs: bool, show_llm: bool, as_json: bool) -> None:
             click.echo(f"  {d['source']}  {d['size']:,} B  {d['doc_id'][:12]}")
     if "llm" in out:
         m = out["llm"]
-        click.echo(f"llm: {m['path']} loaded in {m['load_s']:.2f}s ({'cached safetensors' if m['from_cache'] else 'converted from GGUF'})")
+        click.echo(f"llm: {m['path']} loaded in {m['load_s']:.2f}s (read in place)")
 

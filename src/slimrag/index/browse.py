@@ -74,7 +74,7 @@ class IndexBrowse:
         st, m = self.state, self.state.manifest
         gen = layout.gen_dir(st.root, m.generation)
         gen_files = {p.name: p.stat().st_size for p in sorted(gen.iterdir())}
-        cat = sum(p.stat().st_size for p in st.root.glob(layout.CATALOG + "*"))
+        cat = sum(p.stat().st_size for p in st.root.glob(layout.CATALOG + "*") if layout.stored(p))
         delta = st.root / layout.DELTA
         return {
             "path": str(st.root),

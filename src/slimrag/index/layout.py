@@ -299,9 +299,15 @@ def collect_garbage(root: Path, manifest: Manifest) -> list[str]:
     return removed
 
 
+def stored(path: Path) -> bool:
+    """False for SQLite's ``-shm`` file: an index of the WAL that exists only while a connection
+    is open (a reader measuring the folder holds one), so it is no part of what the index stores."""
+    return not path.name.endswith("-shm")
+
+
 def folder_bytes(path: Path) -> int:
-    """Total size of the files under ``path``."""
+    """Total size of the files under ``path`` that the index stores (see `stored`)."""
     path = Path(path)
     if path.is_file():
         return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and stored(p))

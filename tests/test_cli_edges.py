@@ -21,6 +21,7 @@ from conftest import DOCS, write_tree
 
 from bench.crash import HashEmbedder
 from slimrag.cli import cli
+from slimrag.errors import RequestError
 from slimrag.index.core import Index
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,6 +43,15 @@ def test_an_empty_query_is_one_error_line(index: Index, verb: str, query: str) -
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "empty or white space" in lines[0], lines
+
+
+@pytest.mark.parametrize("mode", ["vector", "keyword", "hybrid"])
+def test_the_library_refuses_an_empty_query_for_every_front_end(index: Index, mode: str) -> None:
+    """Index.search itself refuses it, so MCP's search tool and any script get the same rule."""
+    with pytest.raises(RequestError, match="empty or white space"):
+        index.search(" \t", mode=mode)
+    with pytest.raises(RequestError, match="empty or white space"):
+        index.search_batch(["office cat", ""])
 
 
 def test_a_query_with_words_still_searches(index: Index) -> None:

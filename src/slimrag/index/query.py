@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from slimrag.config import SearchConfig
+from slimrag.errors import RequestError
 from slimrag.index.fusion import fuse
 from slimrag.types import Hit
 
@@ -49,10 +50,12 @@ class IndexQuery:
                config: SearchConfig | None = None) -> list[Hit]:
         """Top-k chunks for ``query``, best first.
 
-        mode: "vector", "keyword" or "hybrid" (reciprocal rank fusion); None means ``config``'s
+        mode: "vector", "keyword" or "hybrid" (both, fused by `slimrag.index.fusion`); None means ``config``'s
         mode, else `SearchConfig`'s default (hybrid). An explicit mode wins over ``config``'s.
         source: optional glob on the stored source path (``docs/*.md``), applied before the top-k
-        cut. config: per-query knobs; when given, its ``k`` is used instead of ``k``."""
+        cut. config: per-query knobs; when given, its ``k`` is used instead of ``k``. An empty or
+        white-space query is a `RequestError` (every search would return arbitrary chunks)."""
+        _check_query(query)
         cfg = config or SearchConfig(k=k)
         if mode is not None and mode != cfg.mode:
             cfg = replace(cfg, mode=mode)  # validated again: an unknown mode raises ValueError
@@ -77,6 +80,8 @@ class IndexQuery:
         if cfg.mode != "vector":
             raise ValueError(f"search_batch does vector search only, got mode={cfg.mode!r}; "
                              "call search() per query for keyword or hybrid")
+        for query in queries:
+            _check_query(query)
         ranked = self._vectors(list(queries), cfg.k, source, cfg)
         return [self._hits(r) for r in ranked]
 
@@ -95,3 +100,7 @@ class IndexQuery:
         chunks = self.state.catalog.chunks([i for i, _ in ranked])
         return [Hit(i, s, chunks[i].text, chunks[i].source, chunks[i].metadata) for i, s in ranked if i in chunks]
 
+
+def _check_query(query: str) -> None:
+    if not query.strip():
+        raise RequestError("the query is empty or white space only; give some words to search for")

@@ -85,6 +85,14 @@ Manifests written before these moved out of ``SlimConfig`` still carry them; the
   the ``recompute`` calls; 8 stops later.
 - ``early_stop`` (default True): the wave-wise stop above. False reranks exactly ``rerank`` rows.
   At k=10 it saves ~1% (a top-10 is a flat stretch of near-equal scores); at k=3-5 a third.
+- ``recall`` (default 0.96): a recall@10 target that makes the rerank depth adapt to the index's
+  size and to each query. The build searches 512 of its own rows as queries and stores, for a grid
+  of PQ-score margins, the recall and median rows each gives (``stop_table`` in ``slim.json``).
+  Past the fixed ``rerank`` floor, reranking continues into the ``ef`` pool until the next row's
+  PQ score plus the margin for the target falls below the k-th exact score. At a fixed depth
+  recall falls as N grows (100k synthetic, rerank 20: 0.978); with the target it holds (0.993 at
+  100k, 0.986 at 300k, 22 median rows both; docs/benchmarks.md "Slim at scale"). 0 keeps the
+  fixed depth.
 
 Latency frontier (issue 10: slim median <= 3x flat at recall@10 >= 0.95, 3,000 passages).
 Measured on the first 3,000 pydocs paragraphs (real MiniLM, 4-bit m=96, 1,000 self-queries,

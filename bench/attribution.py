@@ -44,7 +44,7 @@ from slimrag.rag.evidence import Candidates  # noqa: E402
 from slimrag.rag.sentences import key_terms  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "attribution.json"
-THRESHOLDS = (0.45, 0.5, 0.55, 0.6, 0.65, 0.7)
+THRESHOLDS = (0.3, 0.35, 0.4, 0.45, 0.5, 0.55)
 
 
 def kind(answer: str) -> str | None:

@@ -99,7 +99,7 @@ QUESTION = "How long should lentil soup simmer?"
     ("Simmer the lentils with onion and cumin for half an hour.", True, ()),
     ("The lentils simmer for half an hour with onion and cumin [notes/recipes.rst#0].", True, ()),
     ("Simmer the lentils for two hours.", False, ("two",)),  # a number no passage holds
-    ("Simmer the lentils for forty minutes.", False, ()),  # the bread's number: in the passage, not here
+    ("Bake the bread at 230 degrees for half an hour.", False, ()),  # two sentences' numbers, one claim
     ("Simmer the lentils with onion and cumin for 45 minutes.", False, ("45",)),
     ("Chef Ramsay simmers the lentils with cumin for half an hour.", False, ("ramsay",)),
 ])

@@ -103,9 +103,13 @@ def stem(word: str) -> str:
     return w
 
 
+_SPACED_THOUSANDS = re.compile(r"(?<=\d) , (?=\d{3}\b)")
+
+
 def words(text: str) -> list[str]:
-    """The word tokens of ``text`` (letters and digits, with inner ``'-_.``)."""
-    return _WORD.findall(text)
+    """The word tokens of ``text`` (letters and digits, with inner ``'-_.``; ``40 , 000``, as
+    tokenized text writes ``40,000``, is one number)."""
+    return _WORD.findall(_SPACED_THOUSANDS.sub(",", text))
 
 
 #: Words of conversation, not of content: a sentence made of these ("Sure, I hope this helps!")

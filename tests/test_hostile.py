@@ -58,7 +58,7 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 def test_every_hostile_file_is_skipped_with_its_reason_or_read(hostile: Hostile, chunker: Chunker) -> None:
     skipped: list[Skipped] = []
     read: dict[str, int] = {}
-    for item in iter_inputs(hostile.root, None, (), 20 * 2**20, skipped):
+    for item in iter_inputs(hostile.root, hostile.root, (), 20 * 2**20, skipped):  # as a build of the folder
         out = prepare(item, None, chunker)
         if isinstance(out, Skipped):
             skipped.append(out)

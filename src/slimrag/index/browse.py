@@ -12,7 +12,6 @@ A part of `Index` built on its state (`slimrag.index.state`).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,7 +61,7 @@ class IndexBrowse:
             "path": str(st.root),
             "documents": counts["documents"],
             "chunks": counts["chunks"],
-            "bytes": _bytes_on_disk(st.root),
+            "bytes": layout.folder_bytes(st.root),
             "updated": max(stamps, default=m.updated),
             "storage": m.storage,
             "gen_kind": m.gen_kind,
@@ -98,17 +97,3 @@ def _mtime(path: Path) -> float | None:
         return path.stat().st_mtime
     except FileNotFoundError:
         return None
-
-
-def _bytes_on_disk(root: Path) -> int:
-    """Total size of the files under ``root``. A file or folder that a concurrent compaction's
-    garbage collection deletes while it is counted is skipped (`os.walk` ignores a folder that
-    vanished), so a status never fails for that; the total is then off by what was being freed."""
-    total = 0
-    for folder, _, names in os.walk(root):
-        for name in names:
-            try:
-                total += os.stat(os.path.join(folder, name), follow_symlinks=False).st_size
-            except FileNotFoundError:
-                continue
-    return total

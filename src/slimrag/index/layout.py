@@ -306,8 +306,20 @@ def stored(path: Path) -> bool:
 
 
 def folder_bytes(path: Path) -> int:
-    """Total size of the files under ``path`` that the index stores (see `stored`)."""
+    """Total size of the files under ``path`` that the index stores (see `stored`). A file or
+    folder that a concurrent compaction's garbage collection deletes while it is counted is
+    skipped (`os.walk` ignores a folder that vanished), so a count never fails for that; the total
+    is then off by what was being freed."""
     path = Path(path)
     if path.is_file():
         return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and stored(p))
+    total = 0
+    for folder, _, names in os.walk(path):
+        for name in names:
+            if not stored(Path(name)):
+                continue
+            try:
+                total += os.stat(os.path.join(folder, name), follow_symlinks=False).st_size
+            except FileNotFoundError:
+                continue
+    return total

@@ -12,6 +12,7 @@ from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+from openai_server import OpenAIServer  # noqa: E402
 
 from slimrag.embed.local import LocalEmbedder  # noqa: E402
 from slimrag.errors import ModelNotFoundError  # noqa: E402
@@ -142,3 +143,11 @@ def smollm() -> Iterator[weights.LoadedModel]:
         yield weights.load_model(device="cpu")
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def echo() -> Iterator[OpenAIServer]:
+    """A local OpenAI-style server (tests/openai_server.py) per module, for RAG over HTTP; a module
+    that needs another pace defines its own ``echo``."""
+    with OpenAIServer() as srv:
+        yield srv

@@ -38,12 +38,6 @@ def index(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder) -> 
 
 
 @pytest.fixture(scope="module")
-def echo() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
 def base(index: Index, echo: OpenAIServer) -> Iterator[str]:
     with running(create_app(RAG(index, echo.base_url), api_key=KEY)) as url:
         yield url

@@ -49,12 +49,6 @@ def index(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder) -> 
 
 
 @pytest.fixture(scope="module")
-def echo() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
 def base(index: Index, echo: OpenAIServer) -> Iterator[str]:
     """``slimrag serve``'s app with no API key (the default), as the rebinding page finds it."""
     with running(create_app(RAG(index, echo.base_url))) as url:

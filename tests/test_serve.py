@@ -40,12 +40,6 @@ CAT_Q = "What is the office cat called?"
 
 
 @pytest.fixture(scope="module")
-def echo() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder) -> Iterator[Index]:
     docs = write_tree(tmp_path_factory.mktemp("docs"), DOCS)
     with Index.build(docs, tmp_path_factory.mktemp("idx") / "serve.slimrag", embedder=embedder) as idx:

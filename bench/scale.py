@@ -29,7 +29,8 @@ corpus, N, ``--label``), later runs replacing earlier ones):
   the CPU seconds of the cycle (load-independent). Growth from the first to the last 10% of
   commits is what an append-only writer keeps at 1.
 - **progress**: one JSON line per commit (time, store seconds so far, RSS, CPU seconds) in
-  ``FOLDER.progress.jsonl`` beside the index, flushed as the build goes: a run cut short still
+  ``FOLDER.progress.jsonl`` beside the index (and every 5 s a ``sample`` line: RSS, anon, file and the
+  slimrag function running), flushed as the build goes: a run cut short still
   shows how commit cost and memory grew.
 - **peak RSS** of the build child (``VmHWM``; ``base`` is the resident set after imports) and
   the vector bytes (N × dim × 4) it is judged against; ``peak_anon_mib`` / ``peak_file_mib``:
@@ -206,20 +207,38 @@ def _status_mib(field: str) -> float:
 class RssSampler:
     """Peak anonymous and file-backed resident memory, sampled every ``period`` s on a thread:
     `VmHWM` alone cannot tell memory a build allocates from pages of files it maps (which the
-    kernel can drop)."""
+    kernel can drop). With ``log``, every ``log_every`` s one JSON line (``sample``: seconds,
+    RSS, anon, file, the innermost ``slimrag`` function the main thread is in) goes there too:
+    the memory curve by build step, kept even when a run is cut short."""
 
-    def __init__(self, period: float = 0.2) -> None:
+    def __init__(self, period: float = 0.2, log: Any = None, log_every: float = 5.0) -> None:
         import threading
 
         self.peak = {"RssAnon": 0.0, "RssFile": 0.0}
+        self._log, self._every = log, log_every
+        self._main = threading.main_thread().ident
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(period,), daemon=True)
         self._thread.start()
 
+    def _where(self) -> str:
+        frame = sys._current_frames().get(self._main)
+        while frame is not None and "slimrag" not in frame.f_code.co_filename:
+            frame = frame.f_back
+        return f"{Path(frame.f_code.co_filename).stem}.{frame.f_code.co_name}" if frame is not None else ""
+
     def _run(self, period: float) -> None:
+        start = last = time.perf_counter()
         while not self._stop.wait(period):
-            for k in self.peak:
-                self.peak[k] = max(self.peak[k], _status_mib(k))
+            now = {k: _status_mib(k) for k in self.peak}
+            for k, v in now.items():
+                self.peak[k] = max(self.peak[k], v)
+            if self._log is not None and time.perf_counter() - last >= self._every:
+                last = time.perf_counter()
+                self._log.write(json.dumps({"sample": round(last - start, 1), "rss_mib": round(_status_mib("VmRSS")),
+                                            "anon_mib": round(now["RssAnon"]), "file_mib": round(now["RssFile"]),
+                                            "hwm_mib": round(_status_mib("VmHWM")), "at": self._where()}) + "\n")
+                self._log.flush()
 
     def stop(self) -> dict[str, float]:
         self._stop.set()
@@ -448,13 +467,13 @@ def child_build(corpus: Corpus, storage: str, out: Path) -> dict[str, Any]:
 
     slim_stats: dict[str, Any] = {}
     _capture_slim_stats(slim_stats)
-    sampler = RssSampler()
+    sampler = RssSampler(log=log)
     t0, c0 = time.perf_counter(), time.process_time()
     idx = Index.build(pairs(), out, storage=storage, embedder=embedder, overwrite=True)
     total, total_cpu = time.perf_counter() - t0, time.process_time() - c0
     idx.close()
-    log.close()
     rss_parts = sampler.stop()
+    log.close()
     chunks = stored_rows(out)
     if hasattr(embedder, "save"):
         embedder.save()

@@ -17,12 +17,28 @@ HTMLParser rescanned the rest of the input for each); ``json`` an array of recor
 
 Linear means the per-MB column stays flat as the size grows; the ``x`` column is the per-MB time
 divided by that of the smallest size. Prints a table and writes JSON (``--out``).
+
+Throughput, old against new, in one run (``--passages N``):
+
+    python -m bench.chunking --passages 20000                  # bench.scale's synthetic passages
+    python -m bench.chunking --passages 20000 --corpus pydocs  # Python doc paragraphs (real prose)
+
+N passages, one document each (as `bench.scale` builds them), chunked by ``old`` (every section
+tokenized with its offsets: ``Chunker(word_counts=False)``) and ``new`` (short sections counted by
+words, the default), each from a fresh chunker (the word table starts cold, as in a build), in
+``--rounds`` alternating rounds (old, new, old, new, ...) so that load changes hit both alike; the
+best round of each is reported. Two levels: ``chunk`` (`Chunker.chunk` on the passage's one
+section) and ``prepare`` (`slimrag.ingest.source.prepare`, the per-document step that bench.scale's
+``chunk`` phase times: hash, parse, chunk, the record). Chunks per second, µs per passage, the
+new/old speedup, and whether both cut identical chunks (compared in full). JSON: ``--out``
+(default ``bench/results/chunking_throughput.json``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import tempfile
 import time
@@ -30,9 +46,10 @@ from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
 
-from slimrag.ingest.chunker import default_chunker
+from slimrag.ingest.chunker import Chunker, default_chunker, load_tokenizer
 from slimrag.ingest.outcome import Skipped
-from slimrag.ingest.source import InputItem, prepare
+from slimrag.ingest.readers import Section
+from slimrag.ingest.source import InputItem, PreparedDoc, prepare
 
 
 def _oneline(n: int) -> tuple[str, bytes]:
@@ -98,13 +115,96 @@ def time_old_patterns(lengths: list[int]) -> list[dict]:
     return rows
 
 
+def corpus_texts(corpus: str, n: int) -> list[str]:
+    """The first ``n`` passages of ``corpus``: ``synthetic`` (`bench.passages`, seed 0) or
+    ``pydocs`` (`bench.datasets.python_doc_paragraphs`, repeated if fewer than ``n``)."""
+    if corpus == "synthetic":
+        from bench.passages import Passages
+
+        return [t for _, t in Passages(0).pairs(n)]
+    from bench.datasets import python_doc_paragraphs
+
+    paras = [t for _, t in python_doc_paragraphs()]
+    return [paras[i % len(paras)] for i in range(n)]
+
+
+def _chunker(mode: str) -> Chunker:
+    from slimrag.embed.local import default_model_dir
+
+    return Chunker(load_tokenizer(str(default_model_dir())), 200, 40, word_counts=mode == "new")
+
+
+def _run_level(level: str, mode: str, texts: list[str]) -> tuple[float, list]:
+    """Seconds to cut ``texts`` at ``level`` with a fresh ``mode`` chunker, and what it cut."""
+    chunker = _chunker(mode)
+    if level == "chunk":
+        t0 = time.perf_counter()
+        out: list = [chunker.chunk([Section("", t)]) for t in texts]
+        return time.perf_counter() - t0, out
+    items = [InputItem(f"p{i:07d}", None, t, 0.0) for i, t in enumerate(texts)]
+    t0 = time.perf_counter()
+    docs = [prepare(item, None, chunker) for item in items]
+    dt = time.perf_counter() - t0
+    return dt, [d.pieces if isinstance(d, PreparedDoc) else d for d in docs]
+
+
+def throughput(texts: list[str], rounds: int) -> list[dict]:
+    """Old against new chunking of ``texts`` at both levels, alternating rounds (module header)."""
+    _chunker("old").count("warm up")
+    rows = []
+    for level in ("chunk", "prepare"):
+        best = {"old": float("inf"), "new": float("inf")}
+        cut: dict[str, list] = {}
+        for _ in range(rounds):
+            for mode in ("old", "new"):
+                dt, cut[mode] = _run_level(level, mode, texts)
+                best[mode] = min(best[mode], dt)
+        chunks = sum(len(c) for c in cut["old"] if isinstance(c, list))
+        for mode in ("old", "new"):
+            rows.append({"level": level, "mode": mode, "passages": len(texts), "chunks": chunks,
+                         "seconds": best[mode], "chunks_per_s": chunks / best[mode],
+                         "us_per_passage": best[mode] / len(texts) * 1e6,
+                         "speedup": best["old"] / best[mode], "identical": cut["old"] == cut["new"]})
+    return rows
+
+
+def main_throughput(args: argparse.Namespace) -> None:
+    texts = corpus_texts(args.corpus, args.passages)
+    load_before = os.getloadavg()
+    rows = throughput(texts, args.rounds)
+    load_after = os.getloadavg()
+    print(f"{args.corpus}: {len(texts)} passages, {sum(map(len, texts)) / len(texts):.0f} chars each, "
+          f"best of {args.rounds} rounds, load {load_before[0]:.2f} -> {load_after[0]:.2f}")
+    print(f"{'level':<8} {'mode':<4} {'chunks':>8} {'seconds':>8} {'chunks/s':>9} {'us/psg':>7} {'x':>5} identical")
+    for r in rows:
+        print(f"{r['level']:<8} {r['mode']:<4} {r['chunks']:>8} {r['seconds']:>8.2f} {r['chunks_per_s']:>9.0f} "
+              f"{r['us_per_passage']:>7.1f} {r['speedup']:>5.2f} {r['identical']}")
+    out = args.out or Path("bench/results/chunking_throughput.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    runs = json.loads(out.read_text()) if out.exists() else {}
+    runs[f"{args.corpus}-{len(texts)}"] = {"rows": rows, "rounds": args.rounds, "load_before": load_before,
+                                           "load_after": load_after, "cpus": os.cpu_count()}
+    out.write_text(json.dumps(runs, indent=2))
+    print(f"wrote {out}")
+    if not all(r["identical"] for r in rows):
+        raise SystemExit("old and new chunks differ")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=float, nargs="+", default=[1, 2, 5, 10], help="file sizes in MB")
     ap.add_argument("--kinds", nargs="+", choices=sorted(KINDS), default=list(KINDS))
     ap.add_argument("--old", action="store_true", help="also time the replaced patterns on small inputs")
-    ap.add_argument("--out", type=Path, default=Path("bench/results/chunking.json"))
+    ap.add_argument("--passages", type=int, default=0, help="throughput mode: old against new on N passages")
+    ap.add_argument("--corpus", choices=["synthetic", "pydocs"], default="synthetic", help="throughput mode's text")
+    ap.add_argument("--rounds", type=int, default=3, help="throughput mode: alternating rounds, best kept")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="JSON (default bench/results/chunking.json, chunking_throughput.json with --passages)")
     args = ap.parse_args()
+    if args.passages:
+        main_throughput(args)
+        return
+    args.out = args.out or Path("bench/results/chunking.json")
 
     rows: list[dict] = []
     print(f"{'kind':<10} {'MB':>6} {'chunks':>8} {'seconds':>8} {'s/MB':>7} {'x':>5}")

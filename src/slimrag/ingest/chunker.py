@@ -47,6 +47,7 @@ tokenized whole: the premise is checked on its configuration, not assumed.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import re
@@ -179,24 +180,25 @@ class Chunker:
 
     def _count_missing(self, runs: list[str]) -> int:
         """`short_count` when some runs are not in the table: count those in one tokenizer call
-        on them joined by single spaces (each token attributed to the run its start lies in),
+        (several joined by single spaces, each token given to the run its start lies in),
         remember the short ones, and sum."""
         words = self._words
-        known = {r: words.get(r) for r in runs}
+        known = {r: words.get(r) for r in runs}  # a snapshot: another thread may empty the table
         missing = [r for r, n in known.items() if n is None]
-        if not missing:  # another thread remembered them meanwhile
-            return sum(map(known.__getitem__, runs))
-        starts = np.cumsum([0] + [len(r) + 1 for r in missing[:-1]])
-        spans = self.tokenizer.encode(" ".join(missing), add_special_tokens=False).offsets
-        token_starts = np.fromiter((a for a, _ in spans), dtype=np.int64, count=len(spans))
-        counts = np.bincount(np.searchsorted(starts, token_starts, side="right") - 1, minlength=len(missing))
+        if len(missing) == 1:
+            counts = [len(self.tokenizer.encode(missing[0], add_special_tokens=False))]
+        else:
+            starts = list(itertools.accumulate((len(r) + 1 for r in missing[:-1]), initial=0))
+            counts = [0] * len(missing)
+            for a, _ in self.tokenizer.encode(" ".join(missing), add_special_tokens=False).offsets:
+                counts[bisect.bisect_right(starts, a) - 1] += 1
         if len(words) + len(missing) > self.word_cache:
             words.clear()
-        for r, n in zip(missing, counts.tolist(), strict=True):
+        for r, n in zip(missing, counts, strict=True):
             known[r] = n
             if len(r) <= WORD_CHARS and len(words) < self.word_cache:
                 words[r] = n
-        return sum(map(known.__getitem__, runs))
+        return sum(map(known.__getitem__, runs))  # every value is set now
 
     def chunk(self, sections: list[Section]) -> list[ChunkText]:
         """Chunk a document's sections, in order."""

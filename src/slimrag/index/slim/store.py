@@ -25,7 +25,6 @@ from slimrag.config import SearchConfig
 from slimrag.index.flat import Column, FlatVectors
 from slimrag.index.slim.artifacts import SlimArtifacts, slim_bytes
 from slimrag.index.slim.config import SlimConfig
-from slimrag.index.slim.rows import RELEASE_BYTES, release_file_pages
 from slimrag.index.slim.searcher import SlimSearcher
 from slimrag.index.slim.update import SlimUpdate, UpdateConfig, update_slim
 
@@ -55,7 +54,6 @@ class SlimVectors:
         self._recompute_ids = recompute_ids
         self.searcher = SlimSearcher(artifacts, lambda rows: recompute_ids(self.gen_ids[rows]), config)
         self._lock = threading.Lock()
-        self._delta_read = 0  # bytes of delta rows read since the last release of mapped pages
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -97,12 +95,6 @@ class SlimVectors:
             out[at] = np.asarray(self._recompute_ids(self.gen_ids[rows[at]]), dtype=np.float32)
         if not in_gen.all():
             out[~in_gen] = self.delta.rows(rows[~in_gen] - self.n_gen)
-            # A compaction streams every delta part, each a mapped file whose read pages would
-            # stay resident (all of them at once: 1.4 GB of RSS at 1M rows); drop them as it goes.
-            self._delta_read += int((~in_gen).sum()) * self.dim * 4
-            if self._delta_read >= RELEASE_BYTES:
-                release_file_pages()
-                self._delta_read = 0
         return out
 
     def live_vectors(self, batch: int = RECOMPUTE_BATCH) -> tuple[np.ndarray, np.ndarray]:

@@ -43,10 +43,14 @@ def bind_warning(host: str, api_key: str | None, what: str = "server") -> str | 
               help="Threads answering chats (generation); searches and embeddings have their own.")
 @click.option("--search-workers", default=2, show_default=True, type=click.IntRange(1, 256),
               help="Threads answering searches, so a search never waits behind a generation.")
+@click.option("--decode-width", type=click.IntRange(1, 64), metavar="ROWS",
+              help="Embedded model: most concurrent answers sharing one decode step (default 8; 1 turns "
+                   "batching off). Answers are the same either way.")
 @host_options
 @reuse_options
 def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None, workers: int,
-          search_workers: int, allow_host: tuple[str, ...], allow_origin: tuple[str, ...]) -> None:
+          search_workers: int, decode_width: int | None, allow_host: tuple[str, ...],
+          allow_origin: tuple[str, ...]) -> None:
     """Serve an index over HTTP: OpenAI-compatible chat completions (RAG) and embeddings, search, metrics."""
     from slimrag.api.gate import check_api_key
     from slimrag.api.listen import listen, run
@@ -63,11 +67,13 @@ def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None
         click.echo(warning, err=True)
     try:
         from slimrag.llm.backends import make_generator  # imports torch: after the port is ours
+        from slimrag.llm.batcher import BatchConfig
         from slimrag.rag.pipeline import RAG
         from slimrag.serve.app import create_app, warm_up
 
         with open_index(index) as idx:
-            rag = RAG(idx, make_generator(llm, cache=cache))
+            batch = None if decode_width is None else BatchConfig(width=decode_width)
+            rag = RAG(idx, make_generator(llm, cache=cache, batch=batch))
             warm_up(rag)  # here, so a missing model is one error line rather than a failed startup
             app = create_app(rag, api_key=api_key, workers=workers, search_workers=search_workers, warm=False,
                              hosts=hosts)

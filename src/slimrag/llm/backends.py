@@ -8,11 +8,12 @@ A spec is what `RAG(index, llm=...)` and ``--llm`` accept:
   itself (``"local"``);
 - a `Generator`: used as it is.
 
-Options: ``model`` (the served model's name), ``api_key`` and ``cache`` (a
-`slimrag.llm.kv.config.CacheConfig`: how the embedded engine reuses passage KV), when given, go to
+Options: ``model`` (the served model's name), ``api_key``, ``cache`` (a
+`slimrag.llm.kv.config.CacheConfig`: how the embedded engine reuses passage KV) and ``batch`` (a
+`slimrag.llm.batcher.BatchConfig`: how it shares decode steps across requests), when given, go to
 the factory as keyword arguments (``factory(spec, model=..., api_key=...)``; without them it is
 called as ``factory(spec)``); a backend refuses an option it does not take (the local one: model
-and key; the remote one: cache) with a `RequestError` rather than ignoring it.
+and key; the remote one: cache and batch) with a `RequestError` rather than ignoring it.
 
 A new backend registers a factory with :func:`register_backend` instead of growing an if/elif
 chain. Factories import their module when called, so naming a remote model never imports torch.
@@ -29,6 +30,7 @@ from slimrag.errors import RequestError
 from slimrag.llm.base import Generator
 
 if TYPE_CHECKING:
+    from slimrag.llm.batcher import BatchConfig
     from slimrag.llm.kv.config import CacheConfig
 
 #: Builds a generator from its spec (None for the default local model); ``model=`` and ``api_key=``
@@ -37,22 +39,23 @@ BackendFactory = Callable[..., Generator]
 
 
 def _local(spec: str | None, model: str | None = None, api_key: str | None = None,
-           cache: CacheConfig | None = None) -> Generator:
+           cache: CacheConfig | None = None, batch: BatchConfig | None = None) -> Generator:
     if model is not None or api_key is not None:
         raise RequestError("a model name and an API key apply to a remote model only; give its "
                            "OpenAI-compatible URL as the llm (e.g. http://127.0.0.1:11434/v1)")
     from slimrag.llm.local import LocalGenerator
 
     # no config keeps the engine's default tree (``LocalGenerator(cache=None)`` would mean no reuse)
-    return LocalGenerator() if cache is None else LocalGenerator(cache=cache)
+    return LocalGenerator(batch=batch) if cache is None else LocalGenerator(cache=cache, batch=batch)
 
 
 def _openai(spec: str | None, model: str | None = None, api_key: str | None = None,
-            cache: CacheConfig | None = None) -> Generator:
+            cache: CacheConfig | None = None, batch: BatchConfig | None = None) -> Generator:
     from slimrag.llm.remote import RemoteGenerator
 
-    if cache is not None:
-        raise RequestError(f"a KV cache config applies to the embedded model only; {spec} manages its own cache")
+    if cache is not None or batch is not None:
+        raise RequestError(f"KV cache and decode batching settings apply to the embedded model only; {spec} "
+                           "manages its own")
 
     assert spec is not None, "the http(s) backends are only looked up for a URL"
     return RemoteGenerator(spec, model=model, api_key=api_key)
@@ -76,15 +79,16 @@ def backend_kind(spec: str) -> str:
 
 
 def make_generator(llm: Generator | str | None, *, model: str | None = None,
-                   api_key: str | None = None, cache: CacheConfig | None = None) -> Generator:
+                   api_key: str | None = None, cache: CacheConfig | None = None,
+                   batch: BatchConfig | None = None) -> Generator:
     """The generator for a spec, with the served ``model``'s name and an ``api_key`` for a remote
-    one, or the ``cache`` config of the embedded one (see the module header)."""
+    one, or the ``cache`` and ``batch`` configs of the embedded one (see the module header)."""
     if isinstance(llm, Generator):
-        if model is not None or api_key is not None or cache is not None:
-            raise RequestError("model, api_key and cache configure a generator built from a spec; "
+        if model is not None or api_key is not None or cache is not None or batch is not None:
+            raise RequestError("model, api_key, cache and batch configure a generator built from a spec; "
                                "pass them to the Generator itself")
         return llm
-    given = (("model", model), ("api_key", api_key), ("cache", cache))
+    given = (("model", model), ("api_key", api_key), ("cache", cache), ("batch", batch))
     options: dict[str, object] = {k: v for k, v in given if v is not None}
     if llm is None:
         return BACKENDS["local"](None, **options)

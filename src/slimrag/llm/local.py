@@ -23,12 +23,13 @@ stores, so seeding and storing are slices and copies, nothing more. One request:
    :meth:`_decode` picks a token, yields it, and only when asked for the next one feeds it back,
    so a caller that stops (EOS, limit, stop string) never pays for a forward it does not use.
 
-Concurrent streams: decode steps interleave token by token through one model lock; decode is not
-batched across requests (``docs/bench_generation.md`` has the measurement and why). A further
-reason on CPU: a row of a batched float32 matrix product is not bitwise the product of that row
-alone (checked on this machine's torch/MKL: batch 2 and 3 agree with each other, 1, 4 and 8 with
-neither), so batched decoding would break the token-for-token equality with unbatched runs that
-the exactness tests hold; it would need one fixed batch shape for every step.
+Concurrent streams share decode steps (continuous batching, :mod:`slimrag.llm.batcher`): every
+decode step, a lone request's included, goes through the batcher, which runs the steps of the
+streams ready then as one forward (up to ``batch.width`` = 8 rows), between the prefills the
+scheduler admits. Steps are padded to 4 or 8 rows with attention per sequence
+(:mod:`slimrag.llm.engine.batch`), so a row's logits are bitwise those of its request alone: tokens
+do not depend on who else is served. ``BatchConfig(width=1)``: each stream its own one-token
+forwards (the engine before batching; ``docs/bench_generation.md``, "Batched decode").
 
 Usage accounting: ``prompt_tokens`` is the joined segment ids; ``cached_tokens`` the prompt
 tokens served from the cache; ``completion_tokens`` counts every token the model produced, the
@@ -43,6 +44,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Generator as Gen
 from pathlib import Path
 
 import torch
@@ -50,6 +52,7 @@ import torch
 from slimrag.config import GenerationConfig
 from slimrag.errors import RequestError
 from slimrag.llm.base import Delta, Generator
+from slimrag.llm.batcher import BatchConfig, BatchStats, DecodeLoop
 from slimrag.llm.decoding import Chooser, chooser, eos_ids, find_stop, greedy, safe_len
 from slimrag.llm.engine import Decoder, KVCache
 from slimrag.llm.kv.config import CacheConfig
@@ -78,14 +81,14 @@ class LocalGenerator(Generator):
     cache: how passage KV is reused across requests: a :class:`CacheConfig` (default: a knowledge
     tree with a 1 GiB host budget; its device tier follows the model's device), a ready
     :class:`KVTree` or :class:`~slimrag.llm.kv.reuse.KVReuse`, or None for no reuse.
-    scheduler: settings of the prefill gate (:class:`SchedulerConfig`).
+    scheduler: the prefill gate's settings. batch: how streams share decode steps (:class:`BatchConfig`).
 
     Loading is lazy: the constructor is cheap and the first :meth:`stream` (or :meth:`load`) pays
     for it (the embedded model: about a second, read from its GGUF file).
 
     Thread safety: one instance may be shared between threads. Loading, tokenizer calls and model
     forwards run under one internal lock; prefills are admitted one at a time by the scheduler;
-    each stream owns its model cache, so concurrent streams interleave token by token.
+    each stream owns its model cache; concurrent streams share decode steps (see the module header).
     """
 
     thread_safe = True
@@ -101,6 +104,7 @@ class LocalGenerator(Generator):
         loaded: LoadedModel | None = None,
         cache: CacheSpec = CacheConfig(),  # noqa: B008  (frozen, so sharing the default is safe)
         scheduler: SchedulerConfig | None = None,
+        batch: BatchConfig | None = None,
     ) -> None:
         self.model_path = model_path
         self.device = device
@@ -115,6 +119,8 @@ class LocalGenerator(Generator):
         self._lock = threading.RLock()
         self._loaded: LoadedModel | None = loaded
         self._eos: frozenset[int] = eos_ids(loaded) if loaded is not None else frozenset()
+        self.batch = batch or BatchConfig()
+        self.decoding = DecodeLoop(lambda: self.load().model, self._lock, self.batch)  # its decode steps
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -145,6 +151,10 @@ class LocalGenerator(Generator):
         when nothing is cached."""
         reuse = self.reuse
         return PlanningView(reuse, self.name) if reuse.enabled else None
+
+    def batch_stats(self) -> BatchStats | None:
+        """Decode steps and rows the batcher has run (None with batching off)."""
+        return self.decoding.stats()
 
     def cache_stats(self) -> KVTreeStats | None:
         """Counters and per-tier bytes of the knowledge tree (None without one)."""
@@ -217,12 +227,15 @@ class LocalGenerator(Generator):
         max_new = self._room(len(ids), config.max_new_tokens)
         cache, logits, lease, store = self._warm_prefill(segments, seg_ids)
         steps = self._decode(logits, cache, len(ids), chooser(config, self.seed))
-        first = next(steps)
-        ttft = time.perf_counter() - t0
-        # The tree insert (and any demotion to disk it causes) runs once the first piece is out,
-        # before the second token's forward grows the cache past the prompt.
-        yield from self._emit(first, _after(store, steps), config, max_new, len(ids), lease, t0, ttft)
-        store()  # generation ended at the first token (EOS, stop string, max_new_tokens=1)
+        try:
+            first = next(steps)
+            ttft = time.perf_counter() - t0
+            # The tree insert (and any demotion to disk it causes) runs once the first piece is
+            # out, before the second token's forward grows the cache past the prompt.
+            yield from self._emit(first, _after(store, steps), config, max_new, len(ids), lease, t0, ttft)
+            store()  # generation ended at the first token (EOS, stop string, max_new_tokens=1)
+        finally:
+            steps.close()  # leave the decode batcher now, not when the generator is collected
 
     def _emit(self, first: int, steps: Iterator[int], config: GenerationConfig, max_new: int,
               prompt_tokens: int, lease: Lease, t0: float, ttft: float) -> Iterator[Delta]:
@@ -280,10 +293,13 @@ class LocalGenerator(Generator):
         max_new = self._room(n, max_new_tokens)
         cache, logits, lease, store = self._warm_prefill(segments, seg_ids)
         steps = self._decode(logits, cache, n, greedy)
-        out = [next(steps)]
-        store()
-        while out[-1] not in self._eos and len(out) < max_new:
-            out.append(next(steps))
+        try:
+            out = [next(steps)]
+            store()
+            while out[-1] not in self._eos and len(out) < max_new:
+                out.append(next(steps))
+        finally:
+            steps.close()
         return out, lease.tokens
 
     def generate_ids(self, prompt_ids: list[int], max_new_tokens: int = 64) -> list[int]:
@@ -297,10 +313,14 @@ class LocalGenerator(Generator):
         cache = self.new_cache()
         logits = self._forward(list(prompt_ids), cache, 0)
         out: list[int] = []
-        for token in self._decode(logits, cache, len(prompt_ids), greedy):
-            out.append(token)
-            if token in self._eos or len(out) >= max_new:
-                break
+        steps = self._decode(logits, cache, len(prompt_ids), greedy)
+        try:
+            for token in steps:
+                out.append(token)
+                if token in self._eos or len(out) >= max_new:
+                    break
+        finally:
+            steps.close()
         return out
 
     # -- the loop, in pieces -------------------------------------------------------------------
@@ -369,14 +389,9 @@ class LocalGenerator(Generator):
         assert logits is not None
         return logits
 
-    def _decode(self, logits: torch.Tensor, cache: KVCache, pos: int, choose: Chooser) -> Iterator[int]:
-        """Yield one token per step, chosen from ``logits``; feed it back only when the caller asks
-        for the next one. ``pos`` is the position of the first generated token."""
-        while True:
-            token = choose(logits)
-            yield token
-            logits = self._forward([token], cache, pos)
-            pos += 1
+    def _decode(self, logits: torch.Tensor, cache: KVCache, pos: int, choose: Chooser) -> Gen[int, None, None]:
+        """:meth:`DecodeLoop.tokens` from position ``pos`` (callers close the iterator when done)."""
+        return self.decoding.tokens(logits, cache, pos, choose)
 
     def _forward(self, ids: list[int], cache: KVCache, start_pos: int) -> torch.Tensor:
         model = self.model

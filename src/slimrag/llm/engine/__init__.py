@@ -3,8 +3,9 @@
 Parts, one module each, imported one way down: ``config`` (the model's shape), ``rope``
 (rotary embedding and its scalings), ``norm`` (RMSNorm), ``cache`` (the engine's K/V layout),
 ``attention`` (grouped-query attention over the cache), ``model`` (the decoder and its
-forward), ``gguf`` (the GGUF reader and dequantizer), ``tokenizer`` (``tokenizers`` built from
-GGUF metadata or ``tokenizer.json``), ``loader`` (a file or folder to a model and tokenizer).
+forward), ``batch`` (one decode step for many sequences, each row bitwise the row alone),
+``gguf`` (the GGUF reader and dequantizer), ``tokenizer`` (``tokenizers`` built from GGUF
+metadata or ``tokenizer.json``), ``loader`` (a file or folder to a model and tokenizer).
 No part imports transformers.
 """
 

@@ -50,8 +50,19 @@ def attention(x: torch.Tensor, w: AttentionWeights, layer: int, cache: KVCache, 
     """Attention output (``[n, hidden]``) for ``x`` (``[n, hidden]``, normalized), writing the
     new K/V into ``cache`` at the cache's current length. ``mask``: ``[n, length + n]`` booleans,
     or None for the causal rule (see the module header)."""
-    n = x.shape[0]
-    qkv = F.linear(x, w.qkv, w.qkv_bias)
+    return F.linear(attend(F.linear(x, w.qkv, w.qkv_bias), w, layer, cache, rope, cos, sin, mask, heads=heads,
+                           kv_heads=kv_heads, head_dim=head_dim, eps=eps), w.o)
+
+
+def attend(qkv: torch.Tensor, w: AttentionWeights, layer: int, cache: KVCache, rope: Rope,
+           cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None, *,
+           heads: int, kv_heads: int, head_dim: int, eps: float) -> torch.Tensor:
+    """The part of :func:`attention` between its two projections: ``qkv`` (``[n, (heads + 2
+    kv_heads) * head_dim]``, one sequence's new positions) split into heads, normalized (Qwen3)
+    and rotated, K/V written into ``cache``, and the attended values ``[n, heads * head_dim]``
+    before the output projection. A batched decode step (:mod:`slimrag.llm.engine.batch`) runs the
+    projections over many sequences' rows at once and this per sequence."""
+    n = qkv.shape[0]
     q_end, k_end = heads * head_dim, (heads + kv_heads) * head_dim
     q = qkv[:, :q_end].view(n, heads, head_dim).transpose(0, 1)
     k = qkv[:, q_end:k_end].view(n, kv_heads, head_dim).transpose(0, 1)
@@ -62,6 +73,6 @@ def attention(x: torch.Tensor, w: AttentionWeights, layer: int, cache: KVCache, 
     past = cache.length
     keys, values = cache.write(layer, k[None], v[None])
     if mask is None and n > 1:
-        mask = causal_mask(n, past, x.device)
+        mask = causal_mask(n, past, qkv.device)
     out = F.scaled_dot_product_attention(q[None], keys, values, attn_mask=mask, enable_gqa=heads != kv_heads)
-    return F.linear(out[0].transpose(0, 1).reshape(n, heads * head_dim), w.o)
+    return out[0].transpose(0, 1).reshape(n, heads * head_dim)

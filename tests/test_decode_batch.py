@@ -1,0 +1,127 @@
+"""Batched decoding (issue 21, item 6): concurrent streams share decode steps, tokens stay those of
+unbatched runs.
+
+Ground truth is the same generator serving one request at a time. The real SmolLM2 model on one
+torch thread; prompts are short and generations a dozen tokens (two shared CPU cores).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from slimrag.config import GenerationConfig
+from slimrag.llm import weights
+from slimrag.llm.batcher import BatchConfig
+from slimrag.llm.engine.batch import decode_step, invariant_widths
+from slimrag.llm.local import LocalGenerator
+from slimrag.prompt import Passage, Prompt
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+NEW_TOKENS = 12
+PASSAGES = [
+    Passage("c0", "notes/cats.md#0", "The cat's name is Whiskers and she sleeps on the piano."),
+    Passage("d0", "notes/dogs.md#0", "The dog is called Rex and likes long walks by the river."),
+    Passage("b0", "notes/birds.md#0", "A robin built a nest in the old oak tree behind the barn."),
+    Passage("f0", "notes/fish.md#0", "The goldfish, Bubbles, lives in a round bowl on the desk."),
+]
+QUESTIONS = ["What is the cat's name?", "Who likes long walks?", "Where is the nest?",
+             "Where does Bubbles live?", "Which animals are named?", "Write a poem about the river."]
+
+
+def _prompts() -> list[Prompt]:
+    return [Prompt(q, passages=tuple(PASSAGES[(i + j) % len(PASSAGES)] for j in range(1 + i % 3)))
+            for i, q in enumerate(QUESTIONS)]
+
+
+def test_a_row_of_a_step_is_bitwise_the_row_alone(smollm: weights.LoadedModel) -> None:
+    """Each sequence's logits from a shared step equal those of a step of its own, whatever its
+    row, neighbours and cache length."""
+    model = smollm.model
+    widths = invariant_widths(model, (4, 8))
+    lengths = [5, 37, 64, 90, 11, 250, 3]
+    gen = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        caches = []
+        for n in lengths:
+            cache = model.new_cache()
+            model.forward(torch.randint(100, 20000, (n,), generator=gen), torch.arange(n), cache)
+            caches.append(cache)
+        tokens = torch.randint(100, 20000, (len(lengths),), generator=gen).tolist()
+        alone = []
+        for t, n, cache in zip(tokens, lengths, caches, strict=True):
+            alone.append(decode_step(model, [t], [n], [cache], widths[0])[0])
+            cache.truncate(n)
+        order = [6, 2, 0, 5, 1, 4, 3]
+        shared = decode_step(model, [tokens[i] for i in order], [lengths[i] for i in order],
+                             [caches[i] for i in order], widths[-1])
+    for row, i in enumerate(order):
+        assert torch.equal(shared[row], alone[i]), f"sequence {i} at row {row}"
+        assert caches[i].length == lengths[i] + 1
+
+
+def test_concurrent_greedy_streams_give_each_prompt_its_tokens_alone(smollm: weights.LoadedModel) -> None:
+    gen = LocalGenerator(loaded=smollm, cache=None, batch=BatchConfig(width=8, wait_s=0.02))
+    prompts = _prompts()
+    alone = [gen.greedy_ids(p, NEW_TOKENS)[0] for p in prompts]
+    before = gen.batch_stats()
+    assert before is not None and before.rows == before.steps  # one request at a time: one row a step
+    threads_before = threading.active_count()
+    start = threading.Barrier(len(prompts))
+
+    def run(p: Prompt) -> list[int]:
+        start.wait()
+        return gen.greedy_ids(p, NEW_TOKENS)[0]
+
+    with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+        together = list(pool.map(run, prompts))
+    assert together == alone
+    after = gen.batch_stats()
+    assert after is not None
+    steps, rows = after.steps - before.steps, after.rows - before.rows
+    assert rows == sum(len(t) - 1 for t in together)  # every step after the first token, once
+    assert steps < rows  # steps were shared
+    assert threading.active_count() == threads_before  # the batcher starts no thread
+    assert gen.decoding.batcher is not None and gen.decoding.batcher.active == 0
+
+
+def test_streams_with_sampling_and_the_unbatched_path_agree_with_their_own_runs(smollm: weights.LoadedModel) -> None:
+    """Seeded sampling under batching gives the text of the same request alone; width 1 (the
+    engine without batching) is deterministic too."""
+    cfg = GenerationConfig(max_new_tokens=8, temperature=0.8)
+    batched = LocalGenerator(loaded=smollm, cache=None, batch=BatchConfig(width=8))
+    prompts = _prompts()[:4]
+    alone = [batched.generate(p, cfg).text for p in prompts]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert list(pool.map(lambda p: batched.generate(p, cfg).text, prompts)) == alone
+    off = LocalGenerator(loaded=smollm, cache=None, batch=BatchConfig(width=1))
+    assert off.batch_stats() is None
+    first = off.greedy_ids(prompts[0], 6)[0]
+    assert off.greedy_ids(prompts[0], 6)[0] == first
+
+
+def test_a_stalled_stream_delays_but_does_not_stop_the_others(smollm: weights.LoadedModel) -> None:
+    gen = LocalGenerator(loaded=smollm, cache=None, batch=BatchConfig(width=8, wait_s=0.01))
+    a, b = _prompts()[:2]
+    want = gen.greedy_ids(b, NEW_TOKENS)[0]
+    stalled = gen.stream(a, GenerationConfig(max_new_tokens=NEW_TOKENS))
+    next(stalled)  # decoding, then its caller stops asking
+    batcher = gen.decoding.batcher
+    assert batcher is not None and batcher.active == 1
+    assert gen.greedy_ids(b, NEW_TOKENS)[0] == want
+    stalled.close()
+    assert batcher.active == 0
+
+
+def test_batch_config_is_validated() -> None:
+    with pytest.raises(ValueError, match="width"):
+        BatchConfig(width=0)
+    with pytest.raises(ValueError, match="wait_s"):
+        BatchConfig(wait_s=-1)
+    assert not BatchConfig(width=1).enabled and BatchConfig().enabled

@@ -183,8 +183,7 @@ class Chunker:
         (several joined by single spaces, each token given to the run its start lies in),
         remember the short ones, and sum."""
         words = self._words
-        known = {r: words.get(r) for r in runs}  # a snapshot: another thread may empty the table
-        missing = [r for r, n in known.items() if n is None]
+        missing = list({r for r in runs if r not in words})
         if len(missing) == 1:
             counts = [len(self.tokenizer.encode(missing[0], add_special_tokens=False))]
         else:
@@ -192,13 +191,20 @@ class Chunker:
             counts = [0] * len(missing)
             for a, _ in self.tokenizer.encode(" ".join(missing), add_special_tokens=False).offsets:
                 counts[bisect.bisect_right(starts, a) - 1] += 1
+        found = dict(zip(missing, counts, strict=True))
         if len(words) + len(missing) > self.word_cache:
             words.clear()
-        for r, n in zip(missing, counts, strict=True):
-            known[r] = n
+        for r, n in found.items():
             if len(r) <= WORD_CHARS and len(words) < self.word_cache:
                 words[r] = n
-        return sum(map(known.__getitem__, runs))  # every value is set now
+        try:
+            return sum(map(words.__getitem__, runs))
+        except KeyError:  # a run too long to remember, a full table, or one emptied meanwhile
+            return sum(found[r] if r in found else self._count_one(r) for r in runs)
+
+    def _count_one(self, run: str) -> int:
+        n = self._words.get(run)
+        return len(self.tokenizer.encode(run, add_special_tokens=False)) if n is None else n
 
     def chunk(self, sections: list[Section]) -> list[ChunkText]:
         """Chunk a document's sections, in order."""

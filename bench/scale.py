@@ -708,7 +708,6 @@ def main() -> None:
     args.corpus = args.real or "synthetic"
     RESULTS.mkdir(parents=True, exist_ok=True)
     out_json = RESULTS / "scale.json"
-    saved: list[dict[str, Any]] = json.loads(out_json.read_text()) if out_json.exists() else []
     rows = []
     for n in (int(s) for s in args.n.split(",")):
         folder = _work(args, n)
@@ -730,6 +729,8 @@ def main() -> None:
             shutil.rmtree(folder, ignore_errors=True)
         rows.append(row)
         key = (args.corpus, args.storage, row["n"], args.label)
+        # Re-read: another run may have written its rows since this one started (a 3M run takes hours).
+        saved = json.loads(out_json.read_text()) if out_json.exists() else []
         saved = [s for s in saved if (s["corpus"], s["storage"], s["n"], s.get("label", "")) != key] + [row]
         out_json.write_text(json.dumps(saved, indent=1))
         print(table([row]), file=sys.stderr, flush=True)

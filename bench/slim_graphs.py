@@ -25,7 +25,7 @@ partitioning and merge run unchanged; at the N measured here a build is one part
   under numpy 2 here; only the graph file is read back). Without it the candidate is skipped.
 
 For each candidate a child process (so its peak RSS is its own) builds the pool with
-``pool.candidate_pool`` and records wall and CPU seconds and ``ru_maxrss`` (the pool's peak,
+``pool.candidate_pool`` and records wall and CPU seconds and its peak RSS (``VmHWM``: the pool's peak,
 after the imports and the input are loaded: ``base_rss_mib`` is that level), then **pool
 quality**: the share of each row's true 10 nearest neighbours (brute force, a seeded sample of
 1,000 rows) present in its candidate list. Then the same child runs ``build_slim`` with that pool
@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -132,7 +131,13 @@ def _runner_of(local):
 
 
 def _rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's peak RSS (``VmHWM``, MiB). Not ``ru_maxrss``: Linux carries the parent's
+    high-water mark into a child across fork + exec, so a child of a parent that once held 1 GB
+    would report 1 GB whatever it did."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status (this benchmark needs Linux)")
 
 
 def child(name: str, path: str, sample_path: str, out: str) -> None:
@@ -183,8 +188,8 @@ def sample_truth(x: np.ndarray, seed: int = 0) -> np.ndarray:
     xq = np.asarray(x[rows], dtype=np.float32)
     best_i = np.full((len(rows), TRUE_K), -1, dtype=np.int64)
     best_s = np.full((len(rows), TRUE_K), -np.inf, dtype=np.float32)
-    for start in range(0, len(x), 65536):
-        s = xq @ np.asarray(x[start : start + 65536], dtype=np.float32).T
+    for start in range(0, len(x), 8192):
+        s = xq @ np.asarray(x[start : start + 8192], dtype=np.float32).T
         s[rows[:, None] == np.arange(start, start + s.shape[1])[None, :]] = -np.inf
         ids = np.concatenate([best_i, np.broadcast_to(np.arange(start, start + s.shape[1]), s.shape)], axis=1)
         sc = np.concatenate([best_s, s], axis=1)

@@ -25,12 +25,16 @@ FIXTURES = Path(__file__).parent / "fixtures"
 SIZES = [(200, 40), (64, 16), (12, 3)]
 #: pieces of hostile text: characters str.split() and BERT treat differently (\x0b, \x1c, \x85,
 #: \u2028), ones BERT drops (\x00, \ufffd, soft hyphen) or pads (CJK), marks NFD reorders, case
-#: changes that grow a character (İ, ß), special tokens, a word over WordPiece's 100 characters
+#: changes that grow a character (İ, ß), special tokens, a word over WordPiece's 100 characters,
+#: ASCII punctuation next to marks, special tokens and code, non-ASCII punctuation
 PIECES = ["the", "lighthouse", "keeper's", "e-mail", "3.14", "(see", "below).", "café", "naïve", "Ἀθῆναι",
           "İstanbul", "straße", "ΣΊΣΥΦΟΣ", "漢字仮名", "한국어", "🙂👍🏽", "a\u0301\u0327", "\u0301x", "x\u0300\u0316",
           "[MASK]", "[UNK]x", "x[SEP]y", "\x00", "a\x00b", "\x0b", "a\x0bb", "\x1c", "x\x1f", "\x85", "b\x85c",
           "\u00a0", "q\u00a0r", "\u2028", "\u3000", "\u200b", "\u00ad", "\ufffd", "\ufeff", "w" * 120, "ab" * 60,
-          "ÉCOLE", "ﬁne", "Ⅻ", "①", "<a", "#", "...", "--", "\u0600", "\U0001d400"]
+          "ÉCOLE", "ﬁne", "Ⅻ", "①", "<a", "#", "...", "--", "\u0600", "\U0001d400",
+          # punctuation, where words missing from the table are cut (Chunker._count_missing)
+          ".\u0301", "x.\u0903", "e.g.", "[MASK].", ".[UNK]", "[CLS", "SEP]", "[PAD]]", "foo()", "__init__",
+          "a-b-c", "'s", "\"q\"", "os.path.join(", "http://x.y/z?a=1&b=2", "¿qué?", "«»", "\u037e", "\u0387"]
 SEPARATORS = [" ", " ", " ", "\n", "\n\n", "\t", "\r\n", "  ", ""]
 
 

@@ -45,7 +45,7 @@ def bind_warning(host: str, api_key: str | None, what: str = "server") -> str | 
               help="Threads answering searches, so a search never waits behind a generation.")
 @click.option("--decode-width", type=click.IntRange(1, 64), metavar="ROWS",
               help="Embedded model: most concurrent answers sharing one decode step (default 8; 1 turns "
-                   "batching off). Answers are the same either way.")
+                   "batching off). An answer does not depend on the others served with it.")
 @host_options
 @reuse_options
 def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None, workers: int,

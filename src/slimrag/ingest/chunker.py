@@ -43,11 +43,19 @@ docs this leaves a third of the unseen runs). Parts not in the table either are 
 tokenizer call on them joined by spaces. On prose almost every run is a word seen before, so a 125-token
 passage costs one ``str.split`` and a dict lookup per word (~15 µs) instead of a tokenizer call
 that also builds and converts 125 offset pairs (~140 µs); the counts are exact, not estimates
-(tests compare them with one tokenizer call on every section). Only sections of at most
-``size * COUNT_CHARS_PER_TOKEN`` characters are counted this way; longer ones, and any that turn
-out longer than ``size``, are tokenized with offsets as before, so the windows do not change.
+(tests compare them with one tokenizer call on every section). Sections of at most
+``size * COUNT_CHARS_PER_TOKEN`` characters are counted with ``str.split``.
+
+Windows of a long section by runs (`RunSpans`): a window needs the spans of two tokens, its first
+and its last, not all of them. A section over that length or over ``size`` tokens, and of at most
+``piece_chars`` characters, is split into runs with their positions and counted by the table; the
+run holding a window's first or last token is found from the running counts (bisect) and only
+that run is tokenized, its offsets shifted by where it starts (the same premise: a run's tokens
+and their offsets are the same alone as in the section). A section of 1,000 tokens costs a
+table lookup per word and ~12 calls on one word, instead of one call that builds 1,000 offset
+pairs. Sections over ``piece_chars`` keep the piecewise `offsets` above (bounded memory).
 A tokenizer whose pipeline is not BERT's (other normalizer, pre-tokenizer or model) is always
-tokenized whole: the premise is checked on its configuration, not assumed.
+tokenized whole, with its offsets: the premise is checked on its configuration, not assumed.
 """
 
 from __future__ import annotations
@@ -195,8 +203,24 @@ class Chunker:
             return self._count_missing(runs)
 
     def _count_missing(self, runs: list[str]) -> int:
-        """`short_count` when some runs are not in the table: cut those at punctuation (header),
-        count the parts not in the table either in one tokenizer call, remember both, and sum."""
+        """`short_count` when some runs are not in the table (`_missing_counts`)."""
+        found = self._missing_counts(runs)
+        try:
+            return sum(map(self._words.__getitem__, runs))
+        except KeyError:  # a run too long to remember, a full table, or one emptied meanwhile
+            return sum(found[r] if r in found else self._count_one(r) for r in runs)
+
+    def _run_counts(self, runs: list[str]) -> list[int]:
+        """The token count of each run, from the table where it can."""
+        try:
+            return list(map(self._words.__getitem__, runs))
+        except KeyError:
+            found = self._missing_counts(runs)
+            return [found[r] if r in found else self._count_one(r) for r in runs]
+
+    def _missing_counts(self, runs: list[str]) -> dict[str, int]:
+        """The counts of the ``runs`` not in the table: cut at punctuation (header), the parts not
+        in the table either counted in one tokenizer call; runs and parts remembered."""
         words = self._words
         missing = list({r for r in runs if r not in words})
         parts = {r: self._punct.split(r) for r in missing}  # punctuation characters: len - 1
@@ -209,10 +233,7 @@ class Chunker:
         for r, n in found.items():
             if len(r) <= WORD_CHARS and len(words) < self.word_cache:
                 words[r] = n
-        try:
-            return sum(map(words.__getitem__, runs))
-        except KeyError:  # a run too long to remember, a full table, or one emptied meanwhile
-            return sum(found[r] if r in found else self._count_one(r) for r in runs)
+        return found
 
     def _count_words(self, words: list[str]) -> list[int]:
         """Token counts of whitespace-free ``words``: one tokenizer call (several joined by single
@@ -252,10 +273,10 @@ class Chunker:
             if not sec.text.strip():
                 continue
             n = self.short_count(sec.text)
-            offsets = None
-            if n is None:
-                offsets = self.offsets(sec.text)
-                n = len(offsets)
+            spans: TokenSpans | None = None
+            if n is None or n > self.size:
+                spans = self._spans(sec.text)
+                n = len(spans)
             if n <= self.size:
                 if pending_tokens + n > self.size or (pending and sec.page != pending[0][0].page):
                     flush()
@@ -263,20 +284,32 @@ class Chunker:
                 pending_tokens += n
                 continue
             flush()
-            out.extend(self._windows(sec, self.offsets(sec.text) if offsets is None else offsets))
+            assert spans is not None
+            out.extend(self._windows(sec, spans))
         flush()
         cap = self.size * MAX_CHARS_PER_TOKEN
         if any(len(c.text) > cap for c in out):
             out = [piece for c in out for piece in _cut(c, cap)]
         return out
 
-    def _windows(self, sec: Section, offsets: np.ndarray) -> list[ChunkText]:
+    def _spans(self, text: str) -> TokenSpans:
+        """The token spans of a section too long for `short_count` or over ``size``: by runs
+        (`RunSpans`) when word counts are on and it fits in one piece, else its `offsets`."""
+        if self.word_counts and len(text) <= self.piece_chars:
+            starts, runs = [], []
+            for m in _RUN.finditer(text):
+                starts.append(m.start())
+                runs.append(m.group())
+            return RunSpans(self.tokenizer, starts, runs, self._run_counts(runs))
+        return OffsetSpans(self.offsets(text))
+
+    def _windows(self, sec: Section, offsets: TokenSpans) -> list[ChunkText]:
         step = self.size - self.overlap
         chunks = []
         n = len(offsets)
         for start in range(0, n, step):
             end = min(start + self.size, n)
-            lo, hi = int(offsets[start, 0]), int(offsets[end - 1, 1])
+            lo, hi = offsets.start(start), offsets.end(end - 1)
             # Extend the slice to the end of the last word piece's word (offsets are exact already)
             text = sec.text[lo:hi].strip()
             if text:
@@ -287,6 +320,58 @@ class Chunker:
             if end == n:
                 break
         return chunks
+
+
+class OffsetSpans:
+    """Token spans from `Chunker.offsets`: every token's, in one array."""
+
+    def __init__(self, offsets: np.ndarray) -> None:
+        self.offsets = offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def start(self, t: int) -> int:
+        """The first character of token ``t``."""
+        return int(self.offsets[t, 0])
+
+    def end(self, t: int) -> int:
+        """The character after token ``t``."""
+        return int(self.offsets[t, 1])
+
+
+class RunSpans:
+    """Token spans from the runs of a section and their token counts (header): token ``t`` lies
+    in the run whose cumulative count passes ``t``, and only that run is tokenized to find where
+    (a window needs two spans, not all of them). The runs' own offsets, shifted by where the run
+    starts, are the section's: the premise of the word counts, checked by the tests against one
+    tokenizer call on the section."""
+
+    def __init__(self, tokenizer: Any, starts: list[int], runs: list[str], counts: list[int]) -> None:
+        self.tokenizer, self.starts, self.runs = tokenizer, starts, runs
+        self.before = list(itertools.accumulate(counts, initial=0))  # tokens before each run
+        self._last: tuple[int, list[tuple[int, int]]] = (-1, [])
+
+    def __len__(self) -> int:
+        return self.before[-1]
+
+    def _span(self, t: int) -> tuple[int, int]:
+        i = bisect.bisect_right(self.before, t) - 1  # the run holding token t (a run of 0 is skipped)
+        if self._last[0] != i:
+            self._last = (i, self.tokenizer.encode(self.runs[i], add_special_tokens=False).offsets)
+        a, b = self._last[1][t - self.before[i]]
+        return a + self.starts[i], b + self.starts[i]
+
+    def start(self, t: int) -> int:
+        """The first character of token ``t``."""
+        return self._span(t)[0]
+
+    def end(self, t: int) -> int:
+        """The character after token ``t``."""
+        return self._span(t)[1]
+
+
+TokenSpans = OffsetSpans | RunSpans
 
 
 def _cut(chunk: ChunkText, cap: int) -> list[ChunkText]:

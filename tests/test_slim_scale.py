@@ -7,6 +7,8 @@ the code path of a million-row build: 8 partitions, each row in its 2 nearest.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -116,3 +118,53 @@ def test_cli_build_ray_needs_slim_storage(tmp_path):
                                    "--ray"])
     assert res.exit_code == 2 and "--storage slim" in res.output
     assert not (tmp_path / "i").exists()
+
+
+def _rss_file_kib() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("RssFile:"))
+
+
+def test_reader_gathers_exactly_and_releases_only_file_pages(tmp_path):
+    from slimrag.index.slim import rows
+
+    x = np.random.default_rng(3).standard_normal((5000, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    mm = np.load(tmp_path / "x.npy", mmap_mode="r")
+    ids = np.random.default_rng(4).integers(0, 5000, (70, 9))
+    for src in (x, mm):
+        r = rows.Reader(src)
+        assert r.mapped == (src is mm)
+        for want in (ids, np.sort(ids.reshape(-1)), ids[0]):  # unsorted 2-D, sorted, unsorted 1-D
+            assert np.array_equal(r.take(want), x[want])
+        assert np.array_equal(r.block(100, 300), x[100:300])
+    anon = x.copy()
+    rows.release(anon)  # anonymous memory: never dropped
+    rows.release_file_pages()
+    assert np.array_equal(anon, x) and np.array_equal(np.asarray(mm), x)  # a released mapping reads back the file
+    assert not rows.is_file_mapped(anon) and rows.is_file_mapped(mm[10:20])
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="RssFile is read from /proc (Linux)")
+def test_sorted_gather_keeps_mapped_pages_bounded(tmp_path, monkeypatch):
+    """A sorted gather spread over the file (a k-means sample, a partition's rows) maps only about
+    RELEASE_BYTES at a time, not the file: read in chunks, each counted as its span."""
+    from slimrag.index.slim import rows
+
+    n, d = 40_000, 384  # 61 MB
+    np.save(tmp_path / "x.npy", np.ones((n, d), np.float32))
+    mm = np.load(tmp_path / "x.npy", mmap_mode="r")
+    sample = np.sort(np.random.default_rng(5).choice(n, 8000, replace=False))
+    rows.release_file_pages()
+    before = _rss_file_kib()
+    np.asarray(mm[sample]).sum()  # a plain gather maps (nearly) the whole file
+    plain = _rss_file_kib() - before
+    rows.release_file_pages()
+    monkeypatch.setattr(rows, "RELEASE_BYTES", 4 * 2**20)
+    monkeypatch.setattr(rows, "GATHER_ROWS", 256)
+    before = _rss_file_kib()
+    got = rows.Reader(mm).take(sample)
+    chunked = _rss_file_kib() - before
+    assert got.shape == (8000, d) and float(got.sum()) == 8000 * d
+    # at most RELEASE_BYTES + one chunk's span (~1,300 rows) + a folio each side: ~12 MB
+    assert chunked < 16 * 1024 < plain, (chunked, plain)

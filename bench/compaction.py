@@ -3,6 +3,7 @@
     python -m bench.compaction                         # real MiniLM vectors cached in bench/data
     python -m bench.compaction --data synthetic --n 3000
     python -m bench.compaction --row-ms 25             # skip measuring the embedding cost
+    python -m bench.compaction --data synthetic --n 100000 --sections 1 --fracs 0.01   # at scale
 
 The compaction rows of issue 10's benchmark (`bench/ingest.py` holds the embedding ones). Each
 data set is a matrix of unit-norm vectors and query vectors; ``recompute`` returns stored rows, so
@@ -12,7 +13,9 @@ them, else on disfl_qa contexts). Printed as tables and written as JSON (``--out
 
 1. **Cost after adding 1% and 10% new rows** to a slim generation of the other rows: compute
    seconds (walk, prune, build), rows recomputed, and modelled wall = compute + recomputed x row
-   ms, for the incremental update and for a full rebuild (which recomputes every old row).
+   ms, for the incremental update and for a full rebuild (which recomputes every old row);
+   their ratios: ``compute_ratio`` (wall seconds of compute), ``cpu_ratio`` (CPU seconds: the
+   steadier figure on a shared machine), ``wall_ratio`` (with the modelled re-embedding).
 2. **Recall after 5 rounds** of add / remove / compact (each round adds and removes ``--churn``
    of the starting size), recall@10 at the default `SearchConfig` against exact search over the
    live rows, next to a fresh build of the same live rows; per ``UpdateConfig.rerank`` (with
@@ -95,18 +98,20 @@ def cost(x: np.ndarray, ms: float, frac: float, upd: UpdateConfig) -> dict[str, 
     n_new = max(1, int(round(frac * len(x) / (1 + frac))))
     old, new = perm[:-n_new], perm[-n_new:]
     art = build_slim(x[old])
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     up = update_slim(art, old, np.ones(len(old), bool), new, x[new], lambda rows: x[old[rows]], update=upd)
-    inc_s = time.perf_counter() - t
-    t = time.perf_counter()
+    inc_s, inc_cpu = time.perf_counter() - t, time.process_time() - c
+    t, c = time.perf_counter(), time.process_time()
     build_slim(x[np.sort(perm)])
-    full_s = time.perf_counter() - t
+    full_s, full_cpu = time.perf_counter() - t, time.process_time() - c
     inc_wall = inc_s + up.stats.recomputed * ms / 1000
     full_wall = full_s + len(old) * ms / 1000
     return {"added": f"{frac:.0%}", "old_rows": len(old), "new_rows": n_new, "inc_compute_s": round(inc_s, 2),
-            "inc_recomputed": up.stats.recomputed, "inc_wall_s": round(inc_wall, 1), "full_compute_s": round(full_s, 2),
-            "full_recomputed": len(old), "full_wall_s": round(full_wall, 1),
-            "wall_ratio": round(inc_wall / full_wall, 3), "recompute_ratio": round(up.stats.recomputed / len(old), 3)}
+            "inc_cpu_s": round(inc_cpu, 2), "inc_recomputed": up.stats.recomputed, "inc_wall_s": round(inc_wall, 1),
+            "full_compute_s": round(full_s, 2), "full_cpu_s": round(full_cpu, 2), "full_recomputed": len(old),
+            "full_wall_s": round(full_wall, 1), "compute_ratio": round(inc_s / full_s, 4),
+            "cpu_ratio": round(inc_cpu / full_cpu, 4), "wall_ratio": round(inc_wall / full_wall, 3),
+            "recompute_ratio": round(up.stats.recomputed / len(old), 3)}
 
 
 def rounds(x: np.ndarray, q: np.ndarray, churn: float, upd: UpdateConfig, n_rounds: int = 5) -> dict[str, Any]:
@@ -170,8 +175,13 @@ def main() -> None:
     ap.add_argument("--row-ms", type=float, help="per-row embedding ms (default: measured here)")
     ap.add_argument("--churn", type=float, default=0.02, help="share added and removed per round")
     ap.add_argument("--reranks", default="0,2,4,8", help="UpdateConfig.rerank values for the rounds")
+    ap.add_argument("--sections", default="1,2,3", help="which of the sections 1-3 to run (1 alone at scale)")
+    ap.add_argument("--fracs", default="0.01,0.1", help="shares of new rows section 1 adds")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    sections = {int(s) for s in args.sections.split(",") if s}
+    if not sections <= {1, 2, 3}:
+        ap.error("--sections takes numbers from 1, 2, 3")
     x, q, texts, desc = load(args.data, args.n, args.queries)
     if args.row_ms is None:
         ms, how = row_ms(texts)
@@ -179,20 +189,26 @@ def main() -> None:
         ms, how = args.row_ms, "given (--row-ms)"
     print(f"data: {desc}\nrecompute cost modelled at {ms:.1f} ms/row ({how})\n")
     default = UpdateConfig()
-    costs = [cost(x, ms, f, default) for f in (0.01, 0.1)]
-    print(f"1. compaction cost, UpdateConfig() = {default}\n{_table(costs)}\n")
-    rr = [rounds(x, q, args.churn, UpdateConfig(rerank=int(r), recompute_share=1.0)) for r in args.reranks.split(",")]
-    rr.append({**rounds(x, q, args.churn, default), "rerank": f"default {default.rerank}/{default.recompute_share}"})
-    print(f"2. recall@10 after 5 rounds of +{args.churn:.0%} / -{args.churn:.0%} / compact\n{_table(rr)}\n")
-    dr = []
-    for other_name in OTHER[args.data]:
+    load_before = os.getloadavg()[0]
+    costs, rr, dr = [], [], []
+    if 1 in sections:
+        costs = [cost(x, ms, float(f), default) for f in args.fracs.split(",") if f]
+        print(f"1. compaction cost, UpdateConfig() = {default}\n{_table(costs)}\n")
+    if 2 in sections:
+        rr = [rounds(x, q, args.churn, UpdateConfig(rerank=int(r), recompute_share=1.0))
+              for r in args.reranks.split(",")]
+        rr.append({**rounds(x, q, args.churn, default), "rerank": f"default {default.rerank}/{default.recompute_share}"})
+        print(f"2. recall@10 after 5 rounds of +{args.churn:.0%} / -{args.churn:.0%} / compact\n{_table(rr)}\n")
+    for other_name in OTHER[args.data] if 3 in sections else ():
         other, _, _, other_desc = load(other_name, len(x), args.queries)
         print(f"3. drift, other distribution: {other_desc}")
         dr += [{"other": other_name, **row} for row in drift(x, q, other, args.data)]
         print(_table(dr[-3:]) + "\n")
-    out = args.out or Path(__file__).resolve().parent / "results" / f"compaction-{args.data}.json"
+    tag = "" if args.data != "synthetic" or args.n == 3000 else f"-{args.n}"
+    out = args.out or Path(__file__).resolve().parent / "results" / f"compaction-{args.data}{tag}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"data": desc, "row_ms": ms, "row_ms_source": how, "update_config": str(default),
+                               "load1_before_after": [load_before, os.getloadavg()[0]],
                                "cost": costs, "rounds": rr, "drift": dr}, indent=1))
     print(f"wrote {out}")
 

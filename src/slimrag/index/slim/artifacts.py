@@ -17,6 +17,7 @@ from slimrag.index.slim.graph import (
 from slimrag.index.slim.pq import (
     CODEBOOKS_FILE,
     CODES_FILE,
+    ROTATION_FILE,
     ProductQuantizer,
     load_pq,
     save_pq,
@@ -109,11 +110,13 @@ class SlimArtifacts:
 
 def slim_bytes(folder: str | Path) -> dict[str, float]:
     """Bytes on disk of a saved slim generation: per file, ``per_vector`` (graph + codes + hubs,
-    the part that grows with n, divided by n), ``fixed`` (codebooks and metadata, independent of n)
-    and ``total_per_vector`` (everything divided by n)."""
+    the part that grows with n, divided by n), ``fixed`` (codebooks, the PQ rotation when there is
+    one, and metadata: independent of n) and ``total_per_vector`` (everything divided by n)."""
     folder = Path(folder)
     sizes = {name: (folder / name).stat().st_size for name in SLIM_FILES}
+    if (folder / ROTATION_FILE).exists():
+        sizes[ROTATION_FILE] = (folder / ROTATION_FILE).stat().st_size
     n = json.loads((folder / META_FILE).read_text())["n"]
-    fixed = sizes[CODEBOOKS_FILE] + sizes[META_FILE]
+    fixed = sizes[CODEBOOKS_FILE] + sizes[META_FILE] + sizes.get(ROTATION_FILE, 0)
     scaling = sum(sizes.values()) - fixed
     return {**sizes, "n": n, "per_vector": scaling / n, "fixed": fixed, "total_per_vector": (scaling + fixed) / n}

@@ -153,6 +153,18 @@ def heldout_error(x: np.ndarray, pq: ProductQuantizer, codes: np.ndarray, config
     return float(split.direction_error(held, split.encode(held)).mean())
 
 
+def wave_ends(pool: int, k: int, floor: int, wave: int) -> list[int]:
+    """Pool positions where the searcher's rerank waves end (`SlimSearcher._rerank` with early
+    stop): ``k``, then every ``wave`` more, with one wave cut short to end at ``floor``; the
+    last is the pool's end."""
+    ends, pos = [], min(k, pool)
+    while pos < pool:
+        ends.append(pos)
+        nxt = pos + wave
+        pos = min(nxt, floor) if pos < floor else nxt
+    return [*ends, pool]
+
+
 #: calibration queries of `calibrate_stop` (sample rows, left out of their own results)
 _STOP_QUERIES = 512
 #: stop margins `calibrate_stop` tabulates
@@ -166,13 +178,17 @@ def calibrate_stop(
     measured at build time, not a fixed depth).
 
     Rerank walks the pool in PQ order in waves (first ``k`` rows, then ``SearchConfig().wave``)
-    and stops once the next row's PQ score plus a *margin* is below the k-th exact score so far.
-    Here ``queries`` sample rows are searched as queries (each left out of its own results) with the
-    default ``ef``; for each wave boundary the margin under which the query would stop there and
-    its recall@k then (against the exact top-k over all other rows, by a blocked scan) are known,
-    so recall and rows recomputed follow for every margin of a grid at once. Returns (margin,
-    recall@k, median rows recomputed) rows, margins increasing; the recall is the sample mean
-    less one standard error, so a target read from the table is met with some room."""
+    and stops once the next row's PQ score plus a bound is below the k-th exact score so far; the
+    bound is ``pq_error`` within the first ``max(rerank, k)`` positions (the fixed depth's rule)
+    and the stop *margin* past them (`SlimSearcher._done`). Here ``queries`` sample rows are
+    searched as queries (each left out of its own results) with the default ``ef``; for each wave
+    boundary the margin under which that rule stops there and its recall@k then (against the
+    exact top-k over all other rows, by a blocked scan) are known, so recall and rows recomputed
+    follow for every margin of a grid at once. The table simulates the searcher's whole rule,
+    floor included: a table of the margin alone promised recall for depths the floor never lets
+    a query stop at (100k synthetic: a 0.96 target read 0.986). Returns (margin, recall@k,
+    median rows recomputed) rows, margins increasing; the recall is the sample mean less one
+    standard error, so a target read from the table is met with some room."""
     from slimrag.config import SearchConfig
     from slimrag.index.slim.searcher import SlimSearcher
 
@@ -186,6 +202,7 @@ def calibrate_stop(
     xq = reader.take(qs)
     best_ids, _ = exact_top(reader, xq, qs, k)
     cfg = SearchConfig()
+    floor = max(cfg.rerank, k)
     searcher = SlimSearcher(art, reader.take, SlimConfig(cache_bytes=0), cfg)
     skip = np.zeros(n, dtype=bool)
     pools = []
@@ -199,16 +216,19 @@ def calibrate_stop(
     for i, (rows, pq_scores) in enumerate(pools):
         exact = reader.take(rows) @ xq[i]
         truth = set(best_ids[i].tolist())
-        bounds = list(range(min(k, len(rows)), len(rows), cfg.wave)) + [len(rows)]
+        bounds = wave_ends(len(rows), k, floor, cfg.wave)
         need, rec = [], []
         for pos in bounds:
             top = np.argsort(-exact[:pos], kind="stable")[:k]
             rec.append(len(truth & set(rows[top].tolist())) / k)
             kth = np.sort(exact[:pos])[::-1][k - 1] if pos >= k else np.inf
-            # stopping at `pos` needs pq[pos] + margin < kth; the end of the pool always stops
+            # stopping at `pos` needs pq[pos] + bound < kth; the end of the pool always stops
             need.append(kth - pq_scores[pos] if pos < len(rows) else np.inf)
         need_a, rec_a, pos_a = np.array(need), np.array(rec), np.array(bounds)
-        stop = np.argmax(need_a[None, :] > grid[:, None], axis=1)  # first boundary that stops
+        # below the floor the bound is pq_error whatever the margin, past it the margin
+        below = pos_a < floor
+        stops = np.where(below[None, :], need_a[None, :] > art.pq_error, need_a[None, :] > grid[:, None])
+        stop = np.argmax(stops, axis=1)  # first boundary that stops (the last one always does)
         recall[i], rows_at[i] = rec_a[stop], pos_a[stop]
     reader.done()
     # One standard error below the mean: the calibration queries are a sample, and a target met

@@ -43,6 +43,16 @@ Knobs (``PQConfig``)
   the largest divisor of d not above that, even at 4 bits). Explicit values win: ``bits`` alone
   gets the 48-byte m, ``m`` alone gets 8 bits (its meaning before the rule). Why these numbers,
   measured, and what the whole index then weighs: ``search.py``, knob ``pq``.
+- ``rotate`` (default None = automatic) and ``rotate_rounds`` (default 8): learn an orthogonal
+  rotation before quantizing (non-parametric OPQ, `train_rotation`). Sentence embeddings put most
+  of their variance in a few dozen correlated directions spread over every subspace; the rotation
+  lines them up with the subspaces, so the same bytes of code rank far better. The codes are the
+  same size; the rotation is a fixed ``2 d^2`` bytes (float16, 295 KB for d=384) and each query
+  pays one ``d x d`` product. Automatic: on once that costs at most ``AUTO_ROTATION_BYTES`` = 3
+  bytes per vector (n >= 98,304 for d=384), so small indexes keep their byte budget. Training
+  costs ``rotate_rounds`` k-means-and-encode passes over the training sample (~15 s each at 16,384
+  rows on a loaded 2-core machine); 4 rounds reach most of 8's gain. Measured figures:
+  ``docs/benchmarks.md`` ("Slim recall target").
 - ``train_size`` (default 16384): k-means sample, 64 points per centroid at 8 bits; more barely
   changes recall, and training time grows linearly (~5-10 s at the default on two cores).
 - ``iters`` (default 12): Lloyd iterations per subspace; the codes barely move after ~10.
@@ -65,6 +75,8 @@ from slimrag.index.slim._threads import single_thread_blas
 
 CODEBOOKS_FILE = "pq_codebooks.npy"
 CODES_FILE = "pq_codes.npy"
+#: the learned rotation (``d x d`` float16), present only when the quantizer rotates
+ROTATION_FILE = "pq_rotation.npy"
 _ENCODE_BATCH = 8192
 
 
@@ -73,6 +85,9 @@ AUTO_CODE_BYTES = 48
 #: the automatic rule switches to 8 bits once the 8-bit codebooks (``2 * 256 * d`` bytes of fp16)
 #: cost at most this many bytes per vector: from n = 32,768 for d=384
 AUTO_8BIT_CODEBOOK_BYTES = 6
+#: the automatic rule learns a rotation (OPQ) once its ``2 d^2`` bytes of float16 cost at most
+#: this many bytes per vector: from n = 98,304 for d=384
+AUTO_ROTATION_BYTES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +100,8 @@ class PQConfig:
     train_size: int = 16384
     iters: int = 12
     seed: int = 0
+    rotate: bool | None = None
+    rotate_rounds: int = 8
 
     def __post_init__(self) -> None:
         if self.m < 0:
@@ -93,8 +110,8 @@ class PQConfig:
             raise ValueError(f"PQ bits must be 4 or 8, or 0 for automatic, got {self.bits}")
         if self.bits == 4 and self.m % 2:
             raise ValueError(f"PQ with bits=4 packs two codes per byte, so m must be even, got {self.m}")
-        if self.train_size < 1 or self.iters < 1:
-            raise ValueError("PQ train_size and iters must be >= 1")
+        if self.train_size < 1 or self.iters < 1 or self.rotate_rounds < 1:
+            raise ValueError("PQ train_size, iters and rotate_rounds must be >= 1")
 
     def resolve(self, n: int, dim: int) -> PQConfig:
         """The concrete settings for ``n`` vectors of dimension ``dim``; explicit values are kept.
@@ -110,7 +127,16 @@ class PQConfig:
             return self
         bits = self.bits or (8 if self.m or dim % 2 or 512 * dim <= AUTO_8BIT_CODEBOOK_BYTES * n else 4)
         m = self.m or _auto_m(dim, AUTO_CODE_BYTES * 8 // bits, even=bits == 4)
-        return PQConfig(m=m, bits=bits, train_size=self.train_size, iters=self.iters, seed=self.seed)
+        return PQConfig(m=m, bits=bits, train_size=self.train_size, iters=self.iters, seed=self.seed,
+                        rotate=self.rotate, rotate_rounds=self.rotate_rounds)
+
+    def rotates(self, n: int, dim: int) -> bool:
+        """Whether `train_pq` learns a rotation for ``n`` vectors of dimension ``dim``: ``rotate``
+        when set, else once the rotation's ``2 dim^2`` bytes cost at most ``AUTO_ROTATION_BYTES``
+        per vector."""
+        if self.rotate is not None:
+            return self.rotate
+        return 2 * dim * dim <= AUTO_ROTATION_BYTES * n
 
 
 def _auto_m(dim: int, target: int, even: bool) -> int:
@@ -124,10 +150,14 @@ def _auto_m(dim: int, target: int, even: bool) -> int:
 @dataclass(frozen=True, slots=True)
 class ProductQuantizer:
     """Trained codebooks: ``codebooks[j, c]`` is centroid ``c`` of subspace ``j``, shape
-    ``(m, 2**bits, d/m)`` float32. Stateless after training, so safe to share between threads."""
+    ``(m, 2**bits, d/m)`` float32. ``rotation`` (optional, (d, d) float32, orthogonal to float16
+    rounding): vectors are quantized as ``x @ rotation.T`` and queries rotated the same way, so
+    inner products are unchanged; every method takes and returns unrotated vectors. Stateless
+    after training, so safe to share between threads."""
 
     codebooks: np.ndarray
     bits: int
+    rotation: np.ndarray | None = None
 
     @property
     def m(self) -> int:
@@ -147,7 +177,7 @@ class ProductQuantizer:
     def encode(self, vectors: np.ndarray) -> np.ndarray:
         """Codes of ``vectors`` (n, d) as uint8, shape (n, code_bytes), computed in batches so
         the (batch, centroids) distance matrix stays small."""
-        vectors = _as_matrix(vectors, self.dim)
+        vectors = self._rotate(_as_matrix(vectors, self.dim))
         out = np.empty((vectors.shape[0], self.m), dtype=np.uint8)
         sq_norms = np.einsum("jcs,jcs->jc", self.codebooks, self.codebooks)
         with single_thread_blas():
@@ -169,7 +199,8 @@ class ProductQuantizer:
         """Reconstructions (n, d) float32 of stored codes; used for calibration and tests."""
         unpacked = self._unpack(codes)
         parts = [self.codebooks[j][unpacked[:, j]] for j in range(self.m)]
-        return np.concatenate(parts, axis=1)
+        rec = np.concatenate(parts, axis=1)
+        return rec if self.rotation is None else rec @ self.rotation
 
     def directions(self, codes: np.ndarray) -> np.ndarray:
         """Unit-norm reconstructions ``x̂ / ||x̂||`` (n, d) float32 of stored codes: the vectors whose
@@ -192,7 +223,7 @@ class ProductQuantizer:
     def lookup_tables(self, queries: np.ndarray) -> np.ndarray:
         """ADC tables for a batch of queries: (nq, m, 2**bits) float32, ``lut[i, j, c] =
         q_i[sub j] · codebooks[j, c]``, for the whole batch at once."""
-        queries = _as_matrix(queries, self.dim)
+        queries = self._rotate(_as_matrix(queries, self.dim))
         sub = self.codebooks.shape[2]
         out = np.empty((len(queries), self.m, self.codebooks.shape[1]), dtype=np.float32)
         # One 2-D product per subspace: numpy's batched einsum/matmul path does not use BLAS.
@@ -225,6 +256,11 @@ class ProductQuantizer:
     def unpack(self, codes: np.ndarray) -> np.ndarray:
         """One uint8 per subspace (a no-op for 8-bit codes)."""
         return self._unpack(codes)
+
+    def _rotate(self, vectors: np.ndarray) -> np.ndarray:
+        if self.rotation is None:
+            return vectors
+        return np.ascontiguousarray(vectors @ self.rotation.T, dtype=np.float32)
 
     def _pack(self, codes: np.ndarray) -> np.ndarray:
         if self.bits == 8:
@@ -269,7 +305,8 @@ class ADCScorer:
 
 def train_pq(vectors: np.ndarray, config: PQConfig | None = None) -> ProductQuantizer:
     """Learn codebooks with seeded k-means on a sample of ``vectors`` (n, d); automatic ``m`` /
-    ``bits`` are resolved from (n, d) first (:meth:`PQConfig.resolve`).
+    ``bits`` are resolved from (n, d) first (:meth:`PQConfig.resolve`), and a rotation is learned
+    first when :meth:`PQConfig.rotates` says so (`train_rotation`).
 
     With fewer training vectors than ``2**bits`` centroids, k is reduced to the sample size and
     the remaining centroids are copies (codes still fit the declared bits). Raises ValueError when
@@ -285,15 +322,48 @@ def train_pq(vectors: np.ndarray, config: PQConfig | None = None) -> ProductQuan
     rng = np.random.default_rng(config.seed)
     sample = vectors if n <= config.train_size else vectors[_sample_rows(rng, n, config.train_size)]
     sample = np.ascontiguousarray(sample, dtype=np.float32)
-    sub = d // config.m
-    k = 2**config.bits
-    books = np.empty((config.m, k, sub), dtype=np.float32)
-    with single_thread_blas():
-        for j in range(config.m):
-            books[j] = _kmeans(np.ascontiguousarray(sample[:, j * sub : (j + 1) * sub]), k, config.iters, rng)
+    rotation = None
+    if config.rotates(n, d):
+        # Stored as float16: round now so codes and queries use exactly the loaded rotation.
+        rotation = train_rotation(sample, config, rng).astype(np.float16).astype(np.float32)
+        sample = np.ascontiguousarray(sample @ rotation.T)
+    books = _train_books(sample, config.m, 2**config.bits, config.iters, rng)
     # Codebooks are stored as float16 (half the fixed bytes); round now so the codes are chosen
     # against exactly the centroids a loaded index will score with.
-    return ProductQuantizer(books.astype(np.float16).astype(np.float32), config.bits)
+    return ProductQuantizer(books.astype(np.float16).astype(np.float32), config.bits, rotation)
+
+
+def _train_books(sample: np.ndarray, m: int, k: int, iters: int, rng: np.random.Generator,
+                 init: np.ndarray | None = None) -> np.ndarray:
+    """Codebooks (m, k, d/m) float32: k-means per subspace, from ``init`` when given."""
+    sub = sample.shape[1] // m
+    books = np.empty((m, k, sub), dtype=np.float32)
+    with single_thread_blas():
+        for j in range(m):
+            part = np.ascontiguousarray(sample[:, j * sub : (j + 1) * sub])
+            books[j] = _kmeans(part, k, iters, rng, None if init is None else init[j])
+    return books
+
+
+def train_rotation(sample: np.ndarray, config: PQConfig, rng: np.random.Generator) -> np.ndarray:
+    """An orthogonal (d, d) rotation ``R`` that lowers the quantization error of ``x @ R.T``:
+    non-parametric OPQ (Ge et al., "Optimized Product Quantization", 2013), alternating
+    ``rotate_rounds`` times between codebooks for the rotated sample (k-means, warm-started from
+    the previous round's, 4 Lloyd steps after the first round's ``iters``) and the rotation that
+    best maps the sample onto its reconstructions (orthogonal Procrustes: with
+    ``U S V^T = svd(X^T Y)``, ``R = V U^T``). ``config`` must be resolved (m, bits set)."""
+    d = sample.shape[1]
+    k = 2**config.bits
+    rotation = np.eye(d, dtype=np.float32)
+    books = None
+    for r in range(config.rotate_rounds):
+        rotated = np.ascontiguousarray(sample @ rotation.T)
+        books = _train_books(rotated, config.m, k, config.iters if r == 0 else 4, rng, books)
+        pq = ProductQuantizer(books, 8)  # unpacked codes: one byte per subspace whatever the bits
+        recon = pq.decode(pq.encode(rotated))
+        u, _s, vt = np.linalg.svd(sample.T.astype(np.float64) @ recon.astype(np.float64))
+        rotation = (vt.T @ u.T).astype(np.float32)
+    return rotation
 
 
 def _sample_rows(rng: np.random.Generator, n: int, size: int) -> np.ndarray:
@@ -309,10 +379,13 @@ def training_rows(n: int, config: PQConfig) -> np.ndarray | None:
 
 
 def save_pq(folder: str | Path, pq: ProductQuantizer, codes: np.ndarray) -> None:
-    """Write codebooks and codes as two .npy files into ``folder`` (which must exist)."""
+    """Write codebooks and codes as two .npy files into ``folder`` (which must exist), and the
+    rotation as a third when the quantizer has one."""
     folder = Path(folder)
     np.save(folder / CODEBOOKS_FILE, pq.codebooks.astype(np.float16))
     np.save(folder / CODES_FILE, np.ascontiguousarray(codes, dtype=np.uint8))
+    if pq.rotation is not None:
+        np.save(folder / ROTATION_FILE, pq.rotation.astype(np.float16))
 
 
 def load_pq(folder: str | Path, bits: int, mmap: bool = True) -> tuple[ProductQuantizer, np.ndarray]:
@@ -320,7 +393,8 @@ def load_pq(folder: str | Path, bits: int, mmap: bool = True) -> tuple[ProductQu
     folder = Path(folder)
     books = np.load(folder / CODEBOOKS_FILE)
     codes = np.load(folder / CODES_FILE, mmap_mode="r" if mmap else None)
-    return ProductQuantizer(books.astype(np.float32, copy=False), bits), codes
+    rotation = np.load(folder / ROTATION_FILE).astype(np.float32) if (folder / ROTATION_FILE).exists() else None
+    return ProductQuantizer(books.astype(np.float32, copy=False), bits, rotation), codes
 
 
 def kmeans(x: np.ndarray, k: int, iters: int, rng: np.random.Generator) -> np.ndarray:
@@ -329,14 +403,16 @@ def kmeans(x: np.ndarray, k: int, iters: int, rng: np.random.Generator) -> np.nd
     return _kmeans(np.ascontiguousarray(x, dtype=np.float32), k, iters, rng)
 
 
-def _kmeans(x: np.ndarray, k: int, iters: int, rng: np.random.Generator) -> np.ndarray:
-    """Lloyd's k-means with k-means++-lite init (random distinct points); empty clusters are
-    re-seeded with the points farthest from their centroid, so no centroid is wasted."""
+def _kmeans(x: np.ndarray, k: int, iters: int, rng: np.random.Generator, init: np.ndarray | None = None,
+            ) -> np.ndarray:
+    """Lloyd's k-means with k-means++-lite init (random distinct points) or from ``init`` (k, d);
+    empty clusters are re-seeded with the points farthest from their centroid, so no centroid is
+    wasted."""
     n = x.shape[0]
     if n <= k:
         # Every point is its own centroid; pad with repeats so the table has k rows.
         return x[np.arange(k) % n].copy()
-    cent = x[rng.choice(n, k, replace=False)].copy()
+    cent = x[rng.choice(n, k, replace=False)].copy() if init is None else np.array(init, dtype=np.float32)
     dist = np.empty((n, k), dtype=np.float32)
     for _ in range(iters):
         # ||x - c||^2 up to the per-row constant ||x||^2, computed in place to spare temporaries.

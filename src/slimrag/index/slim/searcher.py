@@ -201,6 +201,8 @@ class SlimSearcher:
             for i in active:
                 step = (k if stop else limit[i]) if first else cfg.wave
                 end = min(limit[i], pos[i] + step)
+                if pos[i] < floor:  # a wave ends at the floor, so the fixed depth is a wave boundary
+                    end = min(end, floor)
                 take = []
                 for r in pools[i][0][pos[i] : end].tolist():
                     if r in exact[i]:

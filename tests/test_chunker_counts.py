@@ -12,14 +12,9 @@ import pytest
 
 from bench.passages import Passages
 from slimrag.embed.local import default_model_dir
-from slimrag.ingest.chunker import (
-    MAX_CHARS_PER_TOKEN,
-    Chunker,
-    ChunkText,
-    load_tokenizer,
-    splits_at_whitespace,
-)
+from slimrag.ingest.chunker import MAX_CHARS_PER_TOKEN, Chunker, ChunkText, load_tokenizer
 from slimrag.ingest.readers import Section, read_file
+from slimrag.ingest.wordcount import WordCounts, splits_at_whitespace
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SIZES = [(200, 40), (64, 16), (12, 3)]
@@ -151,7 +146,7 @@ def test_word_counts_equal_one_tokenizer_call(tok: Any) -> None:
             n = chunker.short_count(text)
             expected = len(tok.encode(text, add_special_tokens=False))
             assert n is None and len(text) > 1600 or n == expected, repr(text)
-        assert len(chunker._words) <= chunker.word_cache
+        assert chunker.words is not None and len(chunker.words.table) <= chunker.words.capacity
 
 
 def test_other_tokenizer_pipelines_are_tokenized_whole(tok: Any) -> None:
@@ -166,3 +161,5 @@ def test_other_tokenizer_pipelines_are_tokenized_whole(tok: Any) -> None:
     chunker = Chunker(other, 200, 40)
     assert not chunker.word_counts and chunker.short_count("a few words") is None
     assert not Chunker(tok, 200, 40, word_counts=False).word_counts
+    with pytest.raises(ValueError, match="BERT's tokenizer pipeline"):
+        WordCounts(other)

@@ -25,46 +25,23 @@ handful of tokens spanning everything; without the bound it would become one 10 
 every embedding of it must tokenize again. An oversized chunk is cut into consecutive slices of
 the bound (its token count shared out by length).
 
-Counting short sections by words (``word_counts``, on by default for a BERT-style tokenizer):
-most sections are short (a paragraph, a bench passage of 125 tokens), and a short section needs
-only its token count, not its offsets: it is merged whole. MiniLM's tokenizer never lets a token
-cross a space, tab, newline or carriage return, nor lets the text on one side change the tokens
-on the other (BERT's normalizer works per character, NFD reorders only marks after a starter and
-these four are starters, the special tokens hold no whitespace, and the pre-tokenizer splits
-there), the premise of the pieces above too. So a section's count is the sum of the counts of
-its runs between those four characters, and the count of a run is remembered (``word_cache``
-runs, default `WORD_CACHE`, of at most `WORD_CHARS` characters each; the table is emptied when
-full, so its memory is bounded: ~15 MB). A run not in the table is cut at its ASCII punctuation
-(BERT's pre-tokenizer makes each such character one token of its own, and the normalizer leaves
-it as it is), except the characters of the special tokens (``[`` and ``]``: ``[MASK]`` is one
-token): its count is one per punctuation character plus the counts of the parts between, which
-real prose has mostly seen (``(see`` and ``below).`` are ``see`` and ``below``: on the Python
-docs this leaves a third of the unseen runs). Parts not in the table either are counted by one
-tokenizer call on them joined by spaces. On prose almost every run is a word seen before, so a 125-token
-passage costs one ``str.split`` and a dict lookup per word (~15 µs) instead of a tokenizer call
-that also builds and converts 125 offset pairs (~140 µs); the counts are exact, not estimates
-(tests compare them with one tokenizer call on every section). Sections of at most
-``size * COUNT_CHARS_PER_TOKEN`` characters are counted with ``str.split``.
-
-Windows of a long section by runs (`RunSpans`): a window needs the spans of two tokens, its first
-and its last, not all of them. A section over that length or over ``size`` tokens, and of at most
-``piece_chars`` characters, is split into runs with their positions and counted by the table; the
-run holding a window's first or last token is found from the running counts (bisect) and only
-that run is tokenized, its offsets shifted by where it starts (the same premise: a run's tokens
-and their offsets are the same alone as in the section). A section of 1,000 tokens costs a
-table lookup per word and ~12 calls on one word, instead of one call that builds 1,000 offset
-pairs. Sections over ``piece_chars`` keep the piecewise `offsets` above (bounded memory).
-A tokenizer whose pipeline is not BERT's (other normalizer, pre-tokenizer or model) is always
-tokenized whole, with its offsets: the premise is checked on its configuration, not assumed.
+Short sections by word counts (``word_counts``, on for a tokenizer with BERT's pipeline): most
+sections are short (a paragraph, a bench passage of 125 tokens) and need only their token count,
+not their offsets: they are merged whole. Their count comes from a table of the counts of the
+words (runs between whitespace) seen before (`slimrag.ingest.wordcount`): a ``str.split`` and a
+lookup per word instead of a tokenizer call that builds an offset pair per token; exact, not an
+estimate. Sections of at most ``size * COUNT_CHARS_PER_TOKEN`` characters are counted that way
+first; a longer one, or one over ``size`` tokens, of at most ``piece_chars`` characters, gets its
+window boundaries from the same table (`WordCounts.spans`: only the word holding a window's first
+or last token is tokenized); longer sections keep the piecewise offsets above. A tokenizer whose
+pipeline is not BERT's is always tokenized with offsets. The table (under ~20 MiB, ``word_cache``
+words) belongs to the chunker, and `default_chunker` gives one chunker per (size, overlap) in a
+process, so every document a process chunks shares it.
 """
 
 from __future__ import annotations
 
-import bisect
 import itertools
-import json
-import re
-import string
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -73,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from slimrag.ingest.readers import Section
+from slimrag.ingest.wordcount import WORD_CACHE, RunSpans, WordCounts, splits_at_whitespace
 
 #: sections longer than this (characters) are tokenized in pieces cut at whitespace
 PIECE_CHARS = 1 << 16
@@ -81,16 +59,6 @@ MAX_CHARS_PER_TOKEN = 128
 #: sections of at most ``size`` times this many characters are counted by words first (header):
 #: prose runs 4-5 characters a token, so a longer section is almost surely over ``size``
 COUNT_CHARS_PER_TOKEN = 8
-#: runs whose token count is remembered before the table is emptied (header: ~15 MB at most)
-WORD_CACHE = 1 << 17
-#: runs longer than this many characters are counted but not remembered (rarely repeated)
-WORD_CHARS = 48
-#: the characters no MiniLM token crosses (header); the runs between them are counted alone
-_RUN = re.compile(r"[^ \t\n\r]+")
-#: ASCII characters that ``str.split()`` splits at but the tokenizer does not (BERT drops them)
-_ODD_ASCII_SPACE = ("\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f")
-#: the pipeline whose tokens never cross or depend on ``_RUN``'s separators (see the header)
-_WORD_SAFE = {"normalizer": ("BertNormalizer",), "pre_tokenizer": ("BertPreTokenizer",), "model": ("WordPiece",)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,28 +78,6 @@ def load_tokenizer(model_dir: str) -> Any:
     tok.no_truncation()
     tok.no_padding()
     return tok
-
-
-def splits_at_whitespace(tokenizer: Any) -> bool:
-    """Whether ``tokenizer`` (a `tokenizers.Tokenizer`) has BERT's pipeline, whose tokens never
-    cross a space, tab, newline or carriage return and do not depend on the text beyond one
-    (header), and special tokens that match no more than their own text. False for anything
-    else, including an object without ``to_str``."""
-    to_str = getattr(tokenizer, "to_str", None)
-    if to_str is None:
-        return False
-    config = json.loads(to_str())
-    if any(((config.get(part) or {}).get("type")) not in kinds for part, kinds in _WORD_SAFE.items()):
-        return False
-    return not any(re.search(r"\s", t.get("content", "")) or t.get("lstrip") or t.get("rstrip")
-                   or t.get("single_word") for t in config.get("added_tokens", []))
-
-
-def _punctuation_splitter(tokenizer: Any) -> re.Pattern[str]:
-    """A pattern of the ASCII punctuation a word is cut at (header): all of it but the characters
-    of ``tokenizer``'s special tokens."""
-    special = "".join(t.get("content", "") for t in json.loads(tokenizer.to_str()).get("added_tokens", []))
-    return re.compile("[" + "".join(re.escape(c) for c in string.punctuation if c not in special) + "]")
 
 
 @lru_cache(maxsize=8)
@@ -157,12 +103,14 @@ class Chunker:
         if word_cache < 0:
             raise ValueError(f"word_cache must be >= 0, got {word_cache}")
         self.tokenizer, self.size, self.overlap, self.piece_chars = tokenizer, size, overlap, piece_chars
-        #: whether short sections are counted by words (header); False for a pipeline not BERT's
-        self.word_counts = word_counts and splits_at_whitespace(tokenizer)
-        self.word_cache = word_cache
+        #: the table of word counts (header); None when off or the pipeline is not BERT's
+        self.words = WordCounts(tokenizer, word_cache) if word_counts and splits_at_whitespace(tokenizer) else None
         self._count_chars = min(size * COUNT_CHARS_PER_TOKEN, piece_chars)
-        self._words: dict[str, int] = {}
-        self._punct = _punctuation_splitter(tokenizer) if self.word_counts else re.compile("$^")
+
+    @property
+    def word_counts(self) -> bool:
+        """Whether sections are counted by words (header)."""
+        return self.words is not None
 
     def offsets(self, text: str) -> np.ndarray:
         """``(tokens, 2)`` int64 character spans of the tokens of ``text`` (no special tokens),
@@ -186,71 +134,12 @@ class Chunker:
         return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def short_count(self, text: str) -> int | None:
-        """The exact token count of ``text`` from its runs' remembered counts (header), or None
-        when ``text`` is not counted that way (word counts off, or over ``size *
-        COUNT_CHARS_PER_TOKEN`` characters): then tokenize it with `offsets`. Safe to call from
-        several threads (a table emptied by one meanwhile only costs another a tokenizer call)."""
-        if not self.word_counts or len(text) > self._count_chars:
+        """The exact token count of ``text`` by word counts (header), or None when ``text`` is
+        not counted that way (word counts off, or over ``size * COUNT_CHARS_PER_TOKEN``
+        characters): then take its `offsets`."""
+        if self.words is None or len(text) > self._count_chars:
             return None
-        if text.isascii() and not any(c in text for c in _ODD_ASCII_SPACE):
-            runs = text.split()  # the same runs as _RUN on such text, and faster
-        else:
-            runs = _RUN.findall(text)
-        words = self._words
-        try:
-            return sum(map(words.__getitem__, runs))
-        except KeyError:
-            return self._count_missing(runs)
-
-    def _count_missing(self, runs: list[str]) -> int:
-        """`short_count` when some runs are not in the table (`_missing_counts`)."""
-        found = self._missing_counts(runs)
-        try:
-            return sum(map(self._words.__getitem__, runs))
-        except KeyError:  # a run too long to remember, a full table, or one emptied meanwhile
-            return sum(found[r] if r in found else self._count_one(r) for r in runs)
-
-    def _run_counts(self, runs: list[str]) -> list[int]:
-        """The token count of each run, from the table where it can."""
-        try:
-            return list(map(self._words.__getitem__, runs))
-        except KeyError:
-            found = self._missing_counts(runs)
-            return [found[r] if r in found else self._count_one(r) for r in runs]
-
-    def _missing_counts(self, runs: list[str]) -> dict[str, int]:
-        """The counts of the ``runs`` not in the table: cut at punctuation (header), the parts not
-        in the table either counted in one tokenizer call; runs and parts remembered."""
-        words = self._words
-        missing = list({r for r in runs if r not in words})
-        parts = {r: self._punct.split(r) for r in missing}  # punctuation characters: len - 1
-        unknown = list({p for ps in parts.values() for p in ps if p and p not in words})
-        found = dict(zip(unknown, self._count_words(unknown), strict=True))
-        for r, ps in parts.items():
-            found[r] = len(ps) - 1 + sum(found[p] if p in found else self._count_one(p) for p in ps if p)
-        if len(words) + len(found) > self.word_cache:
-            words.clear()
-        for r, n in found.items():
-            if len(r) <= WORD_CHARS and len(words) < self.word_cache:
-                words[r] = n
-        return found
-
-    def _count_words(self, words: list[str]) -> list[int]:
-        """Token counts of whitespace-free ``words``: one tokenizer call (several joined by single
-        spaces, each token given to the word its start lies in)."""
-        if len(words) <= 1:
-            return [len(self.tokenizer.encode(w, add_special_tokens=False)) for w in words]
-        starts = list(itertools.accumulate((len(w) + 1 for w in words[:-1]), initial=0))
-        counts = [0] * len(words)
-        for a, _ in self.tokenizer.encode(" ".join(words), add_special_tokens=False).offsets:
-            counts[bisect.bisect_right(starts, a) - 1] += 1
-        return counts
-
-    def _count_one(self, run: str) -> int:
-        """The count of one run: from the table, else from the tokenizer (``_count_missing``'s
-        path when another thread emptied the table meanwhile)."""
-        n = self._words.get(run)
-        return len(self.tokenizer.encode(run, add_special_tokens=False)) if n is None else n
+        return self.words.count(text)
 
     def chunk(self, sections: list[Section]) -> list[ChunkText]:
         """Chunk a document's sections, in order."""
@@ -293,14 +182,10 @@ class Chunker:
         return out
 
     def _spans(self, text: str) -> TokenSpans:
-        """The token spans of a section too long for `short_count` or over ``size``: by runs
-        (`RunSpans`) when word counts are on and it fits in one piece, else its `offsets`."""
-        if self.word_counts and len(text) <= self.piece_chars:
-            starts, runs = [], []
-            for m in _RUN.finditer(text):
-                starts.append(m.start())
-                runs.append(m.group())
-            return RunSpans(self.tokenizer, starts, runs, self._run_counts(runs))
+        """The token spans of a section too long for `short_count` or over ``size``: by word
+        counts when they are on and it fits in one piece, else its `offsets`."""
+        if self.words is not None and len(text) <= self.piece_chars:
+            return self.words.spans(text)
         return OffsetSpans(self.offsets(text))
 
     def _windows(self, sec: Section, offsets: TokenSpans) -> list[ChunkText]:
@@ -338,37 +223,6 @@ class OffsetSpans:
     def end(self, t: int) -> int:
         """The character after token ``t``."""
         return int(self.offsets[t, 1])
-
-
-class RunSpans:
-    """Token spans from the runs of a section and their token counts (header): token ``t`` lies
-    in the run whose cumulative count passes ``t``, and only that run is tokenized to find where
-    (a window needs two spans, not all of them). The runs' own offsets, shifted by where the run
-    starts, are the section's: the premise of the word counts, checked by the tests against one
-    tokenizer call on the section."""
-
-    def __init__(self, tokenizer: Any, starts: list[int], runs: list[str], counts: list[int]) -> None:
-        self.tokenizer, self.starts, self.runs = tokenizer, starts, runs
-        self.before = list(itertools.accumulate(counts, initial=0))  # tokens before each run
-        self._last: tuple[int, list[tuple[int, int]]] = (-1, [])
-
-    def __len__(self) -> int:
-        return self.before[-1]
-
-    def _span(self, t: int) -> tuple[int, int]:
-        i = bisect.bisect_right(self.before, t) - 1  # the run holding token t (a run of 0 is skipped)
-        if self._last[0] != i:
-            self._last = (i, self.tokenizer.encode(self.runs[i], add_special_tokens=False).offsets)
-        a, b = self._last[1][t - self.before[i]]
-        return a + self.starts[i], b + self.starts[i]
-
-    def start(self, t: int) -> int:
-        """The first character of token ``t``."""
-        return self._span(t)[0]
-
-    def end(self, t: int) -> int:
-        """The character after token ``t``."""
-        return self._span(t)[1]
 
 
 TokenSpans = OffsetSpans | RunSpans

@@ -46,6 +46,10 @@ absent).
     OMP_NUM_THREADS=1 nice -n 10 python -m bench.slim_graphs --n 30000,100000 --real \
         --diskann /tmp/dk/site
 
+``--partition-rows 50000`` splits the pools into k-means partitions with overlap 2 (the regime past
+250k rows, where every row is inserted into two partitions' graphs and its pool is twice as wide);
+``--merge`` adds a run's corpora to the JSON already there.
+
 Prints a table and writes bench/results/slim_graphs.json.
 """
 
@@ -144,9 +148,9 @@ def _rss_mib() -> float:
     raise RuntimeError("no VmHWM in /proc/self/status (this benchmark needs Linux)")
 
 
-def child(name: str, path: str, sample_path: str, out: str) -> None:
-    """Build ``name``'s pool over the vectors at ``path``, score it, build the slim generation on
-    it into ``out``; write stats to ``out``.json."""
+def child(name: str, path: str, sample_path: str, out: str, partition_rows: str) -> None:
+    """Build ``name``'s pool over the vectors at ``path`` (partitions of ``partition_rows``, 0: the
+    default), score it, build the slim generation on it into ``out``; write stats to ``out``.json."""
     import faiss
 
     faiss.omp_set_num_threads(1)
@@ -158,11 +162,12 @@ def child(name: str, path: str, sample_path: str, out: str) -> None:
     sample = np.load(sample_path)  # rows (SAMPLE,), then their true 10 nearest (SAMPLE, 10)
     rows, truth = sample[:, 0], sample[:, 1:]
     stats: dict = {"candidate": name, "base_rss_mib": _rss_mib()}
-    config = GraphConfig(pool=_POOL_OF.get(name, "hnsw"))
+    split = {"partition_rows": int(partition_rows)} if int(partition_rows) else {}
+    config = GraphConfig(pool=_POOL_OF.get(name, "hnsw"), **split)
     if name in _LOCAL:
         pool_mod.set_runner(_runner_of(_LOCAL[name]))
     t0, c0 = time.perf_counter(), time.process_time()
-    pool = pool_mod.candidate_pool(x, config)
+    pool = pool_mod.candidate_pool(x, config, stats)
     stats["pool_s"], stats["pool_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
     stats["pool_peak_rss_mib"] = _rss_mib()
     got = pool[rows]
@@ -171,8 +176,9 @@ def child(name: str, path: str, sample_path: str, out: str) -> None:
     valid = (pool >= 0) & (pool != np.arange(len(pool))[:, None])
     stats["pool_width"] = float(valid.sum(axis=1).mean())
 
-    pool_mod.set_runner(lambda x_, parts, cfg, knn: [pool])  # the prune gets the pool just scored
-    slim = SlimConfig(graph=GraphConfig(pool="hnsw"))
+    # The prune gets the pool just scored (merged already: one partition here).
+    pool_mod.set_runner(lambda x_, parts, cfg, knn: [pool])
+    slim = SlimConfig(graph=GraphConfig(pool="hnsw", partition_rows=max(len(x), 1000)))
     build: dict = {}
     t0, c0 = time.perf_counter(), time.process_time()
     art = build_slim(x, slim, stats=build)
@@ -221,12 +227,12 @@ def corpora(ns: list[int], real: bool) -> list[tuple[str, Path, np.ndarray]]:
     return out
 
 
-def run_candidate(name: str, path: Path, sample_path: Path, out: Path, diskann: str | None) -> dict:
+def run_candidate(name: str, path: Path, sample_path: Path, out: Path, diskann: str | None, parts: int) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     if name == "vamana" and diskann:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (diskann, env.get("PYTHONPATH")) if p)
     res = subprocess.run([sys.executable, "-m", "bench.slim_graphs", "--child", name, str(path), str(sample_path),
-                          str(out)], capture_output=True, text=True, env=env)
+                          str(out), str(parts)], capture_output=True, text=True, env=env)
     stats_file = Path(str(out) + ".json")
     if res.returncode != 0 or not stats_file.is_file():
         raise RuntimeError(f"{name} failed ({res.returncode}):\n{res.stderr[-3000:]}")
@@ -240,8 +246,11 @@ def main() -> None:
     ap.add_argument("--candidates", default=",".join(CANDIDATES))
     ap.add_argument("--exact-max", type=int, default=30_000, help="skip the exact pool above this N")
     ap.add_argument("--diskann", help="folder holding an unpacked diskannpy wheel (the vamana candidate)")
+    ap.add_argument("--partition-rows", type=int, default=0,
+                    help="GraphConfig.partition_rows of the pools (0: the default, one partition below 250k)")
     ap.add_argument("--out", default=str(RESULTS / "slim_graphs.json"))
-    ap.add_argument("--child", nargs=4, metavar=("NAME", "PATH", "SAMPLE", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--merge", action="store_true", help="keep the other corpora already in --out")
+    ap.add_argument("--child", nargs=5, metavar=("NAME", "PATH", "SAMPLE", "OUT", "PARTS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         child(*a.child)
@@ -258,34 +267,39 @@ def main() -> None:
     WORK.mkdir(parents=True, exist_ok=True)
     commit = os.environ.get("SLIM_GRAPHS_COMMIT") or subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    result: dict = {"commit": commit, "threads": 1, "loadavg_before": open("/proc/loadavg").read().split()[:3],
-                    "corpora": {}}
-    print(f"{'corpus':<18}{'candidate':<13}{'pool s':>8}{'pool cpu':>9}{'pool MiB':>9}{'quality':>8}"
+    result: dict = {"threads": 1, "corpora": {}}
+    if a.merge and Path(a.out).is_file():
+        result = json.loads(Path(a.out).read_text())
+    load0 = open("/proc/loadavg").read().split()[:3]
+    print(f"{'corpus':<22}{'candidate':<13}{'pool s':>8}{'pool cpu':>9}{'pool MiB':>9}{'quality':>8}"
           f"{'width':>6}{'slim s':>8}{'peak MiB':>9}{'deg':>6}{'B/vec':>7}{'recall':>7}{'rows':>6}{'R=20':>7}  load")
     for cname, path, q in corpora([int(s) for s in a.n.split(",") if s], a.real):
+        cname += f"/p{a.partition_rows}" if a.partition_rows else ""
+        start = open("/proc/loadavg").read().split()[:3]
         x = np.load(path, mmap_mode="r")
-        sample_path = WORK / f"sample_{cname}.npy"
+        sample_path = WORK / f"sample_{cname.replace('/', '_')}.npy"
         np.save(sample_path, sample_truth(x))
         truth = truth_of(x, q, TRUE_K)
         rows = []
         for name in names:
             if name == "exact" and len(x) > a.exact_max:
                 continue
-            out = WORK / f"{cname}_{name}"
-            s = run_candidate(name, path, sample_path, out, a.diskann)
+            out = WORK / f"{cname.replace('/', '_')}_{name}"
+            s = run_candidate(name, path, sample_path, out, a.diskann, a.partition_rows)
             s.update(evaluate(out, x, q, truth, TRUE_K, {}))
             s["fixed20"] = evaluate(out, x, q, truth, TRUE_K, {"recall": 0})
             s["loadavg"] = open("/proc/loadavg").read().split()[:3]
             rows.append(s)
-            print(f"{cname:<18}{name:<13}{s['pool_s']:>8.1f}{s['pool_cpu_s']:>9.1f}{s['pool_peak_rss_mib']:>9.0f}"
+            print(f"{cname:<22}{name:<13}{s['pool_s']:>8.1f}{s['pool_cpu_s']:>9.1f}{s['pool_peak_rss_mib']:>9.0f}"
                   f"{s['pool_quality']:>8.3f}{s['pool_width']:>6.1f}{s['slim_s']:>8.1f}{s['peak_rss_mib']:>9.0f}"
                   f"{s['mean_degree']:>6.1f}{s['bytes_per_vector']:>7.1f}{s['recall']:>7.3f}{s['rows_median']:>6.0f}"
                   f"{s['fixed20']['recall']:>7.3f}  {' '.join(s['loadavg'])}", flush=True)
-        result["corpora"][cname] = {"n": len(x), "queries": len(q), "candidates": rows}
-        result["loadavg_after"] = open("/proc/loadavg").read().split()[:3]
+        result["corpora"][cname] = {"n": len(x), "queries": len(q), "commit": commit, "partition_rows":
+                                    a.partition_rows, "loadavg_before": start,
+                                    "loadavg_after": open("/proc/loadavg").read().split()[:3], "candidates": rows}
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(result, indent=1))  # after each corpus: a long run keeps its first
-    print(f"load {' '.join(result['loadavg_before'])} -> {' '.join(result['loadavg_after'])}; wrote {a.out}")
+    print(f"load {' '.join(load0)} -> {' '.join(open('/proc/loadavg').read().split()[:3])}; wrote {a.out}")
 
 
 if __name__ == "__main__":

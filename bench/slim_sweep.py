@@ -4,9 +4,21 @@
     python -m bench.slim_sweep --vectors X.npy --queries Q.npy   # your own unit-norm embeddings
     python -m bench.slim_sweep --vectors X.npy --queries Q.npy --knobs   # query knobs only
     python -m bench.slim_sweep --latency 3000        # flat vs slim from query text, cache cold / warm
+    python -m bench.slim_sweep --frontier DIR --passages 1000000 --codes kept,opq   # recall target frontier
 
 ``--knobs``: the default build only, and a grid of the query knobs (``SearchConfig``: ef, rerank,
 early_stop): the recall / recomputation frontier that slim's search defaults are picked from.
+
+``--frontier DIR``: the recall target's frontier on one kept generation, without rebuilding the
+graph. ``DIR`` holds ``x.npy`` (unit-norm rows), ``q.npy`` (queries) and ``gen/`` (a saved slim
+generation); with ``--passages N`` the first two are made there from `bench.passages` and the
+stand-in embedder (the vectors and queries of ``bench.scale``) and ``gen/`` is built with the
+default `SlimConfig` when missing (1M: ~10 min of both cores), so later sweeps reuse it. For each
+``--codes`` variant (``kept``: the generation as built; ``plain`` / ``opq``: PQ retrained on the
+kept graph without / with the rotation, its error bound and stop table recomputed) and each
+``SearchConfig.recall`` target of ``--targets`` (0: the fixed depth ``rerank``): recall@10 against
+exact search, median / mean / p90 rows recomputed, structure ms per query (wall time less the
+recompute calls), bytes per vector.
 
 Ground truth is numpy brute force; ``recompute`` is backed by the true matrix, so the exact level
 is exact and recall loss comes from the graph walk or the PQ ranking. Prints a table and writes
@@ -45,7 +57,7 @@ def evaluate(art: SlimArtifacts, x: np.ndarray, q: np.ndarray, truth: np.ndarray
 
     def recompute(rows: np.ndarray) -> np.ndarray:
         t = time.perf_counter()
-        out = x[rows]
+        out = np.asarray(x[rows])
         spent[0] += time.perf_counter() - t
         return out
 
@@ -59,6 +71,8 @@ def evaluate(art: SlimArtifacts, x: np.ndarray, q: np.ndarray, truth: np.ndarray
         "recall@10": round(float(r10), 4),
         "recall@3": round(float(r3), 4),
         "recomputed": round(float(np.mean([r.stats.recomputed for r in res])), 1),
+        "rows_p50": float(np.median([r.stats.recomputed for r in res])),
+        "rows_p90": float(np.percentile([r.stats.recomputed for r in res], 90)),
         "visited": round(float(np.mean([r.stats.visited for r in res])), 0),
         "ms_per_query": round(1000 * wall / len(q), 2),
     }
@@ -167,6 +181,87 @@ def latency(limit: int, warm: list[int], nl: int, rows: list[dict]) -> None:
         print(row, flush=True)
 
 
+def _frontier_data(work: Path, passages: int | None, nq: int) -> tuple[np.ndarray, np.ndarray]:
+    """``x.npy`` (memory-mapped) and ``q.npy`` of ``work``, made from `bench.passages` first when
+    ``passages`` is given and they are missing."""
+    work.mkdir(parents=True, exist_ok=True)
+    if passages and not (work / "x.npy").exists():
+        from bench.passages import Passages
+        from slimrag.embed.synthetic import SyntheticEmbedder
+
+        p, emb = Passages(0), SyntheticEmbedder()
+        x = np.lib.format.open_memmap(work / "x.tmp.npy", "w+", np.float32, (passages, emb.dim))
+        buf: list[str] = []
+        start = 0
+        for i, (_, text) in enumerate(p.iter(passages)):
+            buf.append(text)
+            if len(buf) == 65536 or i == passages - 1:
+                x[start : start + len(buf)] = emb.embed(buf)
+                start, buf = start + len(buf), []
+        x.flush()
+        del x
+        np.save(work / "q.npy", emb.embed(p.queries(nq + 1)[1:]))  # bench.scale times the first alone
+        (work / "x.tmp.npy").rename(work / "x.npy")
+    return np.load(work / "x.npy", mmap_mode="r"), np.load(work / "q.npy").astype(np.float32)
+
+
+def _recode(x: np.ndarray, art: SlimArtifacts, rotate: bool) -> tuple[SlimArtifacts, float]:
+    """``art`` with its PQ retrained (``rotate`` or not) on the same graph, as `build_slim` does
+    it: codes, error bound, held-out error, stop table. Returns it and the seconds spent."""
+    from slimrag.index.slim.build import calibrate_stop, encode_rows, heldout_error
+
+    cfg = SlimConfig(pq=PQConfig(rotate=rotate))
+    t = time.perf_counter()
+    pq = train_pq(x, cfg.pq)
+    codes = encode_rows(pq, x)
+    err = calibrate_pq_error(x, pq, codes, cfg.error_quantile, seed=cfg.pq.seed, graph=art.graph)
+    mse = heldout_error(x, pq, codes, cfg.pq.resolve(len(x), x.shape[1]))
+    art = dataclasses.replace(art, pq=pq, codes=codes, pq_error=err, pq_mse=mse)
+    art = dataclasses.replace(art, stop_table=calibrate_stop(x, art, seed=cfg.graph.seed))
+    return art, time.perf_counter() - t
+
+
+def frontier(work: Path, passages: int | None, codes: list[str], targets: list[float], nq: int,
+             rows: list[dict]) -> None:
+    """Recall target vs rows recomputed on one kept generation (see the module header)."""
+    from slimrag.index.slim.build import exact_top
+    from slimrag.index.slim.rows import Reader
+
+    x, q = _frontier_data(work, passages, nq)
+    q = q[:nq]
+    if (work / "truth.npy").exists() and len(np.load(work / "truth.npy")) >= len(q):
+        truth = np.load(work / "truth.npy")[: len(q)]
+    else:
+        ids, sc = exact_top(Reader(x), q, np.full(len(q), -1), 10)
+        truth = np.take_along_axis(ids, np.argsort(-sc, axis=1), axis=1)
+        np.save(work / "truth.npy", truth)
+    if not (work / "gen" / "slim.json").exists():
+        t = time.perf_counter()
+        build_slim(x, SlimConfig()).save(work / "gen")
+        print(f"built {work / 'gen'} in {time.perf_counter() - t:.0f} s", flush=True)
+    kept = SlimArtifacts.load(work / "gen")
+    print(f"\n== frontier: {work}, n={len(x):,}, {len(q)} queries")
+    print(f"{'codes':>6} {'B/vec':>6} {'err':>6} {'target':>6} {'margin':>7} {'r@10':>6} {'rows p50':>8} "
+          f"{'mean':>6} {'p90':>5} {'ms/q':>6}")
+    for name in codes:
+        art, spent = (kept, 0.0) if name == "kept" else _recode(x, kept, rotate=name == "opq")
+        with tempfile.TemporaryDirectory() as tmp:
+            art.save(tmp)
+            per_vec = slim_bytes(tmp)["total_per_vector"]
+        for target in targets:
+            cfg = SearchConfig(recall=target)
+            out = evaluate(art, x, q, truth, cfg)
+            searcher = SlimSearcher(art, lambda r: x[r], SlimConfig(cache_bytes=0), cfg)
+            margin = searcher.stop_margin(cfg)
+            row = {"data": str(work), "n": len(x), "codes": name, "rotation": art.pq.rotation is not None,
+                   "bytes_per_vector": round(per_vec, 2), "pq_error": round(art.pq_error, 4),
+                   "recode_s": round(spent, 1), "target": target, "margin": margin, **out}
+            rows.append(row)
+            print(f"{name:>6} {per_vec:>6.1f} {art.pq_error:>6.3f} {target:>6} "
+                  f"{'-' if margin is None else f'{margin:.3f}':>7} {out['recall@10']:>6.3f} {out['rows_p50']:>8} "
+                  f"{out['recomputed']:>6} {out['rows_p90']:>5} {out['ms_per_query']:>6}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vectors", type=Path, help="(n, d) float32 unit-norm .npy")
@@ -175,10 +270,18 @@ def main() -> None:
     ap.add_argument("--knobs", action="store_true", help="default build, sweep the query knobs only")
     ap.add_argument("--latency", type=int, metavar="N", help="latency of flat and slim on the first N pydocs paragraphs")
     ap.add_argument("--warm", default="0,300,900", help="with --latency: warm-up queries before timing")
+    ap.add_argument("--frontier", type=Path, metavar="DIR", help="recall-target frontier on the generation kept in DIR")
+    ap.add_argument("--passages", type=int, help="with --frontier: make DIR's vectors from N stand-in passages")
+    ap.add_argument("--codes", default="kept", help="with --frontier: kept, plain, opq (comma-separated)")
+    ap.add_argument("--targets", default="0,0.9,0.93,0.95,0.96,0.97,0.98,0.99", help="with --frontier: recall targets")
+    ap.add_argument("--nq", type=int, default=1000, help="with --frontier: queries")
     ap.add_argument("--out", type=Path, default=Path("bench/slim_sweep.json"))
     args = ap.parse_args()
     rows: list[dict] = []
-    if args.latency:
+    if args.frontier:
+        frontier(args.frontier, args.passages, args.codes.split(","), [float(t) for t in args.targets.split(",")],
+                 args.nq, rows)
+    elif args.latency:
         latency(args.latency, [int(w) for w in args.warm.split(",")], 20, rows)
     elif args.vectors:
         x = np.load(args.vectors).astype(np.float32)

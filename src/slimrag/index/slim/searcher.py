@@ -1,6 +1,38 @@
 """`SlimSearcher`: entry from hubs and the entry layer, PQ beam search, exact rerank in waves.
 
-The algorithm and its knobs are described in the package header (`slimrag.index.slim`)."""
+The algorithm and its knobs are described in the package header (`slimrag.index.slim`); the
+rerank depth and its recall knob, which live here, in detail:
+
+Rerank in waves. A query's ``ef`` pool is sorted by PQ score and re-scored exactly from the top:
+a first wave of ``k`` rows, then ``wave`` (4) rows at a time, one ``recompute`` call per wave for
+the whole batch. After each wave the query stops when the next row's PQ score plus a bound is
+below the k-th exact score so far (the pool is sorted, so that bound covers every later row):
+
+- up to the *floor*, ``max(rerank, k)`` positions (20 at the defaults; a wave is cut short to end
+  exactly there), the bound is ``pq_error``, the build's 0.999-quantile of ``exact - PQ`` on near
+  neighbours: the fixed depth's early stop. The floor stays because the calibration below uses
+  passages as queries, and short real questions sit farther from every passage (the margin alone
+  gave 0.88 on the MiniLM questions of ``tests/test_slim_index.py``).
+- past the floor, the bound is the *stop margin* for ``SearchConfig.recall`` (default 0.96), read
+  from the generation's ``stop_table``, and the rerank may go on to the end of the pool. So the
+  depth adapts to N (PQ ranks worse in denser neighbourhoods) and to each query's score gaps.
+
+The stop table (`slimrag.index.slim.build.calibrate_stop`, in ``slim.json``): 512 sample rows are
+searched as queries (each left out of its results) and, for a grid of 128 margins, the exact
+rule above is simulated wave by wave, floor included, giving recall@10 (mean less one standard
+error) and median rows per margin. `stop_margin` takes the smallest margin whose recall reaches
+the target (or the table's best when the target is above it). Because the simulation is the
+searcher's own rule, the recall measured on held-out queries lands on the target instead of
+above it (before the floor was simulated, a 0.96 target read 0.986 at 100k synthetic rows, rows
+spent for recall nobody asked for). ``recall=0`` (or ``early_stop=False``, or a generation
+without a table) keeps the fixed depth ``rerank``.
+
+Trade-off: each row recomputed is one passage re-embedded (~30 ms on a laptop CPU), so the
+median rows are the latency; the recall target is the knob, the codes' quality (``pq.py``:
+the OPQ rotation from ~98k rows) decides how many rows a target costs. Measured frontier
+(target vs recall vs median rows vs structure ms, 100k and 1M synthetic, real MiniLM corpora):
+``docs/benchmarks.md``, "Slim recall target".
+"""
 
 from __future__ import annotations
 

@@ -1,15 +1,20 @@
 """Benchmark: ``slimrag serve`` with decode batching off and on, at 1, 4 and 8 concurrent clients.
 
 ``python -m bench.serve_batch`` builds a small index (``--files`` text files of seeded sentences,
-bench.load's corpus), starts two ``slimrag serve`` processes on it on 127.0.0.1, one with
-``--decode-width 1`` (every stream decodes with its own one-token forwards, taking turns through
-the model lock: the engine before batching) and one with ``--decode-width 8`` (the default:
-streams share decode steps), both ``--workers 8`` so eight chats run at once, and both with
-``OMP_NUM_THREADS=--threads`` (1), so the comparison is not decided by torch's threads spinning
-against other processes on a shared machine. Then, for each client count, each server in turn
+bench.load's corpus) and starts two servers on it on 127.0.0.1, each a process running what
+``slimrag serve`` runs (``create_app`` with 8 chat workers, so eight chats run at once, served
+by ``slimrag.api.listen``): one with decode width 1 (every stream decodes with its own one-token
+forwards, taking turns through the model lock: the engine before batching), one with width 8
+(the default: streams share decode steps). Both with ``OMP_NUM_THREADS=--threads`` (1), so the
+comparison is not decided by torch's threads spinning against other processes on a shared
+machine, and both without KV reuse (``cache=None``): with the knowledge tree, the planner orders
+a question's passages by what earlier requests left cached, which depends on the timing of
+concurrent requests, so the same question could get another prompt and another answer, and
+answers could not be compared. (``slimrag serve --decode-width`` is the same knob on the CLI.) Then, for each client count, each server in turn
 (the order alternates by level, so a change of load falls on both): ``clients`` clients each
 stream ``--requests`` chat completions back to back (greedy, ``--tokens`` new tokens at most,
-distinct questions). Per level and mode it reports:
+``--k`` passages, distinct questions). Prefill is not batched (one at a time, as before), so the
+longer the answers against the prompts, the more batching shows. Per level and mode it reports:
 
 - total completion tokens per second (all clients' tokens over the level's wall time),
 - time to the first content chunk, p50 and max, as the client sees it,
@@ -51,10 +56,29 @@ def questions(n: int) -> list[str]:
             for i in range(n)]
 
 
+def server(index: str, width: int) -> None:
+    """The ``--role server`` process: ``slimrag serve``'s app over ``index`` with decode width
+    ``width`` and no KV reuse; prints its URL on stderr, serves until terminated."""
+    from slimrag.api.listen import bind, listen, run
+    from slimrag.index.core import Index
+    from slimrag.llm.batcher import BatchConfig
+    from slimrag.llm.local import LocalGenerator
+    from slimrag.rag.pipeline import RAG
+    from slimrag.serve.app import create_app, warm_up
+
+    sock = bind("127.0.0.1", 0)
+    with Index.open(index) as idx:
+        rag = RAG(idx, LocalGenerator(cache=None, batch=BatchConfig(width=width)))
+        warm_up(rag)
+        app = create_app(rag, workers=8, warm=False)
+        print(f"serving on http://127.0.0.1:{listen(sock)}", file=sys.stderr, flush=True)
+        run(app, sock, "127.0.0.1", log_level="warning")
+
+
 def start(index: Path, width: int, threads: int) -> tuple[subprocess.Popen[str], str]:
-    """A ``slimrag serve`` process with ``--decode-width width``; returns it and its URL."""
-    cmd = [sys.executable, "-c", "from slimrag.cli import main; main()", "serve", str(index), "--port", "0",
-           "--workers", "8", "--decode-width", str(width)]
+    """A server process (``--role server``) with decode width ``width``; returns it and its URL."""
+    cmd = [sys.executable, "-m", "bench.serve_batch", "--role", "server", "--index", str(index),
+           "--width", str(width)]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
     assert proc.stderr is not None
@@ -65,7 +89,7 @@ def start(index: Path, width: int, threads: int) -> tuple[subprocess.Popen[str],
     raise SystemExit(f"slimrag serve did not start (exit {proc.wait()})")
 
 
-async def level(url: str, clients: int, asks: list[list[str]], tokens: int) -> dict[str, Any]:
+async def level(url: str, clients: int, asks: list[list[str]], tokens: int, k: int) -> dict[str, Any]:
     """``clients`` clients, client ``c`` streaming ``asks[c]`` one after another."""
     import httpx
 
@@ -76,7 +100,7 @@ async def level(url: str, clients: int, asks: list[list[str]], tokens: int) -> d
     async def client(http: httpx.AsyncClient, mine: list[str]) -> None:
         for q in mine:
             body = {"messages": [{"role": "user", "content": q}], "stream": True, "max_tokens": tokens,
-                    "temperature": 0, "stream_options": {"include_usage": True}}
+                    "temperature": 0, "k": k, "stream_options": {"include_usage": True}}
             t, first, text = time.perf_counter(), None, []
             async with http.stream("POST", "/v1/chat/completions", json=body) as r:
                 if r.status_code != 200:
@@ -113,9 +137,15 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=2, help="chats per client per level (default 2)")
     ap.add_argument("--tokens", type=int, default=48, help="max new tokens per chat (default 48)")
     ap.add_argument("--files", type=int, default=40, help="text files in the index (default 40)")
+    ap.add_argument("--k", type=int, default=4, help="passages per question (default 4, the API's)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of each server (default 1)")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--role", choices=("main", "server"), default="main", help=argparse.SUPPRESS)
+    ap.add_argument("--index", help=argparse.SUPPRESS)
+    ap.add_argument("--width", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.role == "server":
+        return server(args.index, args.width)
     counts = [int(c) for c in args.clients.split(",")]
 
     from slimrag.index.core import Index
@@ -133,7 +163,7 @@ def main() -> None:
                 asks = [pool[c * args.requests : (c + 1) * args.requests] for c in range(clients)]
                 order = list(MODES) if i % 2 == 0 else list(reversed(MODES))
                 for mode in order:
-                    row = asyncio.run(level(servers[mode][1], clients, asks, args.tokens))
+                    row = asyncio.run(level(servers[mode][1], clients, asks, args.tokens, args.k))
                     row["mode"], row["loadavg_1m"] = mode, round(os.getloadavg()[0], 2)
                     rows.append(row)
                     print(f"clients={clients} batching {mode}: {row['tokens_per_s']} tok/s, "
@@ -150,8 +180,8 @@ def main() -> None:
     identical = all(len(a) == 1 for a in seen.values())
     differing = sorted(q for q, a in seen.items() if len(a) > 1)
     by = {(r["clients"], r["mode"]): r for r in rows}
-    print(f"\nslimrag serve, SmolLM2-135M float32, {args.threads} torch thread(s) per server, "
-          f"{args.requests} chats x <= {args.tokens} tokens per client; load average before "
+    print(f"\nslimrag serve's app, no KV reuse, SmolLM2-135M float32, {args.threads} torch thread(s) per server, "
+          f"{args.requests} chats x <= {args.tokens} tokens per client, k={args.k}; load average before "
           f"{load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}")
     print(f"{'clients':>7} | {'off tok/s':>9} {'on tok/s':>9} {'ratio':>6} | {'off TTFT p50':>12} "
           f"{'on TTFT p50':>12}")
@@ -168,7 +198,7 @@ def main() -> None:
     report = {"bench": "serve_batch", "machine": platform.machine(), "cpus": os.cpu_count(),
               "loadavg_before": [round(x, 2) for x in load_before],
               "loadavg_after": [round(x, 2) for x in os.getloadavg()], "threads": args.threads,
-              "requests_per_client": args.requests, "max_tokens": args.tokens, "files": args.files,
+              "requests_per_client": args.requests, "max_tokens": args.tokens, "k": args.k, "files": args.files,
               "modes": MODES, "identical_answers": identical, "differing_questions": differing,
               "ratio_at_max_clients": round(ratio8, 3), "acceptance_pass": ok, "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -50,6 +50,8 @@ WORD_CACHE = 1 << 17
 WORD_CHARS = 48
 #: the characters no MiniLM token crosses (header); the runs between them are counted alone
 _RUN = re.compile(r"[^ \t\n\r]+")
+#: the same separators, kept by ``re.split`` so that the runs' positions add up
+_SEPARATED = re.compile(r"([ \t\n\r]+)")
 #: ASCII characters that ``str.split()`` splits at but the tokenizer does not (BERT drops them)
 _ODD_ASCII_SPACE = ("\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f")
 #: the pipeline whose tokens never cross or depend on ``_RUN``'s separators (see the header)
@@ -93,28 +95,28 @@ class WordCounts:
             runs = text.split()  # the same runs as _RUN on such text, and faster
         else:
             runs = _RUN.findall(text)
-        table = self.table
         try:
-            return sum(map(table.__getitem__, runs))
+            return sum(map(self.table.__getitem__, runs))
         except KeyError:
-            found = self._missing(runs)
-        try:
-            return sum(map(table.__getitem__, runs))
-        except KeyError:  # a run too long to remember, a full table, or one emptied meanwhile
-            return sum(found[r] if r in found else self._count_one(r) for r in runs)
+            return sum(self._lookup(runs, self._missing(runs)))
 
     def spans(self, text: str) -> RunSpans:
         """The token spans of ``text``, found run by run (header)."""
-        starts, runs = [], []
-        for m in _RUN.finditer(text):
-            starts.append(m.start())
-            runs.append(m.group())
+        pieces = _SEPARATED.split(text)  # run, separator, run, ..., run (runs may be empty)
+        runs = pieces[::2]
+        starts = list(itertools.accumulate(map(len, pieces), initial=0))[::2]
         try:
             counts = list(map(self.table.__getitem__, runs))
         except KeyError:
-            found = self._missing(runs)
-            counts = [found[r] if r in found else self._count_one(r) for r in runs]
+            counts = self._lookup(runs, self._missing(runs))
         return RunSpans(self.tokenizer, starts, runs, counts)
+
+    def _lookup(self, runs: list[str], found: dict[str, int]) -> list[int]:
+        """The counts of ``runs`` from ``found`` (what `_missing` counted), else the table."""
+        counts = list(map(found.get, runs, map(self.table.get, runs)))
+        if None in counts:  # the table emptied by another thread meanwhile
+            counts = [self._count_one(r) if n is None else n for r, n in zip(runs, counts, strict=True)]
+        return counts
 
     def _missing(self, runs: list[str]) -> dict[str, int]:
         """The counts of the ``runs`` not in the table: cut at punctuation (header), the parts not
@@ -153,7 +155,10 @@ class WordCounts:
 
 class RunSpans:
     """Token spans of a text from its runs and their token counts (header): token ``t`` lies in
-    the run whose running count passes ``t``, and only that run is tokenized to find where."""
+    the run whose running count passes ``t``, and only that run is tokenized to find where. Not
+    even that when ``t`` is the first or the last token of a run of printable ASCII: nothing in
+    such a run is dropped or changed in length, so its tokens tile it from its first character
+    to its last (the tests hold this against one tokenizer call too)."""
 
     def __init__(self, tokenizer: Any, starts: list[int], runs: list[str], counts: list[int]) -> None:
         self.tokenizer, self.starts, self.runs = tokenizer, starts, runs
@@ -163,17 +168,27 @@ class RunSpans:
     def __len__(self) -> int:
         return self.before[-1]
 
-    def _span(self, t: int) -> tuple[int, int]:
+    def start(self, t: int) -> int:
+        """The first character of token ``t``."""
         i = bisect.bisect_right(self.before, t) - 1  # the run holding token t (a run of 0 is skipped)
+        if t == self.before[i] and _tiled(self.runs[i]):
+            return self.starts[i]
+        return self._span(i, t)[0]
+
+    def end(self, t: int) -> int:
+        """The character after token ``t``."""
+        i = bisect.bisect_right(self.before, t) - 1
+        if t == self.before[i + 1] - 1 and _tiled(self.runs[i]):
+            return self.starts[i] + len(self.runs[i])
+        return self._span(i, t)[1]
+
+    def _span(self, i: int, t: int) -> tuple[int, int]:
         if self._last[0] != i:
             self._last = (i, self.tokenizer.encode(self.runs[i], add_special_tokens=False).offsets)
         a, b = self._last[1][t - self.before[i]]
         return a + self.starts[i], b + self.starts[i]
 
-    def start(self, t: int) -> int:
-        """The first character of token ``t``."""
-        return self._span(t)[0]
 
-    def end(self, t: int) -> int:
-        """The character after token ``t``."""
-        return self._span(t)[1]
+def _tiled(run: str) -> bool:
+    """Whether ``run``'s tokens cover it end to end (printable ASCII: see `RunSpans`)."""
+    return run.isascii() and run.isprintable()

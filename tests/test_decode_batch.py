@@ -10,16 +10,26 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from click.testing import CliRunner
 
+from slimrag.api import listen
+from slimrag.cli import cli
 from slimrag.config import GenerationConfig
-from slimrag.llm import weights
+from slimrag.embed.local import LocalEmbedder
+from slimrag.errors import RequestError
+from slimrag.index.core import Index
+from slimrag.llm import backends, weights
+from slimrag.llm.backends import make_generator
 from slimrag.llm.batcher import BatchConfig
 from slimrag.llm.engine.batch import decode_step, invariant_widths
 from slimrag.llm.local import LocalGenerator
 from slimrag.prompt import Passage, Prompt
+from slimrag.serve import app as serve_app
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -125,3 +135,23 @@ def test_batch_config_is_validated() -> None:
     with pytest.raises(ValueError, match="wait_s"):
         BatchConfig(wait_s=-1)
     assert not BatchConfig(width=1).enabled and BatchConfig().enabled
+
+
+def test_the_width_reaches_the_engine_from_the_registry_and_serve(docs_dir: Path, tmp_path: Path,
+                                                                   embedder: LocalEmbedder,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    gen = make_generator(None, batch=BatchConfig(width=1))
+    assert isinstance(gen, LocalGenerator) and gen.batch == BatchConfig(width=1) and gen.batch_stats() is None
+    with pytest.raises(RequestError, match="embedded model only"):
+        make_generator("http://127.0.0.1:9/v1", batch=BatchConfig())
+    with Index.build(docs_dir, tmp_path / "w.slimrag", embedder=embedder) as idx:
+        root = str(idx.root)
+    built: list[Any] = []
+    real = backends.BACKENDS["local"]
+    monkeypatch.setitem(backends.BACKENDS, "local", lambda spec, **kw: built.append(real(spec, **kw)) or built[-1])
+    monkeypatch.setattr(serve_app, "warm_up", lambda rag: None)  # no model load: the config is what counts
+    monkeypatch.setattr(listen, "run", lambda app, sock, host, **kw: sock.close())  # serve's loop, not entered
+    for args, width in ((["--decode-width", "4"], 4), ([], BatchConfig().width)):
+        r = CliRunner().invoke(cli, ["serve", root, "--port", "0", *args])
+        assert r.exit_code == 0, r.output
+        assert built[-1].batch.width == width

@@ -163,3 +163,20 @@ def test_other_tokenizer_pipelines_are_tokenized_whole(tok: Any) -> None:
     assert not Chunker(tok, 200, 40, word_counts=False).word_counts
     with pytest.raises(ValueError, match="BERT's tokenizer pipeline"):
         WordCounts(other)
+
+
+def test_long_sections_are_cut_as_from_their_pieces(tok: Any) -> None:
+    """Sections over ``piece_chars``: by word counts when every piece would be cut between words,
+    else from the pieces, and the chunks are those of the pieces either way (ground truth: the
+    chunker tokenizing with offsets only), also when a stretch without a space, tab or newline
+    (words joined by carriage returns, one long 'word') makes a piece end inside a word."""
+    rng = random.Random(11)
+    texts = [hostile_text(rng, 3000),
+             "\r".join(["lighthouse"] * 2000) + " tail words here",
+             "lead " + "ab" * 3000 + " " + hostile_text(rng, 800),
+             " ".join("word" for _ in range(2000))]
+    for text in texts:
+        assert len(text) > 4096
+        by_words = Chunker(tok, 64, 16, piece_chars=4096)
+        pieces = Chunker(tok, 64, 16, piece_chars=4096, word_counts=False)
+        assert by_words.chunk([Section("h", text)]) == pieces.chunk([Section("h", text)]), text[:80]

@@ -31,10 +31,14 @@ not their offsets: they are merged whole. Their count comes from a table of the 
 words (runs between whitespace) seen before (`slimrag.ingest.wordcount`): a ``str.split`` and a
 lookup per word instead of a tokenizer call that builds an offset pair per token; exact, not an
 estimate. Sections of at most ``size * COUNT_CHARS_PER_TOKEN`` characters are counted that way
-first; a longer one, or one over ``size`` tokens, of at most ``piece_chars`` characters, gets its
-window boundaries from the same table (`WordCounts.spans`: only the word holding a window's first
-or last token is tokenized); longer sections keep the piecewise offsets above. A tokenizer whose
-pipeline is not BERT's is always tokenized with offsets. The table (under ~20 MiB, ``word_cache``
+first; a longer one, or one over ``size`` tokens, gets its window boundaries from the same table
+(`WordCounts.spans`: only the word holding a window's first or last token is tokenized) when it
+has at most `SPAN_CHARS` characters (512 Ki: its words and their positions are a few tens of MB
+at most) and, if over ``piece_chars``, no stretch without a space, tab or newline as long as half
+a piece, so that the pieces above would all have been cut between words (otherwise a piece cut
+inside a word changes its tokens, and the pieces are what the chunks have always been cut from).
+Other sections keep the piecewise offsets. A tokenizer whose pipeline is not BERT's is always
+tokenized with offsets. The table (under ~20 MiB, ``word_cache``
 words) belongs to the chunker, and `default_chunker` gives one chunker per (size, overlap) in a
 process, so every document a process chunks shares it.
 """
@@ -42,6 +46,7 @@ process, so every document a process chunks shares it.
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -59,6 +64,10 @@ MAX_CHARS_PER_TOKEN = 128
 #: sections of at most ``size`` times this many characters are counted by words first (header):
 #: prose runs 4-5 characters a token, so a longer section is almost surely over ``size``
 COUNT_CHARS_PER_TOKEN = 8
+#: sections of at most this many characters get their windows by word counts (header)
+SPAN_CHARS = 1 << 19
+#: the characters `Chunker.offsets` cuts pieces before
+_CUT = re.compile(r"[ \n\t]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,8 +192,10 @@ class Chunker:
 
     def _spans(self, text: str) -> TokenSpans:
         """The token spans of a section too long for `short_count` or over ``size``: by word
-        counts when they are on and it fits in one piece, else its `offsets`."""
-        if self.words is not None and len(text) <= self.piece_chars:
+        counts where they give the spans of `offsets` (header), else `offsets`."""
+        if self.words is not None and len(text) <= SPAN_CHARS and (
+                len(text) <= self.piece_chars
+                or max(map(len, _CUT.split(text))) < self.piece_chars - self.piece_chars // 2):
             return self.words.spans(text)
         return OffsetSpans(self.offsets(text))
 

@@ -18,20 +18,23 @@ HTMLParser rescanned the rest of the input for each); ``json`` an array of recor
 Linear means the per-MB column stays flat as the size grows; the ``x`` column is the per-MB time
 divided by that of the smallest size. Prints a table and writes JSON (``--out``).
 
-Throughput, old against new, in one run (``--passages N``):
+Throughput, old against new, in one run (``--passages N`` or ``--folder DIR``):
 
     python -m bench.chunking --passages 20000                  # bench.scale's synthetic passages
     python -m bench.chunking --passages 20000 --corpus pydocs  # Python doc paragraphs (real prose)
+    python -m bench.chunking --folder bench/data/python3.11-doc   # real files, read by the readers
 
-N passages, one document each (as `bench.scale` builds them), chunked by ``old`` (every section
-tokenized with its offsets: ``Chunker(word_counts=False)``) and ``new`` (short sections counted by
-words, the default), each from a fresh chunker (the word table starts cold, as in a build), in
-``--rounds`` alternating rounds (old, new, old, new, ...) so that load changes hit both alike; the
-best round of each is reported. Two levels: ``chunk`` (`Chunker.chunk` on the passage's one
-section) and ``prepare`` (`slimrag.ingest.source.prepare`, the per-document step that bench.scale's
-``chunk`` phase times: hash, parse, chunk, the record). Chunks per second, µs per passage, the
-new/old speedup, and whether both cut identical chunks (compared in full). JSON: ``--out``
-(default ``bench/results/chunking_throughput.json``).
+Each passage is one document (as `bench.scale` builds them); a folder's files are the documents.
+``old`` tokenizes every section with its offsets (``Chunker(word_counts=False)``), ``new`` counts
+by words (`slimrag.ingest.wordcount`, the default). Each mode gets a fresh chunker (the word table
+starts cold, as in a build) and both cut the same documents block by block (``--block``,
+default 500; which mode goes first alternates), so that the load of a shared machine falls on
+both alike. Two levels: ``chunk`` (`Chunker.chunk` on the document's sections, parsed
+beforehand) and ``prepare`` (`slimrag.ingest.source.prepare`, the per-document step that
+bench.scale's ``chunk`` phase times: read, hash, parse, chunk). Chunks per second, µs per
+document, the new/old speedup, and whether both cut identical chunks (compared in full; the run
+fails if not). JSON: ``--out`` (default ``bench/results/chunking_throughput.json``, one entry per
+corpus).
 """
 
 from __future__ import annotations
@@ -46,10 +49,10 @@ from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
 
+from slimrag.errors import IngestError
 from slimrag.ingest.chunker import Chunker, default_chunker, load_tokenizer
 from slimrag.ingest.outcome import Skipped
-from slimrag.ingest.readers import Section
-from slimrag.ingest.source import InputItem, PreparedDoc, prepare
+from slimrag.ingest.source import InputItem, PreparedDoc, load, parse, prepare
 
 
 def _oneline(n: int) -> tuple[str, bytes]:
@@ -115,17 +118,26 @@ def time_old_patterns(lengths: list[int]) -> list[dict]:
     return rows
 
 
-def corpus_texts(corpus: str, n: int) -> list[str]:
-    """The first ``n`` passages of ``corpus``: ``synthetic`` (`bench.passages`, seed 0) or
-    ``pydocs`` (`bench.datasets.python_doc_paragraphs`, repeated if fewer than ``n``)."""
-    if corpus == "synthetic":
+def corpus_items(args: argparse.Namespace) -> list[InputItem]:
+    """The documents of the throughput mode: ``--passages`` inline texts of ``--corpus``
+    (synthetic: `bench.passages`, seed 0; pydocs: `bench.datasets.python_doc_paragraphs`, repeated
+    if fewer), or every file the crawl keeps under ``--folder``."""
+    if args.folder:
+        from slimrag.ingest.crawl import crawl
+
+        skipped: list = []
+        files = list(crawl(args.folder, ignore=(), max_bytes=64 << 20, skipped=skipped))
+        return [InputItem(str(f.path), f.path, None, f.mtime, 64 << 20) for f in files]
+    if args.corpus == "synthetic":
         from bench.passages import Passages
 
-        return [t for _, t in Passages(0).pairs(n)]
-    from bench.datasets import python_doc_paragraphs
+        texts = [t for _, t in Passages(0).pairs(args.passages)]
+    else:
+        from bench.datasets import python_doc_paragraphs
 
-    paras = [t for _, t in python_doc_paragraphs()]
-    return [paras[i % len(paras)] for i in range(n)]
+        paras = [t for _, t in python_doc_paragraphs()]
+        texts = [paras[i % len(paras)] for i in range(args.passages)]
+    return [InputItem(f"p{i:07d}", None, t, 0.0) for i, t in enumerate(texts)]
 
 
 def _chunker(mode: str) -> Chunker:
@@ -134,56 +146,56 @@ def _chunker(mode: str) -> Chunker:
     return Chunker(load_tokenizer(str(default_model_dir())), 200, 40, word_counts=mode == "new")
 
 
-def _run_level(level: str, mode: str, texts: list[str]) -> tuple[float, list]:
-    """Seconds to cut ``texts`` at ``level`` with a fresh ``mode`` chunker, and what it cut."""
-    chunker = _chunker(mode)
-    if level == "chunk":
-        t0 = time.perf_counter()
-        out: list = [chunker.chunk([Section("", t)]) for t in texts]
-        return time.perf_counter() - t0, out
-    items = [InputItem(f"p{i:07d}", None, t, 0.0) for i, t in enumerate(texts)]
-    t0 = time.perf_counter()
-    docs = [prepare(item, None, chunker) for item in items]
-    dt = time.perf_counter() - t0
-    return dt, [d.pieces if isinstance(d, PreparedDoc) else d for d in docs]
-
-
-def throughput(texts: list[str], rounds: int) -> list[dict]:
-    """Old against new chunking of ``texts`` at both levels, alternating rounds (module header)."""
-    _chunker("old").count("warm up")
+def throughput(items: list[InputItem], block: int) -> list[dict]:
+    """Old against new on ``items`` at both levels (module header): a fresh chunker per mode, the
+    documents in blocks of ``block``, each block cut by both (which goes first alternates)."""
+    sections = []  # the chunk level's input, parsed untimed; files prepare would skip left out
+    for item in items:
+        try:
+            sections.append(parse(item.source, load(item)[1], item.path))
+        except IngestError:
+            continue
     rows = []
     for level in ("chunk", "prepare"):
-        best = {"old": float("inf"), "new": float("inf")}
-        cut: dict[str, list] = {}
-        for _ in range(rounds):
-            for mode in ("old", "new"):
-                dt, cut[mode] = _run_level(level, mode, texts)
-                best[mode] = min(best[mode], dt)
+        chunkers = {"old": _chunker("old"), "new": _chunker("new")}
+        seconds, cut = {"old": 0.0, "new": 0.0}, {"old": [], "new": []}
+        work = sections if level == "chunk" else items
+        for b, lo in enumerate(range(0, len(work), block)):
+            for mode in (("old", "new") if b % 2 == 0 else ("new", "old")):
+                chunker, part = chunkers[mode], work[lo: lo + block]
+                t0 = time.perf_counter()
+                if level == "chunk":
+                    out = [chunker.chunk(secs) for secs in part]
+                else:
+                    out = [d.pieces if isinstance(d, PreparedDoc) else d for d in (prepare(i, None, chunker) for i in part)]
+                seconds[mode] += time.perf_counter() - t0
+                cut[mode].extend(out)
         chunks = sum(len(c) for c in cut["old"] if isinstance(c, list))
         for mode in ("old", "new"):
-            rows.append({"level": level, "mode": mode, "passages": len(texts), "chunks": chunks,
-                         "seconds": best[mode], "chunks_per_s": chunks / best[mode],
-                         "us_per_passage": best[mode] / len(texts) * 1e6,
-                         "speedup": best["old"] / best[mode], "identical": cut["old"] == cut["new"]})
+            rows.append({"level": level, "mode": mode, "documents": len(work), "chunks": chunks,
+                         "seconds": seconds[mode], "chunks_per_s": chunks / seconds[mode],
+                         "us_per_document": seconds[mode] / len(work) * 1e6,
+                         "speedup": seconds["old"] / seconds[mode], "identical": cut["old"] == cut["new"]})
     return rows
 
 
 def main_throughput(args: argparse.Namespace) -> None:
-    texts = corpus_texts(args.corpus, args.passages)
+    items = corpus_items(args)
+    name = f"folder:{args.folder}" if args.folder else f"{args.corpus}-{len(items)}"
     load_before = os.getloadavg()
-    rows = throughput(texts, args.rounds)
+    rows = throughput(items, args.block)
     load_after = os.getloadavg()
-    print(f"{args.corpus}: {len(texts)} passages, {sum(map(len, texts)) / len(texts):.0f} chars each, "
-          f"best of {args.rounds} rounds, load {load_before[0]:.2f} -> {load_after[0]:.2f}")
-    print(f"{'level':<8} {'mode':<4} {'chunks':>8} {'seconds':>8} {'chunks/s':>9} {'us/psg':>7} {'x':>5} identical")
+    print(f"{name}: {len(items)} documents, blocks of {args.block}, "
+          f"load {load_before[0]:.2f} -> {load_after[0]:.2f}")
+    print(f"{'level':<8} {'mode':<4} {'chunks':>8} {'seconds':>8} {'chunks/s':>9} {'us/doc':>8} {'x':>5} identical")
     for r in rows:
         print(f"{r['level']:<8} {r['mode']:<4} {r['chunks']:>8} {r['seconds']:>8.2f} {r['chunks_per_s']:>9.0f} "
-              f"{r['us_per_passage']:>7.1f} {r['speedup']:>5.2f} {r['identical']}")
+              f"{r['us_per_document']:>8.1f} {r['speedup']:>5.2f} {r['identical']}")
     out = args.out or Path("bench/results/chunking_throughput.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     runs = json.loads(out.read_text()) if out.exists() else {}
-    runs[f"{args.corpus}-{len(texts)}"] = {"rows": rows, "rounds": args.rounds, "load_before": load_before,
-                                           "load_after": load_after, "cpus": os.cpu_count()}
+    runs[name] = {"rows": rows, "block": args.block, "load_before": load_before, "load_after": load_after,
+                  "cpus": os.cpu_count()}
     out.write_text(json.dumps(runs, indent=2))
     print(f"wrote {out}")
     if not all(r["identical"] for r in rows):
@@ -197,11 +209,12 @@ def main() -> None:
     ap.add_argument("--old", action="store_true", help="also time the replaced patterns on small inputs")
     ap.add_argument("--passages", type=int, default=0, help="throughput mode: old against new on N passages")
     ap.add_argument("--corpus", choices=["synthetic", "pydocs"], default="synthetic", help="throughput mode's text")
-    ap.add_argument("--rounds", type=int, default=3, help="throughput mode: alternating rounds, best kept")
+    ap.add_argument("--folder", type=Path, default=None, help="throughput mode on the files of a folder instead")
+    ap.add_argument("--block", type=int, default=500, help="throughput mode: documents per alternating block")
     ap.add_argument("--out", type=Path, default=None,
                     help="JSON (default bench/results/chunking.json, chunking_throughput.json with --passages)")
     args = ap.parse_args()
-    if args.passages:
+    if args.passages or args.folder:
         main_throughput(args)
         return
     args.out = args.out or Path("bench/results/chunking.json")

@@ -240,8 +240,8 @@ def test_pq_rotation_lowers_error_and_keeps_inner_products(tmp_path, data):
     back, back_codes = load_pq(tmp_path, 4)
     np.testing.assert_array_equal(back.rotation, rot.rotation)  # float16-exact: rounded at training
     np.testing.assert_array_equal(back.encode(held), codes)
-    # the automatic rule: a rotation once its 2 d^2 float16 bytes cost <= 3 B/vector
-    assert not PQConfig().rotates(98_303, 384) and PQConfig().rotates(98_304, 384)
+    # the automatic rule: a rotation once its 2 d^2 float16 bytes cost <= 1 B/vector
+    assert not PQConfig().rotates(294_911, 384) and PQConfig().rotates(294_912, 384)
     assert not PQConfig(rotate=False).rotates(10**7, 384) and PQConfig(rotate=True).rotates(10, 384)
 
 

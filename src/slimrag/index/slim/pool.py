@@ -12,6 +12,10 @@ edges from. Where they come from decides the build's cost:
 - **hnsw-knn**: the same index, then each row's ``candidates`` approximate nearest neighbours by
   an HNSW search (``efSearch = candidates``): a pool close to exact k-NN for about twice the time.
 
+Why HNSW level 0 rather than NN-descent, NSG or a Vamana build: ``bench.slim_graphs`` compared
+them under the same prune (docs/benchmarks.md, "Which candidate graph feeds the prune"): the
+cheapest pool, at the best recall.
+
 **Partitions (DiskANN's merge).** Beyond ``partition_rows`` rows, the rows are split into
 ``P = ceil(overlap * n / partition_rows)`` k-means partitions (centroids trained on a sample of at
 most ``_KMEANS_SAMPLE`` rows), and each row joins its ``overlap`` nearest centroids' partitions.

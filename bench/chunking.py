@@ -32,9 +32,10 @@ default 500; which mode goes first alternates), so that the load of a shared mac
 both alike. Two levels: ``chunk`` (`Chunker.chunk` on the document's sections, parsed
 beforehand) and ``prepare`` (`slimrag.ingest.source.prepare`, the per-document step that
 bench.scale's ``chunk`` phase times: read, hash, parse, chunk). Chunks per second, µs per
-document, the new/old speedup, and whether both cut identical chunks (compared in full; the run
-fails if not). JSON: ``--out`` (default ``bench/results/chunking_throughput.json``, one entry per
-corpus).
+document, the new/old speedup in wall and in CPU seconds (the process's; on a loaded machine
+the figure to trust, as the chunker runs on one thread), and whether both cut identical chunks
+(compared in full; the run fails if not). JSON: ``--out`` (default
+``bench/results/chunking_throughput.json``, one entry per corpus).
 """
 
 from __future__ import annotations
@@ -158,24 +159,26 @@ def throughput(items: list[InputItem], block: int) -> list[dict]:
     rows = []
     for level in ("chunk", "prepare"):
         chunkers = {"old": _chunker("old"), "new": _chunker("new")}
-        seconds, cut = {"old": 0.0, "new": 0.0}, {"old": [], "new": []}
+        seconds, cpu, cut = {"old": 0.0, "new": 0.0}, {"old": 0.0, "new": 0.0}, {"old": [], "new": []}
         work = sections if level == "chunk" else items
         for b, lo in enumerate(range(0, len(work), block)):
             for mode in (("old", "new") if b % 2 == 0 else ("new", "old")):
                 chunker, part = chunkers[mode], work[lo: lo + block]
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 if level == "chunk":
                     out = [chunker.chunk(secs) for secs in part]
                 else:
                     out = [d.pieces if isinstance(d, PreparedDoc) else d for d in (prepare(i, None, chunker) for i in part)]
                 seconds[mode] += time.perf_counter() - t0
+                cpu[mode] += time.process_time() - c0
                 cut[mode].extend(out)
         chunks = sum(len(c) for c in cut["old"] if isinstance(c, list))
         for mode in ("old", "new"):
             rows.append({"level": level, "mode": mode, "documents": len(work), "chunks": chunks,
                          "seconds": seconds[mode], "chunks_per_s": chunks / seconds[mode],
                          "us_per_document": seconds[mode] / len(work) * 1e6,
-                         "speedup": seconds["old"] / seconds[mode], "identical": cut["old"] == cut["new"]})
+                         "speedup": seconds["old"] / seconds[mode], "cpu_s": cpu[mode],
+                         "cpu_speedup": cpu["old"] / cpu[mode], "identical": cut["old"] == cut["new"]})
     return rows
 
 
@@ -187,10 +190,12 @@ def main_throughput(args: argparse.Namespace) -> None:
     load_after = os.getloadavg()
     print(f"{name}: {len(items)} documents, blocks of {args.block}, "
           f"load {load_before[0]:.2f} -> {load_after[0]:.2f}")
-    print(f"{'level':<8} {'mode':<4} {'chunks':>8} {'seconds':>8} {'chunks/s':>9} {'us/doc':>8} {'x':>5} identical")
+    print(f"{'level':<8} {'mode':<4} {'chunks':>8} {'seconds':>8} {'chunks/s':>9} {'us/doc':>8} {'x':>5} "
+          f"{'CPU s':>7} {'CPU x':>5} identical")
     for r in rows:
         print(f"{r['level']:<8} {r['mode']:<4} {r['chunks']:>8} {r['seconds']:>8.2f} {r['chunks_per_s']:>9.0f} "
-              f"{r['us_per_document']:>8.1f} {r['speedup']:>5.2f} {r['identical']}")
+              f"{r['us_per_document']:>8.1f} {r['speedup']:>5.2f} {r['cpu_s']:>7.2f} {r['cpu_speedup']:>5.2f} "
+              f"{r['identical']}")
     out = args.out or Path("bench/results/chunking_throughput.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     runs = json.loads(out.read_text()) if out.exists() else {}

@@ -3,7 +3,8 @@
 Synthetic text-like vectors (the law of `bench.vectors.text_like`, drawn in blocks so a million
 rows never exist as float64) are written to a memory-mapped float32 file, the way the write path
 hands a build its vectors; `build_slim` runs in a child process, so its peak RSS
-(``ru_maxrss``) is the build's alone. The searcher's ``recompute`` reads the true rows from the
+(``ru_maxrss``) is the build's alone, and its peak RSS, anonymous and file-backed, is also
+sampled per build step (`StepSampler`). The searcher's ``recompute`` reads the true rows from the
 file, so the exact level is exact; truth is brute force over the file in blocks. faiss HNSW
 (M=32, efConstruction 40, efSearch 128) over the same vectors is the side-by-side baseline.
 
@@ -77,16 +78,58 @@ def truth_of(x: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
     return best_i
 
 
+def _status_mib(field: str) -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 1024
+
+
+class StepSampler:
+    """Peak RSS, anonymous and file-backed, per build step (the innermost ``slimrag`` function the
+    main thread is in), sampled every ``period`` s on a thread: which step holds the memory, and
+    whether it is memory the build allocated or pages of the mapped vectors."""
+
+    def __init__(self, period: float = 0.2) -> None:
+        import threading
+
+        self.steps: dict[str, list[float]] = {}
+        self._main = threading.main_thread().ident
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(period,), daemon=True)
+        self._thread.start()
+
+    def _where(self) -> str:
+        frame = sys._current_frames().get(self._main)
+        while frame is not None and "slimrag" not in frame.f_code.co_filename:
+            frame = frame.f_back
+        return f"{Path(frame.f_code.co_filename).stem}.{frame.f_code.co_name}" if frame is not None else "-"
+
+    def _run(self, period: float) -> None:
+        while not self._stop.wait(period):
+            now = [_status_mib("VmRSS"), _status_mib("RssAnon"), _status_mib("RssFile")]
+            key = self._where()
+            top = self.steps.setdefault(key, [0.0, 0.0, 0.0])
+            self.steps[key] = [max(a, b) for a, b in zip(top, now, strict=True)]
+
+    def stop(self) -> dict[str, dict[str, float]]:
+        """Per step: peak ``rss``, ``anon`` and ``file`` MiB, in the order the steps first ran."""
+        self._stop.set()
+        self._thread.join()
+        return {k: {"rss": round(v[0]), "anon": round(v[1]), "file": round(v[2])} for k, v in self.steps.items()}
+
+
 def child_build(path: str, out: str, config_json: str) -> None:
-    """In a child process: build from the memmap, save, print JSON stats (peak RSS included)."""
+    """In a child process: build from the memmap, save, print JSON stats (peak RSS included, and
+    per build step, `StepSampler`)."""
     from slimrag.index.slim import SlimConfig, build_slim, slim_bytes
 
     x = np.load(path, mmap_mode="r")
     cfg = SlimConfig.from_dict(json.loads(config_json))
     stats: dict = {}
+    sampler = StepSampler()
     t0, c0 = time.perf_counter(), time.process_time()
     art = build_slim(x, cfg, stats=stats)
     stats["build_s"], stats["build_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
+    stats["rss_by_step"] = sampler.stop()
     art.save(out)
     stats["bytes"] = slim_bytes(out)
     stats["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -197,6 +240,8 @@ def main() -> None:
         f = result["faiss_hnsw32"]
         print(f"  faiss HNSW32: build {f['build_s']:.1f}s recall {f['recall']:.3f} {f['latency_ms']:.2f} ms "
               f"peak {f['peak_rss_mib']:.0f} MiB")
+    for step, r in b.get("rss_by_step", {}).items():
+        print(f"  {step:32s} peak RSS {r['rss']:6,d} MiB (anon {r['anon']:6,d} + file {r['file']:6,d})")
     print(f"  load {' '.join(load0)} -> {' '.join(result['loadavg_after'])}")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"slim_scale_{a.n}{a.tag}.json").write_text(json.dumps(result, indent=1))

@@ -175,7 +175,7 @@ class RunSpans:
     def __init__(self, tokenizer: Any, starts: list[int], runs: list[str], counts: list[int]) -> None:
         self.tokenizer, self.starts, self.runs = tokenizer, starts, runs
         self.before = list(itertools.accumulate(counts, initial=0))  # tokens before each run
-        self._last: tuple[int, list[tuple[int, int]]] = (-1, [])
+        self._offsets: dict[int, list[tuple[int, int]]] = {}  # the last two runs tokenized
 
     def __len__(self) -> int:
         return self.before[-1]
@@ -195,9 +195,15 @@ class RunSpans:
         return self._span(i, t)[1]
 
     def _span(self, i: int, t: int) -> tuple[int, int]:
-        if self._last[0] != i:
-            self._last = (i, self.tokenizer.encode(self.runs[i], add_special_tokens=False).offsets)
-        a, b = self._last[1][t - self.before[i]]
+        """Token ``t``'s span from run ``i``'s own offsets. The last two runs are kept: a window's
+        first and last tokens alternate between two runs when both lie in long ones, and each
+        run is then tokenized once, so the work stays linear in the section."""
+        offsets = self._offsets.get(i)
+        if offsets is None:
+            if len(self._offsets) >= 2:
+                del self._offsets[min(self._offsets)]
+            offsets = self._offsets[i] = self.tokenizer.encode(self.runs[i], add_special_tokens=False).offsets
+        a, b = offsets[t - self.before[i]]
         return a + self.starts[i], b + self.starts[i]
 
 

@@ -56,9 +56,10 @@ def questions(n: int) -> list[str]:
             for i in range(n)]
 
 
-def server(index: str, width: int) -> None:
+def server(index: str, width: int, stats: str) -> None:
     """The ``--role server`` process: ``slimrag serve``'s app over ``index`` with decode width
-    ``width`` and no KV reuse; prints its URL on stderr, serves until terminated."""
+    ``width`` and no KV reuse; prints its URL on stderr and serves until terminated, keeping the
+    batcher's steps and rows in the file ``stats``."""
     from slimrag.api.listen import bind, listen, run
     from slimrag.index.core import Index
     from slimrag.llm.batcher import BatchConfig
@@ -68,7 +69,16 @@ def server(index: str, width: int) -> None:
 
     sock = bind("127.0.0.1", 0)
     with Index.open(index) as idx:
-        rag = RAG(idx, LocalGenerator(cache=None, batch=BatchConfig(width=width)))
+        gen = LocalGenerator(cache=None, batch=BatchConfig(width=width))
+        rag = RAG(idx, gen)
+
+        def report() -> None:  # uvicorn ends the process on SIGTERM itself, so keep the file current
+            while True:
+                counts = gen.batch_stats()
+                Path(stats).write_text(json.dumps(counts and {"steps": counts.steps, "rows": counts.rows}))
+                time.sleep(0.5)
+
+        threading.Thread(target=report, daemon=True).start()
         warm_up(rag)
         app = create_app(rag, workers=8, warm=False)
         print(f"serving on http://127.0.0.1:{listen(sock)}", file=sys.stderr, flush=True)
@@ -78,7 +88,7 @@ def server(index: str, width: int) -> None:
 def start(index: Path, width: int, threads: int) -> tuple[subprocess.Popen[str], str]:
     """A server process (``--role server``) with decode width ``width``; returns it and its URL."""
     cmd = [sys.executable, "-m", "bench.serve_batch", "--role", "server", "--index", str(index),
-           "--width", str(width)]
+           "--width", str(width), "--stats", str(index.parent / f"stats-{width}.json")]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
     assert proc.stderr is not None
@@ -143,9 +153,10 @@ def main() -> None:
     ap.add_argument("--role", choices=("main", "server"), default="main", help=argparse.SUPPRESS)
     ap.add_argument("--index", help=argparse.SUPPRESS)
     ap.add_argument("--width", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--stats", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.role == "server":
-        return server(args.index, args.width)
+        return server(args.index, args.width, args.stats)
     counts = [int(c) for c in args.clients.split(",")]
 
     from slimrag.index.core import Index
@@ -171,7 +182,9 @@ def main() -> None:
         finally:
             for proc, _ in servers.values():
                 proc.terminate()
-                proc.wait(30)
+                proc.wait(60)
+        stats = {mode: json.loads(f.read_text()) if (f := Path(tmp) / f"stats-{width}.json").exists() else None
+                 for mode, width in MODES.items()}
     # The same question must get the same answer in every run, whatever the mode or level.
     seen: dict[str, set[str]] = {}
     for row in rows:
@@ -190,6 +203,9 @@ def main() -> None:
         ratio = on["tokens_per_s"] / off["tokens_per_s"] if off["tokens_per_s"] else float("nan")
         print(f"{c:>7} | {off['tokens_per_s']:>9.2f} {on['tokens_per_s']:>9.2f} {ratio:>5.2f}x | "
               f"{off['ttft_p50_s']:>11.3f}s {on['ttft_p50_s']:>11.3f}s")
+    on = stats.get("on")
+    if on:
+        print(f"batching on: {on['rows']} rows in {on['steps']} decode steps, {on['rows'] / max(on['steps'], 1):.2f} a step")
     print(f"identical answers in every run: {'yes' if identical else 'NO: ' + ', '.join(differing)}")
     top = max(counts)
     ratio8 = by[(top, "on")]["tokens_per_s"] / max(by[(top, "off")]["tokens_per_s"], 1e-9)
@@ -200,7 +216,8 @@ def main() -> None:
               "loadavg_after": [round(x, 2) for x in os.getloadavg()], "threads": args.threads,
               "requests_per_client": args.requests, "max_tokens": args.tokens, "k": args.k, "files": args.files,
               "modes": MODES, "identical_answers": identical, "differing_questions": differing,
-              "ratio_at_max_clients": round(ratio8, 3), "acceptance_pass": ok, "rows": rows}
+              "ratio_at_max_clients": round(ratio8, 3), "acceptance_pass": ok, "batch_stats": stats,
+              "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {args.out}")

@@ -39,8 +39,11 @@ row's numbers do not depend on its neighbours on this CPU); more rows per step r
 the one-token forward of :meth:`slimrag.llm.engine.Decoder.forward` under the model lock, each
 stream on its own (the engine before batching; its logits may differ from a batched step's in
 the last bits, so a generator uses one path for all its steps).
-wait_s = 0.005: how long a ready request waits for the others (see step 1). Larger merges more
-streams behind slow consumers and delays every step by up to that much when one is idle.
+wait_s = 0.02: how long a ready request waits for the others after a step (see step 1), against
+steps of 150-400 ms here. Too short, and under load the streams of a step are not all back in
+time (their threads wait for the GIL): the next step starts with some, the rest form another,
+and the two groups alternate at half the width. Longer delays every step by up to that much
+while a stream's caller is slow or gone.
 
 Thread safety: every method may be called from any thread; one stream is used by one thread.
 """
@@ -68,7 +71,7 @@ class BatchConfig:
     """Settings of :class:`DecodeBatcher`; see the module header."""
 
     width: int = 8
-    wait_s: float = 0.005
+    wait_s: float = 0.02
 
     def __post_init__(self) -> None:
         if self.width < 1:

@@ -86,8 +86,8 @@ class LocalGenerator(Generator):
     Loading is lazy: the constructor is cheap and the first :meth:`stream` (or :meth:`load`) pays
     for it (the embedded model: about a second, read from its GGUF file).
 
-    Thread safety: one instance may be shared between threads. Loading, tokenizer calls and model
-    forwards run under one internal lock; prefills are admitted one at a time by the scheduler;
+    Thread safety: one instance may be shared between threads. Loading and model forwards run
+    under one internal lock, tokenizer calls under another; prefills are admitted one at a time by the scheduler;
     each stream owns its model cache; concurrent streams share decode steps (see the module header).
     """
 
@@ -116,7 +116,7 @@ class LocalGenerator(Generator):
         self.scheduler = PrefillScheduler(scheduler)
         self._cache_spec: CacheSpec = cache
         self._reuse: KVReuse | None = None
-        self._lock = threading.RLock()
+        self._lock, self._tok_lock = threading.RLock(), threading.Lock()
         self._loaded: LoadedModel | None = loaded
         self._eos: frozenset[int] = eos_ids(loaded) if loaded is not None else frozenset()
         self.batch = batch or BatchConfig()
@@ -175,13 +175,13 @@ class LocalGenerator(Generator):
     def encode_texts(self, texts: list[str]) -> list[list[int]]:
         """Token ids of each text, without special tokens added."""
         tok = self.load().tokenizer
-        with self._lock:
+        with self._tok_lock:
             return [list(tok.encode(t, add_special_tokens=False)) for t in texts]
 
     def decode(self, ids: list[int]) -> str:
         """Text of ``ids``, special tokens dropped, spacing left exactly as the tokens encode it."""
         tok = self.load().tokenizer
-        with self._lock:
+        with self._tok_lock:  # not the model lock: a stream detokenizes while a decode step runs
             return str(tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False))
 
     def cache_path(self, segments: list[Segment]) -> tuple[str, list[str]]:

@@ -58,8 +58,11 @@ Build knobs (``SlimConfig``, written into the manifest; graph knobs in ``GraphCo
   codebooks) and, at 43k, over LEANN's likely size (not measured there; ~87 B/vec extrapolated).
   4-bit codes have a larger error bound (``pq_error`` 0.13 at 1-2k rows, against 0.06 for 8-bit
   m=64), so early stop fires less and queries recompute ~23 rows instead of ~20; at 43k every
-  variant recomputes 23-24. Not measured above 43,402 rows or for other dimensions; set
-  ``PQConfig(m=..., bits=...)`` explicitly to opt out.
+  variant recomputes 23-24. Set ``PQConfig(m=..., bits=...)`` explicitly to opt out. From
+  ~300k rows (where its ``2 d^2`` bytes cost <= 1 B/vector) the rule also learns an OPQ rotation
+  (``pq.train_rotation``): same code bytes, and at 1M stand-in vectors the default recall target
+  (0.96) then costs a median of 32 recomputed rows instead of 72 (docs/benchmarks.md, "Slim recall
+  target").
 - ``error_quantile`` (default 0.999): quantile behind ``pq_error``; 0.99 stops ~7% sooner at k=10.
 - ``hubs`` (default 0 = auto: ``n // 512``, at least ``min(n, 8)``, at most 4096): hub vectors kept
   in fp16, ``2 d`` bytes each (768 for d=384: ~1.5 bytes per vector at the auto rule).

@@ -68,7 +68,7 @@ def partitions(x: np.ndarray, config: GraphConfig) -> list[np.ndarray]:
     parts = max(1, math.ceil(config.overlap * n / config.partition_rows))
     if parts == 1 or n <= config.partition_rows:
         return [np.arange(n, dtype=np.int64)]
-    from slimrag.index.slim.pq import kmeans  # k-means lives with the quantizer that also uses it
+    from slimrag.index.slim.kmeans import kmeans
 
     rng = np.random.default_rng(config.seed)
     reader = Reader(x)

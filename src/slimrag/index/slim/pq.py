@@ -75,6 +75,7 @@ from pathlib import Path
 import numpy as np
 
 from slimrag.index.slim._threads import single_thread_blas
+from slimrag.index.slim.kmeans import subspace_kmeans
 
 CODEBOOKS_FILE = "pq_codebooks.npy"
 CODES_FILE = "pq_codes.npy"
@@ -331,22 +332,10 @@ def train_pq(vectors: np.ndarray, config: PQConfig | None = None) -> ProductQuan
         # Stored as float16: round now so codes and queries use exactly the loaded rotation.
         rotation = train_rotation(sample, config, rng).astype(np.float16).astype(np.float32)
         sample = np.ascontiguousarray(sample @ rotation.T)
-    books = _train_books(sample, config.m, 2**config.bits, config.iters, rng)
+    books = subspace_kmeans(sample, config.m, 2**config.bits, config.iters, rng)
     # Codebooks are stored as float16 (half the fixed bytes); round now so the codes are chosen
     # against exactly the centroids a loaded index will score with.
     return ProductQuantizer(books.astype(np.float16).astype(np.float32), config.bits, rotation)
-
-
-def _train_books(sample: np.ndarray, m: int, k: int, iters: int, rng: np.random.Generator,
-                 init: np.ndarray | None = None) -> np.ndarray:
-    """Codebooks (m, k, d/m) float32: k-means per subspace, from ``init`` when given."""
-    sub = sample.shape[1] // m
-    books = np.empty((m, k, sub), dtype=np.float32)
-    with single_thread_blas():
-        for j in range(m):
-            part = np.ascontiguousarray(sample[:, j * sub : (j + 1) * sub])
-            books[j] = _kmeans(part, k, iters, rng, None if init is None else init[j])
-    return books
 
 
 def train_rotation(sample: np.ndarray, config: PQConfig, rng: np.random.Generator) -> np.ndarray:
@@ -362,7 +351,7 @@ def train_rotation(sample: np.ndarray, config: PQConfig, rng: np.random.Generato
     books = None
     for r in range(config.rotate_rounds):
         rotated = np.ascontiguousarray(sample @ rotation.T)
-        books = _train_books(rotated, config.m, k, config.iters if r == 0 else 4, rng, books)
+        books = subspace_kmeans(rotated, config.m, k, config.iters if r == 0 else 4, rng, books)
         pq = ProductQuantizer(books, 8)  # unpacked codes: one byte per subspace whatever the bits
         recon = pq.decode(pq.encode(rotated))
         u, _s, vt = np.linalg.svd(sample.T.astype(np.float64) @ recon.astype(np.float64))
@@ -399,41 +388,6 @@ def load_pq(folder: str | Path, bits: int, mmap: bool = True) -> tuple[ProductQu
     codes = np.load(folder / CODES_FILE, mmap_mode="r" if mmap else None)
     rotation = np.load(folder / ROTATION_FILE).astype(np.float32) if (folder / ROTATION_FILE).exists() else None
     return ProductQuantizer(books.astype(np.float32, copy=False), bits, rotation), codes
-
-
-def kmeans(x: np.ndarray, k: int, iters: int, rng: np.random.Generator) -> np.ndarray:
-    """Centroids (k, d) float32 of ``x`` by seeded Lloyd's k-means (see `_kmeans`); also the
-    partitioner of the graph build (``pool.py``)."""
-    return _kmeans(np.ascontiguousarray(x, dtype=np.float32), k, iters, rng)
-
-
-def _kmeans(x: np.ndarray, k: int, iters: int, rng: np.random.Generator, init: np.ndarray | None = None,
-            ) -> np.ndarray:
-    """Lloyd's k-means with k-means++-lite init (random distinct points) or from ``init`` (k, d);
-    empty clusters are re-seeded with the points farthest from their centroid, so no centroid is
-    wasted."""
-    n = x.shape[0]
-    if n <= k:
-        # Every point is its own centroid; pad with repeats so the table has k rows.
-        return x[np.arange(k) % n].copy()
-    cent = x[rng.choice(n, k, replace=False)].copy() if init is None else np.array(init, dtype=np.float32)
-    dist = np.empty((n, k), dtype=np.float32)
-    for _ in range(iters):
-        # ||x - c||^2 up to the per-row constant ||x||^2, computed in place to spare temporaries.
-        np.matmul(x, cent.T, out=dist)
-        dist *= -2.0
-        dist += np.einsum("ij,ij->i", cent, cent)[None, :]
-        assign = np.argmin(dist, axis=1)
-        counts = np.bincount(assign, minlength=k)
-        # Per-dimension bincount is much faster than np.add.at for the cluster sums.
-        sums = np.stack([np.bincount(assign, weights=x[:, s], minlength=k) for s in range(x.shape[1])], axis=1)
-        full = counts > 0
-        cent[full] = sums[full] / counts[full, None]
-        empty = np.flatnonzero(~full)
-        if len(empty):
-            err = dist[np.arange(n), assign]
-            cent[empty] = x[np.argsort(err)[::-1][: len(empty)]]
-    return cent
 
 
 def _as_matrix(vectors: np.ndarray, dim: int | None) -> np.ndarray:

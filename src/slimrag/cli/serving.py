@@ -39,8 +39,9 @@ def bind_warning(host: str, api_key: str | None, what: str = "server") -> str | 
 @click.option("--api-key", envvar="SLIMRAG_API_KEY",
               help="Require 'Authorization: Bearer KEY' on every route but /healthz [env: SLIMRAG_API_KEY].")
 @click.option("--llm", help="OpenAI-compatible base URL; default: embedded SmolLM2.")
-@click.option("--workers", default=4, show_default=True, type=click.IntRange(1, 256),
-              help="Threads answering chats (generation); searches and embeddings have their own.")
+@click.option("--workers", default=8, show_default=True, type=click.IntRange(1, 256),
+              help="Threads answering chats (generation), so as many answers can share a decode step "
+                   "(--decode-width); searches and embeddings have their own.")
 @click.option("--search-workers", default=2, show_default=True, type=click.IntRange(1, 256),
               help="Threads answering searches, so a search never waits behind a generation.")
 @click.option("--decode-width", type=click.IntRange(1, 64), metavar="ROWS",

@@ -204,6 +204,15 @@ def _status_mib(field: str) -> float:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
+
+def slimrag_step(thread: int | None, default: str) -> str:
+    """``module.function`` of the innermost slimrag frame that ``thread`` is running now (what an
+    RSS sampler charges its sample to), or ``default`` when it is outside slimrag."""
+    frame = sys._current_frames().get(thread) if thread is not None else None
+    while frame is not None and "slimrag" not in frame.f_code.co_filename:
+        frame = frame.f_back
+    return f"{Path(frame.f_code.co_filename).stem}.{frame.f_code.co_name}" if frame is not None else default
+
 class RssSampler:
     """Peak anonymous and file-backed resident memory, sampled every ``period`` s on a thread:
     `VmHWM` alone cannot tell memory a build allocates from pages of files it maps (which the
@@ -222,10 +231,7 @@ class RssSampler:
         self._thread.start()
 
     def _where(self) -> str:
-        frame = sys._current_frames().get(self._main)
-        while frame is not None and "slimrag" not in frame.f_code.co_filename:
-            frame = frame.f_back
-        return f"{Path(frame.f_code.co_filename).stem}.{frame.f_code.co_name}" if frame is not None else ""
+        return slimrag_step(self._main, "")
 
     def _run(self, period: float) -> None:
         start = last = time.perf_counter()

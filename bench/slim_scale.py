@@ -98,10 +98,9 @@ class StepSampler:
         self._thread.start()
 
     def _where(self) -> str:
-        frame = sys._current_frames().get(self._main)
-        while frame is not None and "slimrag" not in frame.f_code.co_filename:
-            frame = frame.f_back
-        return f"{Path(frame.f_code.co_filename).stem}.{frame.f_code.co_name}" if frame is not None else "-"
+        from bench.scale import slimrag_step
+
+        return slimrag_step(self._main, "-")
 
     def _run(self, period: float) -> None:
         while not self._stop.wait(period):

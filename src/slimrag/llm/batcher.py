@@ -215,14 +215,19 @@ class DecodeBatcher:
                 self._cond.notify_all()
 
 
+#: The generator's own forward of ``ids`` at ``start_pos`` on ``cache`` (under its model lock):
+#: last position's logits. The unbatched decode step is this with one token.
+ForwardFn = Callable[[list[int], KVCache, int], torch.Tensor]
+
+
 class DecodeLoop:
     """A generator's decode steps: through a :class:`DecodeBatcher` (``config.width > 1``), or
-    each stream with its own one-token forwards (width 1). ``model`` returns the loaded decoder;
-    ``lock`` is the model lock."""
+    each stream with its own one-token ``forward`` (width 1). ``model`` returns the loaded
+    decoder; ``lock`` is the model lock."""
 
-    def __init__(self, model: Callable[[], Decoder], lock: AbstractContextManager[object],
+    def __init__(self, model: Callable[[], Decoder], forward: ForwardFn, lock: AbstractContextManager[object],
                  config: BatchConfig) -> None:
-        self.config, self._model, self._lock = config, model, lock
+        self.config, self._model, self._forward = config, model, forward
         self._batcher = DecodeBatcher(self._step_rows, lock, config) if config.enabled else None
         self._widths: tuple[int, ...] | None = None
 
@@ -245,7 +250,7 @@ class DecodeLoop:
             while True:
                 token = choose(logits)
                 yield token
-                logits = self._forward_one(token, pos, cache)
+                logits = self._forward([token], cache, pos)
                 pos += 1
         with self._batcher.stream() as slot:
             while True:
@@ -253,15 +258,6 @@ class DecodeLoop:
                 yield token
                 logits = slot.step(token, pos, cache)
                 pos += 1
-
-    def _forward_one(self, token: int, pos: int, cache: KVCache) -> torch.Tensor:
-        """The unbatched step: :meth:`Decoder.forward` of one token under the model lock."""
-        model = self._model()
-        ids = torch.tensor([token], dtype=torch.long, device=model.device)
-        with self._lock, torch.inference_mode():
-            logits = model.forward(ids, torch.tensor([pos], device=model.device), cache)
-        assert logits is not None
-        return logits
 
     def _step_rows(self, tokens: Sequence[int], positions: Sequence[int], caches: Sequence[KVCache]) -> torch.Tensor:
         """One batched step (the batcher's ``run``, called holding the model lock), padded to the

@@ -120,7 +120,7 @@ class LocalGenerator(Generator):
         self._loaded: LoadedModel | None = loaded
         self._eos: frozenset[int] = eos_ids(loaded) if loaded is not None else frozenset()
         self.batch = batch or BatchConfig()
-        self.decoding = DecodeLoop(lambda: self.load().model, self._lock, self.batch)  # its decode steps
+        self.decoding = DecodeLoop(lambda: self.load().model, self._forward, self._lock, self.batch)  # its decode steps
 
     # -- loading -------------------------------------------------------------------------------
 

@@ -228,10 +228,16 @@ def serve(index: Path, llm: str) -> tuple[subprocess.Popen[str], str]:
     cmd = [sys.executable, "-c", "from slimrag.cli import main; main()", "serve", str(index), "--port", "0"]
     if llm != "local":
         cmd += ["--llm", llm]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    return spawn_server(cmd)
+
+
+def spawn_server(cmd: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
+    """Start a ``slimrag serve`` command and wait until its stderr names its URL; the rest of its
+    stderr is drained on a thread so the server never blocks on a full pipe."""
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
     assert proc.stderr is not None
     for line in proc.stderr:
-        if m := re.search(r"running on (http://127\.0\.0\.1:\d+)", line):
+        if m := re.search(r"(http://127\.0\.0\.1:\d+)", line):
             threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
             return proc, m.group(1)
     raise SystemExit(f"slimrag serve did not start (exit {proc.wait()})")

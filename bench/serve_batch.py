@@ -31,7 +31,6 @@ import asyncio
 import json
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -41,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.load import ANIMALS, PLACES, corpus
+from bench.load import ANIMALS, PLACES, corpus, spawn_server
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -90,13 +89,7 @@ def start(index: Path, width: int, threads: int) -> tuple[subprocess.Popen[str],
     cmd = [sys.executable, "-m", "bench.serve_batch", "--role", "server", "--index", str(index),
            "--width", str(width), "--stats", str(index.parent / f"stats-{width}.json")]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        if m := re.search(r"(http://127\.0\.0\.1:\d+)", line):
-            threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
-            return proc, m.group(1)
-    raise SystemExit(f"slimrag serve did not start (exit {proc.wait()})")
+    return spawn_server(cmd, env)
 
 
 async def level(url: str, clients: int, asks: list[list[str]], tokens: int, k: int) -> dict[str, Any]:

@@ -125,19 +125,23 @@ def _rss_file_kib() -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("RssFile:"))
 
 
-def test_reader_gathers_exactly_and_releases_only_file_pages(tmp_path):
+def test_reader_gathers_exactly_and_releases_only_file_pages(tmp_path, monkeypatch):
     from slimrag.index.slim import rows
 
     x = np.random.default_rng(3).standard_normal((5000, 64)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     mm = np.load(tmp_path / "x.npy", mmap_mode="r")
     ids = np.random.default_rng(4).integers(0, 5000, (70, 9))
-    for src in (x, mm):
-        r = rows.Reader(src)
-        assert r.mapped == (src is mm)
-        for want in (ids, np.sort(ids.reshape(-1)), ids[0]):  # unsorted 2-D, sorted, unsorted 1-D
-            assert np.array_equal(r.take(want), x[want])
-        assert np.array_equal(r.block(100, 300), x[100:300])
+    for budget in (rows.RELEASE_BYTES, 64 * 1024):  # the file fits the budget whole; it does not
+        monkeypatch.setattr(rows, "RELEASE_BYTES", budget)
+        for src in (x, mm, mm[7:4007]):
+            r = rows.Reader(src)
+            assert r.mapped == (src is not x) and r.bounded == (src is not x and budget < src.nbytes)
+            want_x = np.asarray(src)
+            for want in (ids % len(src), np.sort(ids.reshape(-1) % len(src)), ids[0] % len(src), ids[:0]):
+                assert np.array_equal(r.take(want), want_x[want])  # unsorted 2-D, sorted, 1-D, empty
+            assert np.array_equal(r.block(100, 300), want_x[100:300])
+            assert np.array_equal(np.concatenate([b for _, b in r.blocks(999)]), want_x)
     anon = x.copy()
     rows.release(anon)  # anonymous memory: never dropped
     rows.release_file_pages()
@@ -146,25 +150,25 @@ def test_reader_gathers_exactly_and_releases_only_file_pages(tmp_path):
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="RssFile is read from /proc (Linux)")
-def test_sorted_gather_keeps_mapped_pages_bounded(tmp_path, monkeypatch):
-    """A sorted gather spread over the file (a k-means sample, a partition's rows) maps only about
-    RELEASE_BYTES at a time, not the file: read in chunks, each counted as its span."""
+def test_gathers_keep_mapped_pages_bounded(tmp_path, monkeypatch):
+    """A gather spread over the file, sorted (a k-means sample, a partition's rows) or not (the
+    prune's candidates), maps only about RELEASE_BYTES at a time, not the file."""
     from slimrag.index.slim import rows
 
     n, d = 40_000, 384  # 61 MB
     np.save(tmp_path / "x.npy", np.ones((n, d), np.float32))
     mm = np.load(tmp_path / "x.npy", mmap_mode="r")
-    sample = np.sort(np.random.default_rng(5).choice(n, 8000, replace=False))
+    spread = np.random.default_rng(5).choice(n, 8000, replace=False)
     rows.release_file_pages()
     before = _rss_file_kib()
-    np.asarray(mm[sample]).sum()  # a plain gather maps (nearly) the whole file
+    np.asarray(mm[np.sort(spread)]).sum()  # a plain gather maps (nearly) the whole file
     plain = _rss_file_kib() - before
-    rows.release_file_pages()
     monkeypatch.setattr(rows, "RELEASE_BYTES", 4 * 2**20)
-    monkeypatch.setattr(rows, "GATHER_ROWS", 256)
-    before = _rss_file_kib()
-    got = rows.Reader(mm).take(sample)
-    chunked = _rss_file_kib() - before
-    assert got.shape == (8000, d) and float(got.sum()) == 8000 * d
-    # at most RELEASE_BYTES + one chunk's span (~1,300 rows) + a folio each side: ~12 MB
-    assert chunked < 16 * 1024 < plain, (chunked, plain)
+    for sample in (np.sort(spread), spread, spread.reshape(80, 100)):
+        rows.release_file_pages()
+        before = _rss_file_kib()
+        got = rows.Reader(mm).take(sample)
+        bounded = _rss_file_kib() - before
+        assert got.shape == (*sample.shape, d) and float(got.sum()) == 8000 * d
+        # at most RELEASE_BYTES + one chunk (a quarter of it) + a folio of slack: ~7 MB
+        assert bounded < 8 * 1024 < plain, (bounded, plain)

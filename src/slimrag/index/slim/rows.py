@@ -15,19 +15,21 @@ fault, not disk I/O). It applies only to *shared read-only file mappings* (``r--
 mappings of ``index/layout.py``), where dropping a page can never lose data; anonymous or private
 memory is never touched. :func:`release_file_pages` does the same for every such mapping of the
 process (what a compaction streaming many parts calls). `Reader` releases every ``RELEASE_BYTES``
-of file it has mapped. A read maps more than it copies: on this machine's kernel (6.18) a fault on
-a file in the page cache maps the whole large folio around it, ~2 MB (measured: 1.95 MB of RSS
-per isolated row touched), so a gather of rows spread over the file maps the file's whole span.
-Sorted gathers (a partition's rows, the k-means sample) are therefore read in chunks of
-``GATHER_ROWS`` rows, each counted as the file span it covers plus one folio: their mapped pages
-stay under ~``RELEASE_BYTES`` whatever n (at 1M rows the k-means sample alone used to map all of
-the 1.4 GB file, and a partition's reads ~1.3 GB between releases). Unsorted gathers (the prune's
-candidates) count the bytes they copy: each maps most of the file anyway, so their file pages are
-bounded by the file, not by this knob (the limit left: see docs/benchmarks.md). For an
-in-memory matrix everything is a plain numpy read and the releases do nothing.
+of file it may have mapped. A read maps more than it copies: on this machine's kernel (6.18) a
+fault on a file in the page cache maps the whole large folio around it, ~2 MB (measured: 1.95 MB
+of RSS per isolated row touched), so a gather of rows spread over the file maps the file's whole
+span. `Reader` therefore counts the distinct 2 MB windows of the file each read touches (an upper
+bound of what it maps: folios are at most that size and aligned to it), cuts every gather,
+sorted first, into chunks of at most a quarter of the budget of windows, and releases when the
+windows touched since the last release reach the budget. So whatever the rows, sorted or not,
+one Reader keeps at most ``RELEASE_BYTES`` plus one chunk of its file mapped. The price is
+faults: a gather spread thin over a large file re-maps a folio for a few rows, so callers that
+gather many rows at random (the prune) first read the union of a batch's rows once into memory
+(``prune.py``). Before this accounting, unsorted gathers counted only the bytes they copied and
+mapped nearly the whole 1.4 GB file at 1M rows (4.4 GB at 3M). A mapping of at most
+``RELEASE_BYTES`` (or an in-memory matrix) is read directly: mapped whole, it is within budget.
 
-Knobs: ``RELEASE_BYTES`` (256 MB): mapped bytes between releases; ``GATHER_ROWS`` (4,096): rows
-per chunk of a sorted gather.
+Knob: ``RELEASE_BYTES`` (256 MB): file bytes a Reader may map between releases.
 Linux only (``/proc/self/maps`` and ``madvise``); elsewhere releases are no-ops (correct, more RSS).
 """
 
@@ -40,7 +42,6 @@ from collections.abc import Iterator
 import numpy as np
 
 RELEASE_BYTES = 256 * 1024 * 1024
-GATHER_ROWS = 4096
 #: what one fault may map around the row it reads (a large page-cache folio)
 _FOLIO = 2 * 1024 * 1024
 _MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
@@ -128,43 +129,75 @@ def is_file_mapped(x: np.ndarray) -> bool:
 
 
 class Reader:
-    """Reads rows of ``x`` (n, d) as float32 copies, releasing a mapped file's pages every
-    ``RELEASE_BYTES`` read. Not thread-safe (one byte counter)."""
+    """Reads rows of ``x`` (n, d) as float32 copies with a bounded mapped set: when ``x`` is a
+    shared read-only file mapping larger than ``RELEASE_BYTES``, every read counts the 2 MB file
+    windows it may map (a fault maps the large folio around the row, see the module header), and
+    the Reader releases ``x``'s pages whenever the windows counted since the last release reach
+    ``RELEASE_BYTES``. A gather is read in sorted chunks cut so that no chunk's windows pass a
+    quarter of that, so the bound holds within one call too, whatever the rows: at most
+    ``RELEASE_BYTES`` plus one chunk of ``x``'s file is mapped by this Reader at any time. A
+    mapping that fits the budget whole (or an in-memory matrix) is read directly. Not thread-safe
+    (one window counter)."""
 
     def __init__(self, x: np.ndarray) -> None:
         self.x = x
         self.mapped = is_file_mapped(x)
+        #: True when reads are counted and released (a mapping larger than the budget)
+        self.bounded = self.mapped and x.nbytes > RELEASE_BYTES
+        self._row_bytes = int(x.strides[0]) if x.ndim else 0
+        self._offset = _file_offset(x) if self.bounded else 0
+        self._seen = np.zeros(0, dtype=bool)
         self._since = 0
 
-    def _count(self, nbytes: int) -> None:
-        if not self.mapped:
-            return
-        self._since += nbytes
+    def _windows(self, rows: np.ndarray) -> np.ndarray:
+        """Sorted 2 MB file windows rows ``rows`` (sorted) touch: each row's first and last byte."""
+        first = (self._offset + rows * self._row_bytes) // _FOLIO
+        last = (self._offset + (rows + 1) * self._row_bytes - 1) // _FOLIO
+        return np.unique(np.concatenate([first, last]))
+
+    def _count(self, windows: np.ndarray) -> None:
+        """Add ``windows`` (just read) to the mapped set; release once it reaches the budget."""
+        if len(self._seen) <= int(windows[-1]):
+            self._seen = np.concatenate([self._seen, np.zeros(int(windows[-1]) + 1 - len(self._seen), dtype=bool)])
+        fresh = windows[~self._seen[windows]]
+        self._seen[fresh] = True
+        self._since += len(fresh) * _FOLIO
         if self._since >= RELEASE_BYTES:
             release(self.x)
+            self._seen[:] = False
             self._since = 0
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """Rows ``rows`` (any shape and order, repeats allowed) as a float32 array of shape
         ``rows.shape + (d,)`` in memory."""
         rows = np.asarray(rows)
-        if not self.mapped or rows.ndim != 1 or len(rows) < 2 or np.any(rows[1:] < rows[:-1]):
-            out = np.asarray(self.x[rows], dtype=np.float32)
-            self._count(out.nbytes)
-            return out
+        if not self.bounded or rows.size == 0:
+            return np.asarray(self.x[rows], dtype=np.float32)
+        flat = rows.reshape(-1).astype(np.int64, copy=False)
+        if len(flat) > 1 and np.any(flat[1:] <= flat[:-1]):
+            uniq, inverse = np.unique(flat, return_inverse=True)
+            return self._sorted(uniq)[inverse].reshape(*rows.shape, -1)
+        return self._sorted(flat).reshape(*rows.shape, -1)
+
+    def _sorted(self, rows: np.ndarray) -> np.ndarray:
+        """Strictly increasing ``rows``, read in chunks of at most ``RELEASE_BYTES / 4`` of windows."""
         out = np.empty((len(rows), *self.x.shape[1:]), dtype=np.float32)
-        row_bytes = int(self.x.strides[0])
-        for start in range(0, len(rows), GATHER_ROWS):
-            part = rows[start : start + GATHER_ROWS]
-            out[start : start + len(part)] = self.x[part]
-            self._count((int(part[-1]) - int(part[0]) + 1) * row_bytes + _FOLIO)
+        first = (self._offset + rows * self._row_bytes) // _FOLIO
+        # windows opened so far at each row: a chunk closes when it has opened its share
+        opened = np.cumsum(np.concatenate([[1], first[1:] != first[:-1]]))
+        per_chunk = max(1, RELEASE_BYTES // (4 * _FOLIO))
+        cuts = np.searchsorted(opened, np.arange(per_chunk, opened[-1], per_chunk), side="right")
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(rows)], strict=True):
+            part = rows[lo:hi]
+            out[lo:hi] = self.x[part]
+            self._count(self._windows(part))
         return out
 
     def block(self, start: int, stop: int) -> np.ndarray:
         """Rows ``start:stop`` as a contiguous float32 array in memory."""
-        out = np.array(self.x[start:stop], dtype=np.float32, copy=True)
-        self._count(out.nbytes)
-        return out
+        if not self.bounded or stop <= start:
+            return np.array(self.x[start:stop], dtype=np.float32, copy=True)
+        return self._sorted(np.arange(start, stop, dtype=np.int64))
 
     def blocks(self, step: int) -> Iterator[tuple[int, np.ndarray]]:
         """``(start, rows start:start+step)`` over the whole matrix."""
@@ -175,4 +208,17 @@ class Reader:
         """Release what is still mapped."""
         if self.mapped:
             release(self.x)
-            self._since = 0
+        self._seen[:] = False
+        self._since = 0
+
+
+def _file_offset(x: np.ndarray) -> int:
+    """File offset of ``x``'s first byte where its base is an ``np.memmap`` (the header of an
+    ``np.load(mmap_mode="r")`` file), so windows line up with the page cache's folios; 0 otherwise
+    (windows then may straddle two folios: the count is off by at most a factor of two)."""
+    base = x
+    while isinstance(getattr(base, "base", None), np.ndarray):
+        base = base.base
+    if not isinstance(base, np.memmap):
+        return 0
+    return int(base.offset) + int(x.__array_interface__["data"][0]) - int(base.__array_interface__["data"][0])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import sys
 from dataclasses import fields
 from typing import IO, Any
@@ -43,13 +44,33 @@ class Failed(click.ClickException):
 
 class _Group(click.Group):
     """The command group: a `SlimragError` from any command ends it as :class:`Failed` (no
-    traceback: the message says what to do next)."""
+    traceback: the message says what to do next), and so does an index catalog this slimrag
+    cannot read (`_unreadable_catalog`), whichever verb opened it."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except SlimragError as e:
             raise Failed(str(e)) from e
+        except sqlite3.DatabaseError as e:
+            message = _unreadable_catalog(e)
+            if message is None:
+                raise
+            raise Failed(message) from e
+
+
+def _unreadable_catalog(exc: sqlite3.DatabaseError) -> str | None:
+    """The CLI's line for a catalog whose bytes this slimrag cannot read, or None for any other
+    SQLite failure. Only the base class itself means that: slimrag's own refusal of an unknown
+    catalog format (`slimrag.catalog.schema.layout_of`, whose message says what to do) and
+    SQLite's "file is not a database" or "database disk image is malformed". Its subclasses
+    (`OperationalError`: locked, I/O, a bad statement; `IntegrityError`, ...) are faults of the
+    moment or bugs, and keep their traceback. The catalog is slimrag's only SQLite file."""
+    if type(exc) is not sqlite3.DatabaseError:
+        return None
+    if getattr(exc, "sqlite_errorname", None) is None:  # raised by slimrag, not by SQLite
+        return f"cannot read the index: {exc}"
+    return f"cannot read the index: its catalog.sqlite is damaged ({exc}); rebuild the index"
 
 
 @click.group(cls=_Group)

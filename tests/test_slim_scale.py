@@ -61,6 +61,32 @@ def test_hnsw_pool_is_close_to_exact_knn(data):
     assert not np.any(pool == np.arange(N)[:, None])  # no row is its own candidate
 
 
+def test_partition_order_and_bounded_reads_change_no_edge(data, monkeypatch):
+    """The prune and the merge visit nodes by partition pair and read a mapped matrix through
+    row sets with a bounded mapped budget; every node's edges are exactly those of the plain
+    row-order pass over the matrix in memory."""
+    from slimrag.index.slim import rows
+    from slimrag.index.slim.prune import forward_prune, merge_reverse, partition_order
+
+    mm, x, _, _ = data
+    parts = partitions(mm, PARTS)
+    pool = candidate_pool(mm, PARTS, parts=parts)
+    order = partition_order(parts, N)
+    assert sorted(order.tolist()) == list(range(N)) and not np.array_equal(order, np.arange(N))
+    limits = np.where(np.arange(N) % 20 == 0, PARTS.max_degree, PARTS.base_degree)
+    plain = forward_prune(x, pool, limits, PARTS)
+    monkeypatch.setattr(rows, "RELEASE_BYTES", 512 * 1024)  # 6 MB of vectors: a bounded reader
+    monkeypatch.setattr("slimrag.index.slim.prune._SET_NODES", 700)
+    assert rows.Reader(mm).bounded
+    ordered = forward_prune(mm, pool, limits, PARTS, order)
+    for a, b in zip(plain, ordered, strict=True):
+        assert np.array_equal(a, b)
+    merged = merge_reverse(x, *plain[:3], limits, PARTS)
+    monkeypatch.setattr("slimrag.index.slim.prune._MERGE_BLOCK", 1500)
+    for a, b in zip(merged, merge_reverse(mm, *ordered[:3], limits, PARTS, order), strict=True):
+        assert np.array_equal(a, b)
+
+
 def test_partitioned_build_from_memmap_matches_brute_force(data):
     mm, x, q, truth = data
     stats: dict = {}

@@ -143,7 +143,10 @@ def heldout_error(x: np.ndarray, pq: ProductQuantizer, codes: np.ndarray, config
     if trained is not None:
         rest = np.setdiff1d(np.arange(n), trained)
         rest = np.sort(rng.choice(rest, min(len(rest), _HELDOUT), replace=False))
-        return float(pq.direction_error(x[rest], np.asarray(codes)[rest]).mean())
+        reader = Reader(x)
+        held = reader.take(rest)
+        reader.done()
+        return float(pq.direction_error(held, np.asarray(codes)[rest]).mean())
     if n < 10:
         return float(pq.direction_error(x, codes).mean())
     perm = rng.permutation(n)

@@ -73,8 +73,8 @@ from pathlib import Path
 
 import numpy as np
 
-from slimrag.index.slim.pool import candidate_pool
-from slimrag.index.slim.prune import PhaseClock, forward_prune, merge_reverse
+from slimrag.index.slim.pool import candidate_pool, partitions, pool_method
+from slimrag.index.slim.prune import PhaseClock, forward_prune, merge_reverse, partition_order
 
 INDPTR_FILE = "graph_indptr.npy"
 INDICES_FILE = "graph_indices.npy"
@@ -206,7 +206,10 @@ def build_graph(vectors: np.ndarray, config: GraphConfig | None = None, stats: d
         return Graph(np.zeros(1, np.uint32), np.zeros(0, index_dtype(1)))
     stats = {} if stats is None else stats
     clock = PhaseClock(stats)
-    pool = candidate_pool(x, config, stats)
+    parts = partitions(x, config) if pool_method(n, config) in ("hnsw", "hnsw-knn") else [np.arange(n)]
+    pool = candidate_pool(x, config, stats, parts)
+    order = partition_order(parts, n)  # prune neighbourhoods together: their rows are read once
+    del parts
     clock.lap("pool")
     indeg = np.zeros(n, dtype=np.int64)
     for start in range(0, n, 65536):
@@ -218,10 +221,11 @@ def build_graph(vectors: np.ndarray, config: GraphConfig | None = None, stats: d
         limits[np.argsort(-indeg, kind="stable")[:n_hubs]] = config.max_degree
     root = int(np.argmax(indeg))
     del indeg
-    src, dst, sim, near = forward_prune(x, pool, limits, config)
+    src, dst, sim, near = forward_prune(x, pool, limits, config, order)
     del pool
     clock.lap("prune")
-    src, dst, sim = merge_reverse(x, src, dst, sim, limits, config)
+    src, dst, sim = merge_reverse(x, src, dst, sim, limits, config, order)
+    del order
     del sim
     clock.lap("reverse")
     src, dst = _make_strongly_connected(n, src, dst, near, root)

@@ -153,10 +153,12 @@ def _local_runner(x: np.ndarray, parts: list[np.ndarray], config: GraphConfig, k
     return (hnsw_lists(x, p, config, knn) for p in parts)
 
 
-def candidate_pool(x: np.ndarray, config: GraphConfig, stats: dict | None = None) -> np.ndarray:
+def candidate_pool(
+    x: np.ndarray, config: GraphConfig, stats: dict | None = None, parts: list[np.ndarray] | None = None,
+) -> np.ndarray:
     """Every row's candidate ids (n, w) int32, ``-1`` padded, duplicates possible, in no
     particular order (the prune scores and sorts them). ``stats`` (optional) receives the method
-    and partition sizes."""
+    and partition sizes; ``parts``: the `partitions` of ``x`` when the caller has them already."""
     n = len(x)
     method = pool_method(n, config)
     if stats is not None:
@@ -167,7 +169,7 @@ def candidate_pool(x: np.ndarray, config: GraphConfig, stats: dict | None = None
         return ids.astype(np.int32)
     if method not in ("hnsw", "hnsw-knn"):
         raise ValueError(f"unknown pool {method!r}")
-    parts = partitions(x, config)
+    parts = partitions(x, config) if parts is None else parts
     if stats is not None:
         stats["partitions"] = [len(p) for p in parts]
     runner = _runner or _local_runner

@@ -19,12 +19,13 @@ import numpy as np
 
 from slimrag.index.slim._threads import single_thread_blas
 from slimrag.index.slim.knn import top_k_columns
-from slimrag.index.slim.rows import Reader
+from slimrag.index.slim.rows import Reader, rows_of
 
 if TYPE_CHECKING:
     from slimrag.index.slim.graph import GraphConfig
 
 _PRUNE_BATCH = 512
+_SET_NODES = 8192  # nodes whose candidate rows are read together (`rows.RowSet`)
 _MERGE_BLOCK = 65536  # nodes per block of the reverse-edge merge
 _MAX_PIVOTS = 2048  # long-range pivots: 2 sqrt(n) up to 1M rows, this many beyond
 _NEAR = 8  # closest candidates kept per node for the connectivity repair
@@ -96,12 +97,15 @@ def pivots_of(n: int, config: GraphConfig) -> np.ndarray:
 
 
 def forward_prune(
-    x: np.ndarray, pool: np.ndarray, limits: np.ndarray, config: GraphConfig
+    x: np.ndarray, pool: np.ndarray, limits: np.ndarray, config: GraphConfig, order: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Robust-prune every node's candidates, ``_PRUNE_BATCH`` nodes at a time: the pool's ids
     (deduplicated, scored exactly, closest ``candidates`` kept) plus the node's ``long_range``
-    nearest pivots. Returns the kept edges (src, dst int32, sim float32; grouped by src, closest
-    first) and each node's ``_NEAR`` closest candidates (n, _NEAR) int32, for connectivity repair."""
+    nearest pivots. ``order`` (optional): the order to visit nodes in, so that consecutive nodes
+    share candidates (`partition_order`); their union is read once per ``_SET_NODES`` nodes
+    (`rows.rows_of`). Returns the kept edges (src, dst int32, sim float32; grouped by src in row
+    order, closest first) and each node's ``_NEAR`` closest candidates (n, _NEAR) int32, for
+    connectivity repair."""
     n = len(x)
     reader = Reader(x)
     pivots = pivots_of(n, config)
@@ -110,46 +114,76 @@ def forward_prune(
     near = np.full((n, _NEAR), -1, dtype=np.int32)
     out_s, out_d, out_v = [], [], []
     with single_thread_blas():
-        for start in range(0, n, _PRUNE_BATCH):
-            stop = min(n, start + _PRUNE_BATCH)
-            own = np.arange(start, stop)
-            cand = np.sort(pool[start:stop].astype(np.int64), axis=1)
-            dup = np.zeros(cand.shape, dtype=bool)
-            dup[:, 1:] = cand[:, 1:] == cand[:, :-1]
-            cand[dup | (cand == own[:, None])] = -1
-            xb = reader.block(start, stop)
-            g = reader.take(np.maximum(cand, 0))  # (b, w, d)
-            sims = np.einsum("bwd,bd->bw", g, xb)
-            sims[cand < 0] = -np.inf
-            if extra:
-                ps = xb @ pivot_vecs.T
-                ps[pivots[None, :] == own[:, None]] = -np.inf  # a pivot is not its own long-range neighbour
-                top = top_k_columns(ps, extra)
-                e_ids = pivots[top]
-                e_sims = np.take_along_axis(ps, top, axis=1)
-                clash = (e_ids[:, :, None] == cand[:, None, :]).any(axis=2) | ~np.isfinite(e_sims)
-                e_ids[clash] = -1
-                e_sims[clash] = -np.inf
-                cand = np.concatenate([cand, e_ids], axis=1)
-                sims = np.concatenate([sims, e_sims], axis=1)
-                g = np.concatenate([g, pivot_vecs[top]], axis=1)
-            width = min(cand.shape[1], config.candidates + extra)
-            order = np.argsort(-sims, axis=1, kind="stable")[:, :width]
-            cand = np.take_along_axis(cand, order, axis=1)
-            sims = np.take_along_axis(sims, order, axis=1)
-            # Row gather on the flattened (b * w, d) matrix: a memcpy per row, ~10x faster than
-            # take_along_axis with a broadcast (b, width, 1) index.
-            flat = (order + np.arange(len(order))[:, None] * g.shape[1]).reshape(-1)
-            g = np.take(g.reshape(-1, g.shape[2]), flat, axis=0).reshape(len(order), width, g.shape[2])
-            cand[~np.isfinite(sims)] = -1
-            near[start:stop, : min(_NEAR, width)] = cand[:, :_NEAR]
-            kept = robust_prune(x, cand, sims, limits[start:stop], config.alpha, gathered=g)
-            r, c = np.nonzero(kept)
-            out_s.append((start + r).astype(np.int32))
-            out_d.append(cand[r, c].astype(np.int32))
-            out_v.append(sims[r, c].astype(np.float32))
+        for lo in range(0, n, _SET_NODES):
+            nodes = order[lo : lo + _SET_NODES] if order is not None else np.arange(lo, min(n, lo + _SET_NODES))
+            rows = rows_of(reader, np.concatenate([nodes, pool[nodes].reshape(-1)]))
+            for start in range(0, len(nodes), _PRUNE_BATCH):
+                own = nodes[start : start + _PRUNE_BATCH]
+                cand = np.sort(pool[own].astype(np.int64), axis=1)
+                dup = np.zeros(cand.shape, dtype=bool)
+                dup[:, 1:] = cand[:, 1:] == cand[:, :-1]
+                cand[dup | (cand == own[:, None])] = -1
+                xb = rows.take(own)
+                g = rows.take(np.maximum(cand, 0))  # (b, w, d)
+                sims = np.einsum("bwd,bd->bw", g, xb)
+                sims[cand < 0] = -np.inf
+                if extra:
+                    ps = xb @ pivot_vecs.T
+                    ps[pivots[None, :] == own[:, None]] = -np.inf  # a pivot is not its own long-range neighbour
+                    top = top_k_columns(ps, extra)
+                    e_ids = pivots[top]
+                    e_sims = np.take_along_axis(ps, top, axis=1)
+                    clash = (e_ids[:, :, None] == cand[:, None, :]).any(axis=2) | ~np.isfinite(e_sims)
+                    e_ids[clash] = -1
+                    e_sims[clash] = -np.inf
+                    cand = np.concatenate([cand, e_ids], axis=1)
+                    sims = np.concatenate([sims, e_sims], axis=1)
+                    g = np.concatenate([g, pivot_vecs[top]], axis=1)
+                width = min(cand.shape[1], config.candidates + extra)
+                by_sim = np.argsort(-sims, axis=1, kind="stable")[:, :width]
+                cand = np.take_along_axis(cand, by_sim, axis=1)
+                sims = np.take_along_axis(sims, by_sim, axis=1)
+                # Row gather on the flattened (b * w, d) matrix: a memcpy per row, ~10x faster than
+                # take_along_axis with a broadcast (b, width, 1) index.
+                flat = (by_sim + np.arange(len(by_sim))[:, None] * g.shape[1]).reshape(-1)
+                g = np.take(g.reshape(-1, g.shape[2]), flat, axis=0).reshape(len(by_sim), width, g.shape[2])
+                cand[~np.isfinite(sims)] = -1
+                near[own, : min(_NEAR, width)] = cand[:, :_NEAR]
+                kept = robust_prune(x, cand, sims, limits[own], config.alpha, gathered=g)
+                r, c = np.nonzero(kept)
+                out_s.append(own[r].astype(np.int32))
+                out_d.append(cand[r, c].astype(np.int32))
+                out_v.append(sims[r, c].astype(np.float32))
+            del rows
     reader.done()
-    return np.concatenate(out_s), np.concatenate(out_d), np.concatenate(out_v), near
+    src, dst, sim = np.concatenate(out_s), np.concatenate(out_d), np.concatenate(out_v)
+    return (*_by_src(src, dst, sim, order is not None), near)
+
+
+def partition_order(parts: list[np.ndarray], n: int) -> np.ndarray | None:
+    """Nodes ordered by the pair of partitions they belong to (first, then second), None for one
+    partition. A node's candidates come from its partitions, so nodes of one pair share most of
+    them: the union of a few thousand consecutive nodes' candidates is a neighbourhood of the
+    data, where in row order it is spread over all of it."""
+    if len(parts) < 2:
+        return None
+    first = np.full(n, -1, dtype=np.int32)
+    second = np.full(n, -1, dtype=np.int32)
+    for p, rows in enumerate(parts):
+        fresh = first[rows] < 0
+        first[rows[fresh]] = p
+        second[rows[~fresh]] = p
+    return np.lexsort((second, first))
+
+
+def _by_src(src: np.ndarray, dst: np.ndarray, sim: np.ndarray, shuffled: bool,
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Edges grouped by src in row order, each node's edges in the order they came (closest
+    first); ``shuffled`` says whether the nodes came in another order than row order."""
+    if not shuffled:
+        return src, dst, sim
+    by = np.argsort(src, kind="stable")
+    return src[by], dst[by], sim[by]
 
 
 def merge_reverse(
@@ -159,59 +193,76 @@ def merge_reverse(
     sim: np.ndarray,
     limits: np.ndarray,
     config: GraphConfig,
+    order: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Add every kept edge's reverse and robust-prune the nodes then over budget (Vamana's second
-    pass). ``src`` must be grouped by node (as `forward_prune` returns it). Works in blocks of
-    ``_MERGE_BLOCK`` nodes, so its temporaries are a block's edges, not all of them; returns the
-    merged edges (int32, float32) grouped by src, closest first."""
+    pass). ``src`` must be grouped by node in row order (as `forward_prune` returns it). Works in
+    blocks of ``_MERGE_BLOCK`` nodes, visited in ``order`` (optional, `partition_order`) so that a
+    block's over-budget candidates are read as one neighbourhood (`rows.rows_of`); its
+    temporaries are a block's edges, not all of them. Returns the merged edges (int32, float32)
+    grouped by src in row order, closest first."""
     n = x.shape[0]
     rev = np.argsort(dst, kind="stable")
     r_src, r_dst, r_sim = dst[rev], src[rev], sim[rev]
     del rev
-    f_ptr = np.searchsorted(src, np.arange(0, n + _MERGE_BLOCK, _MERGE_BLOCK).clip(max=n))
-    r_ptr = np.searchsorted(r_src, np.arange(0, n + _MERGE_BLOCK, _MERGE_BLOCK).clip(max=n))
+    f_ptr = np.searchsorted(src, np.arange(n + 1))
+    r_ptr = np.searchsorted(r_src, np.arange(n + 1))
     reader = Reader(x)
     out_s, out_d, out_v = [], [], []
-    for b, a in enumerate(range(0, n, _MERGE_BLOCK)):
-        fs, fe, rs, re_ = f_ptr[b], f_ptr[b + 1], r_ptr[b], r_ptr[b + 1]
-        s_all = np.concatenate([src[fs:fe], r_src[rs:re_]]).astype(np.int64)
-        d_all = np.concatenate([dst[fs:fe], r_dst[rs:re_]]).astype(np.int64)
-        v_all = np.concatenate([sim[fs:fe], r_sim[rs:re_]])
-        _, first = np.unique((s_all - a) * n + d_all, return_index=True)
-        s_all, d_all, v_all = s_all[first], d_all[first], v_all[first]
-        order = np.lexsort((-v_all, s_all))
-        s_all, d_all, v_all = s_all[order], d_all[order], v_all[order]
-        width_nodes = min(_MERGE_BLOCK, n - a)
-        counts = np.bincount(s_all - a, minlength=width_nodes)
+    for a in range(0, n, _MERGE_BLOCK):
+        nodes = order[a : a + _MERGE_BLOCK] if order is not None else np.arange(a, min(n, a + _MERGE_BLOCK))
+        f_idx, f_loc = _spans(f_ptr[nodes], f_ptr[nodes + 1])
+        r_idx, r_loc = _spans(r_ptr[nodes], r_ptr[nodes + 1])
+        loc = np.concatenate([f_loc, r_loc])  # each edge's node, as its position in `nodes`
+        d_all = np.concatenate([dst[f_idx], r_dst[r_idx]]).astype(np.int64)
+        v_all = np.concatenate([sim[f_idx], r_sim[r_idx]])
+        _, first = np.unique(loc * n + d_all, return_index=True)
+        loc, d_all, v_all = loc[first], d_all[first], v_all[first]
+        by = np.lexsort((-v_all, loc))
+        loc, d_all, v_all = loc[by], d_all[by], v_all[by]
+        counts = np.bincount(loc, minlength=len(nodes))
         starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        rank = np.arange(len(s_all)) - starts[s_all - a]
-        over = counts > limits[a : a + width_nodes]
-        keep = ~over[s_all - a]
+        rank = np.arange(len(loc)) - starts[loc]
+        over = counts > limits[nodes]
+        keep = ~over[loc]
         rows = np.flatnonzero(over)
         if len(rows):
             # Nodes over budget: robust-prune their merged lists (capped at `candidates`, closest first).
             width = config.candidates
-            sel = over[s_all - a] & (rank < width)
-            pos = np.full(width_nodes, -1, dtype=np.int64)
+            sel = over[loc] & (rank < width)
+            pos = np.full(len(nodes), -1, dtype=np.int64)
             pos[rows] = np.arange(len(rows))
             cand = np.full((len(rows), width), -1, dtype=np.int64)
             csim = np.full((len(rows), width), -np.inf, dtype=np.float32)
-            cand[pos[s_all[sel] - a], rank[sel]] = d_all[sel]
-            csim[pos[s_all[sel] - a], rank[sel]] = v_all[sel]
+            cand[pos[loc[sel]], rank[sel]] = d_all[sel]
+            csim[pos[loc[sel]], rank[sel]] = v_all[sel]
             kept = np.zeros(cand.shape, dtype=bool)
             with single_thread_blas():
-                for start in range(0, len(rows), _PRUNE_BATCH):
-                    sl = slice(start, start + _PRUNE_BATCH)
-                    g = reader.take(np.maximum(cand[sl], 0))
-                    kept[sl] = robust_prune(x, cand[sl], csim[sl], limits[a + rows[sl]], config.alpha, gathered=g)
-            r_idx, c_idx = np.nonzero(kept)
-            s_all = np.concatenate([s_all[keep], a + rows[r_idx]])
-            d_all = np.concatenate([d_all[keep], cand[r_idx, c_idx]])
-            v_all = np.concatenate([v_all[keep], csim[r_idx, c_idx]])
-            order = np.lexsort((-v_all, s_all))
-            s_all, d_all, v_all = s_all[order], d_all[order], v_all[order]
-        out_s.append(s_all.astype(np.int32))
+                for lo in range(0, len(rows), _SET_NODES):
+                    part = slice(lo, lo + _SET_NODES)
+                    near = rows_of(reader, cand[part])
+                    for start in range(lo, min(len(rows), lo + _SET_NODES), _PRUNE_BATCH):
+                        sl = slice(start, min(start + _PRUNE_BATCH, lo + _SET_NODES))
+                        g = near.take(np.maximum(cand[sl], 0))
+                        kept[sl] = robust_prune(x, cand[sl], csim[sl], limits[nodes[rows[sl]]], config.alpha,
+                                                gathered=g)
+                    del near
+            r_i, c_i = np.nonzero(kept)
+            loc = np.concatenate([loc[keep], rows[r_i]])
+            d_all = np.concatenate([d_all[keep], cand[r_i, c_i]])
+            v_all = np.concatenate([v_all[keep], csim[r_i, c_i]])
+            by = np.lexsort((-v_all, loc))
+            loc, d_all, v_all = loc[by], d_all[by], v_all[by]
+        out_s.append(nodes[loc].astype(np.int32))
         out_d.append(d_all.astype(np.int32))
         out_v.append(v_all)
     reader.done()
-    return np.concatenate(out_s), np.concatenate(out_d), np.concatenate(out_v)
+    return _by_src(np.concatenate(out_s), np.concatenate(out_d), np.concatenate(out_v), order is not None)
+
+
+def _spans(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenated ranges ``lo[i]:hi[i]`` as indices, with the ``i`` each index came from."""
+    lens = hi - lo
+    owner = np.repeat(np.arange(len(lo)), lens)
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    return lo[owner] + np.arange(int(lens.sum())) - starts[owner], owner

@@ -149,10 +149,13 @@ class Reader:
         self._seen = np.zeros(0, dtype=bool)
         self._since = 0
 
-    def _windows(self, rows: np.ndarray) -> np.ndarray:
-        """Sorted 2 MB file windows rows ``rows`` (sorted) touch: each row's first and last byte."""
+    def _windows(self, rows: np.ndarray, span: bool = False) -> np.ndarray:
+        """Sorted 2 MB file windows the rows ``rows`` (sorted) touch: each row's first and last
+        byte; with ``span``, every window from the first row's to the last row's (a slice)."""
         first = (self._offset + rows * self._row_bytes) // _FOLIO
         last = (self._offset + (rows + 1) * self._row_bytes - 1) // _FOLIO
+        if span:
+            return np.arange(first[0], last[-1] + 1)
         return np.unique(np.concatenate([first, last]))
 
     def _count(self, windows: np.ndarray) -> None:
@@ -197,7 +200,13 @@ class Reader:
         """Rows ``start:stop`` as a contiguous float32 array in memory."""
         if not self.bounded or stop <= start:
             return np.array(self.x[start:stop], dtype=np.float32, copy=True)
-        return self._sorted(np.arange(start, stop, dtype=np.int64))
+        out = np.empty((stop - start, *self.x.shape[1:]), dtype=np.float32)
+        step = max(1, RELEASE_BYTES // (4 * max(1, self._row_bytes)))
+        for lo in range(start, stop, step):
+            hi = min(stop, lo + step)
+            out[lo - start : hi - start] = self.x[lo:hi]
+            self._count(self._windows(np.array([lo, hi - 1], dtype=np.int64), span=True))
+        return out
 
     def blocks(self, step: int) -> Iterator[tuple[int, np.ndarray]]:
         """``(start, rows start:start+step)`` over the whole matrix."""
@@ -222,3 +231,30 @@ def _file_offset(x: np.ndarray) -> int:
     if not isinstance(base, np.memmap):
         return 0
     return int(base.offset) + int(x.__array_interface__["data"][0]) - int(base.__array_interface__["data"][0])
+
+
+class RowSet:
+    """The rows ``ids`` of a `Reader`'s matrix read once into memory, looked up by global row id.
+
+    The prune gathers a few dozen candidate rows per node, ~37,000 rows a batch spread over the
+    file; read straight from a large mapping, each batch would re-map most of the file's folios
+    after every release. Reading the union of a few thousand nodes' candidates once (sorted,
+    bounded) and gathering from memory pays the faults once per set, and the nodes are taken in
+    partition order so that a set's union is a neighbourhood, not the file."""
+
+    def __init__(self, reader: Reader, ids: np.ndarray) -> None:
+        ids = np.asarray(ids).reshape(-1)
+        self.ids = np.unique(ids[ids >= 0]).astype(np.int64)
+        self.vectors = reader.take(self.ids)
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """Rows ``rows`` (ids of the set; anything else reads some other row of it) as float32
+        ``rows.shape + (d,)``."""
+        pos = np.searchsorted(self.ids, rows)
+        return self.vectors[np.minimum(pos, len(self.ids) - 1)]
+
+
+def rows_of(reader: Reader, ids: np.ndarray) -> Reader | RowSet:
+    """What to read the rows ``ids`` from: a `RowSet` of them when ``reader`` is bounded (a large
+    mapping), else the reader itself (its reads are plain numpy gathers)."""
+    return RowSet(reader, ids) if reader.bounded and len(ids) else reader

@@ -68,6 +68,7 @@ COMMIT_CHUNKS = 2048
 AUTO_COMPACT_SHARE = 0.05
 
 _Pending = tuple[Document, bool, list[Chunk], np.ndarray | None]  # doc, replaces a stored one, chunks, vectors
+_Looked = tuple[PreparedDoc, str | None]  # a document and the doc_id stored at its source (None: not stored)
 
 
 class IndexWriter:
@@ -93,11 +94,14 @@ class IndexWriter:
         """Add or update documents. Unchanged files (same content hash at the same source) are
         skipped; changed ones are replaced. Bad files are skipped with one warning each."""
         report = AddReport()
-        return self.write(self._prepare(inputs, report), report)
+        return self._locked_write(self._prepare(inputs, report), report)
 
-    def _prepare(self, inputs: Inputs, report: AddReport) -> Iterator[PreparedDoc]:
+    def _prepare(self, inputs: Inputs, report: AddReport) -> Iterator[_Looked]:
         """Read, hash and chunk inputs lazily; an unchanged document is passed on unparsed. Under
-        a progress display (`slimrag.index.progress`) the crawl is listed first, for its total."""
+        a progress display (`slimrag.index.progress`) the crawl is listed first, for its total.
+        Each document comes with the doc_id stored at its source, read once, for `prepare` (skip
+        an unchanged file unparsed) and for `_write` (unchanged, replace or add): this generator
+        runs only as `_write` consumes it, under the writer lock (see `_write`)."""
         config = self.state.config
         tracker = current_tracker()
         items: Iterable[InputItem] = iter_inputs(inputs, self.state.manifest.source_path, config.ignore,
@@ -106,13 +110,14 @@ class IndexWriter:
             items = list(items)
             tracker.start(len(items) + len(report.skipped), done=len(report.skipped))
         for item in items:
-            doc = prepare(item, self.stored_doc_id(item.source), self.chunker)
+            stored = self.stored_doc_id(item.source)
+            doc = prepare(item, stored, self.chunker)
             if isinstance(doc, Skipped):
                 report.skip(doc.source, doc.reason, doc.kind)
                 tracker.file()
             else:
                 tracker.file(len(doc.pieces))
-                yield doc
+                yield doc, stored
 
     def stored_doc_id(self, source: str) -> str | None:
         """The content hash stored for ``source``, or None when it is not in the index."""
@@ -128,6 +133,17 @@ class IndexWriter:
         raises, what was committed stays and the rest is not written (as for an interrupted add).
         Raises ValueError for vectors of the wrong shape. Holds the writer lock throughout: which
         documents are unchanged, and the chunk ids given, are decided against the current state."""
+
+        def looked_up() -> Iterator[_Looked]:
+            # ``docs`` were prepared before the lock (on Ray workers, by a script): each stored id
+            # is read here, as `_write` takes the document (``docs`` itself is first iterated
+            # there too, under the lock).
+            for d in docs:
+                yield d, self.stored_doc_id(d.source)
+
+        return self._locked_write(looked_up(), report)
+
+    def _locked_write(self, docs: Iterable[_Looked], report: AddReport | None) -> AddReport:
         with self.locked():
             report = self._write(docs, report)
             self._auto_compact()
@@ -142,7 +158,14 @@ class IndexWriter:
         if AUTO_COMPACT_SHARE and self.state.vectors.wants_compaction(AUTO_COMPACT_SHARE):
             self._compact()
 
-    def _write(self, docs: Iterable[PreparedDoc], report: AddReport | None) -> AddReport:
+    def _write(self, docs: Iterable[_Looked], report: AddReport | None) -> AddReport:
+        """`write` under the lock. Each document comes with the doc_id stored at its source, read
+        by the lazy ``docs`` as this loop takes it, so under the writer lock that this write holds
+        (one catalog query per document: `_prepare` reads it before parsing, and it is not read
+        again here). It is still what the catalog holds when it is used: no other writer runs
+        while the lock is held (`IndexState.locked` also refreshes the view first), and this
+        write's own commits only store sources taken earlier, while a later document of an
+        earlier source is passed over (the first is kept)."""
         t0 = time.perf_counter()
         report = report if report is not None else AddReport()
         dim = self.state.manifest.dim
@@ -150,11 +173,10 @@ class IndexWriter:
         n_pending = 0
         next_id = max(self.state.manifest.next_chunk_id, self.state.catalog.max_chunk_id() + 1)
         seen: set[str] = set()
-        for d in docs:
+        for d, old_id in docs:
             if d.source in seen:
                 continue
             seen.add(d.source)
-            old_id = self.stored_doc_id(d.source)
             if old_id == d.doc_id:
                 report.note(UNCHANGED, d.source)
                 continue

@@ -156,18 +156,6 @@ def heldout_error(x: np.ndarray, pq: ProductQuantizer, codes: np.ndarray, config
     return float(split.direction_error(held, split.encode(held)).mean())
 
 
-def wave_ends(pool: int, k: int, floor: int, wave: int) -> list[int]:
-    """Pool positions where the searcher's rerank waves end (`SlimSearcher._rerank` with early
-    stop): ``k``, then every ``wave`` more, with one wave cut short to end at ``floor``; the
-    last is the pool's end."""
-    ends, pos = [], min(k, pool)
-    while pos < pool:
-        ends.append(pos)
-        nxt = pos + wave
-        pos = min(nxt, floor) if pos < floor else nxt
-    return [*ends, pool]
-
-
 #: calibration queries of `calibrate_stop` (sample rows, left out of their own results)
 _STOP_QUERIES = 512
 #: stop margins `calibrate_stop` tabulates
@@ -193,7 +181,7 @@ def calibrate_stop(
     median rows recomputed) rows, margins increasing; the recall is the sample mean less one
     standard error, so a target read from the table is met with some room."""
     from slimrag.config import SearchConfig
-    from slimrag.index.slim.searcher import SlimSearcher
+    from slimrag.index.slim.searcher import SlimSearcher, wave_ends
 
     n = len(x)
     reader = Reader(x)

@@ -103,9 +103,9 @@ def forward_prune(
     (deduplicated, scored exactly, closest ``candidates`` kept) plus the node's ``long_range``
     nearest pivots. ``order`` (optional): the order to visit nodes in, so that consecutive nodes
     share candidates (`partition_order`); their union is read once per ``_SET_NODES`` nodes
-    (`rows.rows_of`). Returns the kept edges (src, dst int32, sim float32; grouped by src in row
-    order, closest first) and each node's ``_NEAR`` closest candidates (n, _NEAR) int32, for
-    connectivity repair."""
+    (`rows.rows_of`). Returns the kept edges (src, dst int32, sim float32; grouped by src, the
+    nodes in ``order``, each node's closest first) and each node's ``_NEAR`` closest candidates
+    (n, _NEAR) int32, for connectivity repair."""
     n = len(x)
     reader = Reader(x)
     pivots = pivots_of(n, config)
@@ -156,8 +156,7 @@ def forward_prune(
                 out_v.append(sims[r, c].astype(np.float32))
             del rows
     reader.done()
-    src, dst, sim = np.concatenate(out_s), np.concatenate(out_d), np.concatenate(out_v)
-    return (*_by_src(src, dst, sim, order is not None), near)
+    return _joined(out_s), _joined(out_d), _joined(out_v), near
 
 
 def partition_order(parts: list[np.ndarray], n: int) -> np.ndarray | None:
@@ -176,14 +175,22 @@ def partition_order(parts: list[np.ndarray], n: int) -> np.ndarray | None:
     return np.lexsort((second, first))
 
 
-def _by_src(src: np.ndarray, dst: np.ndarray, sim: np.ndarray, shuffled: bool,
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Edges grouped by src in row order, each node's edges in the order they came (closest
-    first); ``shuffled`` says whether the nodes came in another order than row order."""
-    if not shuffled:
-        return src, dst, sim
-    by = np.argsort(src, kind="stable")
-    return src[by], dst[by], sim[by]
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate(parts)``, emptying ``parts`` (so its pieces are freed as soon as the
+    caller's last reference goes: the edge lists are the build's largest arrays)."""
+    out = np.concatenate(parts)
+    parts.clear()
+    return out
+
+
+def _node_spans(src: np.ndarray, n: int, order: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Where each node's edges lie in ``src``, edges grouped by node with the nodes in ``order``
+    (row order when None): (start, end) int64 of length n, by counting, without sorting."""
+    counts = np.bincount(src, minlength=n).astype(np.int64)
+    visit = np.arange(n) if order is None else order
+    start = np.empty(n, dtype=np.int64)
+    start[visit] = np.cumsum(counts[visit]) - counts[visit]
+    return start, start + counts
 
 
 def merge_reverse(
@@ -196,23 +203,23 @@ def merge_reverse(
     order: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Add every kept edge's reverse and robust-prune the nodes then over budget (Vamana's second
-    pass). ``src`` must be grouped by node in row order (as `forward_prune` returns it). Works in
-    blocks of ``_MERGE_BLOCK`` nodes, visited in ``order`` (optional, `partition_order`) so that a
-    block's over-budget candidates are read as one neighbourhood (`rows.rows_of`); its
-    temporaries are a block's edges, not all of them. Returns the merged edges (int32, float32)
-    grouped by src in row order, closest first."""
+    pass). ``src`` must be grouped by node, the nodes in ``order`` (as `forward_prune` returns
+    it). Works in blocks of ``_MERGE_BLOCK`` nodes, visited in ``order`` (optional,
+    `partition_order`) so that a block's over-budget candidates are read as one neighbourhood
+    (`rows.rows_of`); its temporaries are a block's edges, not all of them. Returns the merged
+    edges (int32, float32) grouped by src the same way, each node's closest first."""
     n = x.shape[0]
     rev = np.argsort(dst, kind="stable")
     r_src, r_dst, r_sim = dst[rev], src[rev], sim[rev]
     del rev
-    f_ptr = np.searchsorted(src, np.arange(n + 1))
-    r_ptr = np.searchsorted(r_src, np.arange(n + 1))
+    f_lo, f_hi = _node_spans(src, n, order)
+    r_lo, r_hi = _node_spans(r_src, n, None)
     reader = Reader(x)
     out_s, out_d, out_v = [], [], []
     for a in range(0, n, _MERGE_BLOCK):
         nodes = order[a : a + _MERGE_BLOCK] if order is not None else np.arange(a, min(n, a + _MERGE_BLOCK))
-        f_idx, f_loc = _spans(f_ptr[nodes], f_ptr[nodes + 1])
-        r_idx, r_loc = _spans(r_ptr[nodes], r_ptr[nodes + 1])
+        f_idx, f_loc = _spans(f_lo[nodes], f_hi[nodes])
+        r_idx, r_loc = _spans(r_lo[nodes], r_hi[nodes])
         loc = np.concatenate([f_loc, r_loc])  # each edge's node, as its position in `nodes`
         d_all = np.concatenate([dst[f_idx], r_dst[r_idx]]).astype(np.int64)
         v_all = np.concatenate([sim[f_idx], r_sim[r_idx]])
@@ -257,7 +264,8 @@ def merge_reverse(
         out_d.append(d_all.astype(np.int32))
         out_v.append(v_all)
     reader.done()
-    return _by_src(np.concatenate(out_s), np.concatenate(out_d), np.concatenate(out_v), order is not None)
+    del r_src, r_dst, r_sim, f_lo, f_hi, r_lo, r_hi
+    return _joined(out_s), _joined(out_d), _joined(out_v)
 
 
 def _spans(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

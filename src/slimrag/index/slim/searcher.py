@@ -226,15 +226,12 @@ class SlimSearcher:
                 if r in self.cache:
                     exact[i][r] = float(self.cache.get(r) @ q[i])
                     hits[i] += 1
-        first = True
+        ends = [iter(wave_ends(limit[i], k, floor, cfg.wave) if stop else [limit[i]]) for i in range(nq)]
         active = [i for i in range(nq) if not self._done(pools[i], exact[i], pos[i], limit[i], k, stop, bound, floor)]
         while active:
             want: dict[int, list[int]] = {}
             for i in active:
-                step = (k if stop else limit[i]) if first else cfg.wave
-                end = min(limit[i], pos[i] + step)
-                if pos[i] < floor:  # a wave ends at the floor, so the fixed depth is a wave boundary
-                    end = min(end, floor)
+                end = next(ends[i])
                 take = []
                 for r in pools[i][0][pos[i] : end].tolist():
                     if r in exact[i]:
@@ -246,7 +243,6 @@ class SlimSearcher:
                         take.append(r)
                 pos[i] = end
                 want[i] = take
-            first = False
             need = np.array(sorted({r for take in want.values() for r in take}), dtype=np.int64)
             if len(need):
                 vecs = self._recompute(need)
@@ -311,3 +307,16 @@ class SlimSearcher:
                 f"recompute returned shape {vecs.shape} for {len(rows)} rows; expected ({len(rows)}, {self.art.dim})"
             )
         return vecs
+
+
+def wave_ends(pool: int, k: int, floor: int, wave: int) -> list[int]:
+    """Pool positions where the rerank waves of an early-stopping query end (`SlimSearcher._rerank`
+    walks them; `build.calibrate_stop` simulates a stop at each): ``k``, then every ``wave``
+    more, with one wave cut short to end at ``floor`` (so the fixed depth is a wave boundary);
+    the last is the pool's end."""
+    ends, pos = [], min(k, pool)
+    while pos < pool:
+        ends.append(pos)
+        nxt = pos + wave
+        pos = min(nxt, floor) if pos < floor else nxt
+    return [*ends, pool]

@@ -16,7 +16,7 @@ from bench import vectors as bench_vectors
 from slimrag.config import SearchConfig
 from slimrag.index.slim import SlimConfig, SlimSearcher, build_slim
 from slimrag.index.slim.build import calibrate_pq_error
-from slimrag.index.slim.graph import GraphConfig, _reached_from
+from slimrag.index.slim.graph import GraphConfig, _csr_of, _make_strongly_connected, _reached_from
 from slimrag.index.slim.pool import candidate_pool, partitions
 
 N, NQ, K = 4000, 100, 10
@@ -107,8 +107,41 @@ def test_partitioned_build_from_memmap_matches_brute_force(data):
     dst = np.asarray(g.indices, dtype=np.int64)
     for a, b in ((src, dst), (dst, src)):
         seen = np.zeros(N, dtype=bool)
-        _reached_from(N, a, b, np.array([0]), seen)
+        _reached_from(*_csr_of(N, a, b), np.array([0]), seen)
         assert seen.all()
+
+
+def _reachable(n: int, src, dst, root: int) -> set[int]:
+    """Plain breadth-first search: the reference."""
+    out: dict[int, list[int]] = {}
+    for a, b in zip(src.tolist(), dst.tolist(), strict=True):
+        out.setdefault(a, []).append(b)
+    seen, todo = {root}, [root]
+    while todo:
+        for b in out.get(todo.pop(), []):
+            if b not in seen:
+                seen.add(b)
+                todo.append(b)
+    return seen
+
+
+def test_connectivity_repair_reaches_every_node_both_ways(monkeypatch):
+    """Islands, one-way chains and isolated nodes all end up reachable from the root and able to
+    reach it, with the frontier expanded a few nodes at a time."""
+    monkeypatch.setattr("slimrag.index.slim.graph._BFS_NODES", 7)
+    rng = np.random.default_rng(11)
+    n = 600
+    src = rng.integers(0, 200, 900)  # edges only among the first 200 nodes, plus a one-way chain
+    dst = rng.integers(0, 200, 900)
+    src = np.concatenate([src, np.arange(300, 399)]).astype(np.int32)
+    dst = np.concatenate([dst, np.arange(301, 400)]).astype(np.int32)
+    knn = rng.integers(-1, n, (n, 4)).astype(np.int32)
+    seen = np.zeros(n, dtype=bool)
+    _reached_from(*_csr_of(n, src, dst), np.array([0]), seen)
+    assert set(np.flatnonzero(seen).tolist()) == _reachable(n, src, dst, 0)
+    s2, d2 = _make_strongly_connected(n, src, dst, knn, 0)
+    assert np.array_equal(s2[: len(src)], src) and np.array_equal(d2[: len(dst)], dst)  # edges only added
+    assert _reachable(n, s2, d2, 0) == set(range(n)) == _reachable(n, d2, s2, 0)
 
 
 def test_error_bound_from_graph_neighbourhoods_matches_exact_scan(data):

@@ -74,7 +74,7 @@ from pathlib import Path
 import numpy as np
 
 from slimrag.index.slim.pool import candidate_pool, partitions, pool_method
-from slimrag.index.slim.prune import PhaseClock, forward_prune, merge_reverse, partition_order
+from slimrag.index.slim.prune import PhaseClock, forward_prune, merge_reverse, partition_order, spans
 
 INDPTR_FILE = "graph_indptr.npy"
 INDICES_FILE = "graph_indices.npy"
@@ -241,32 +241,46 @@ def pick_hubs(graph: Graph, count: int) -> np.ndarray:
     return np.sort(np.argsort(-graph.in_degrees(), kind="stable")[:count]).astype(np.int64)
 
 
-def _reached_from(n: int, src: np.ndarray, dst: np.ndarray, seeds: np.ndarray, reached: np.ndarray) -> None:
-    """Breadth-first search over edge arrays ``src -> dst``, marking ``reached`` in place."""
-    order = np.argsort(src, kind="stable")
-    dst = dst[order]
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))])
+#: frontier nodes expanded at a time by `_reached_from` (so its temporaries are ~this many nodes' edges)
+_BFS_NODES = 65536
+
+
+def _csr_of(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr int64, targets) of edge arrays ``src -> dst``: what `_reached_from` walks."""
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
+    return indptr, dst[np.argsort(src, kind="stable")]
+
+
+def _reached_from(indptr: np.ndarray, targets: np.ndarray, seeds: np.ndarray, reached: np.ndarray) -> None:
+    """Breadth-first search from ``seeds`` over the graph (`_csr_of`), marking ``reached`` in
+    place; the frontier is expanded ``_BFS_NODES`` nodes at a time (at 3M rows a whole level's
+    edge temporaries, int64, were most of the build's peak memory)."""
     frontier = np.unique(seeds[~reached[seeds]])
     reached[frontier] = True
     while len(frontier):
-        lo, hi = indptr[frontier], indptr[frontier + 1]
-        lens = hi - lo
-        total = int(lens.sum())
-        if total == 0:
-            break
-        offs = np.repeat(lo - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(total)
-        nxt = np.unique(dst[offs])
-        frontier = nxt[~reached[nxt]]
-        reached[frontier] = True
+        found = []
+        for a in range(0, len(frontier), _BFS_NODES):
+            part = frontier[a : a + _BFS_NODES]
+            nxt = np.unique(targets[spans(indptr[part], indptr[part + 1])[0]])
+            nxt = nxt[~reached[nxt]]
+            reached[nxt] = True
+            found.append(nxt)
+        frontier = np.concatenate(found)
 
 
 def _link_unreached(
     n: int, src: np.ndarray, dst: np.ndarray, knn: np.ndarray, root: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Add edges ``parent -> lost`` until every node is reachable from ``root``; the parent is the
-    lost node's nearest kNN neighbour that is already reachable (or ``root`` for an island)."""
+    lost node's nearest kNN neighbour that is already reachable (or ``root`` for an island).
+
+    The search structure is built once: an added edge leaves a node already reached, and a
+    search only ever expands nodes it newly reaches, so no later search needs the added edges."""
+    indptr, targets = _csr_of(n, src, dst)
     reached = np.zeros(n, dtype=bool)
-    _reached_from(n, src, dst, np.array([root]), reached)
+    _reached_from(indptr, targets, np.array([root]), reached)
+    add_src, add_dst = [], []
     while not reached.all():
         lost = np.flatnonzero(~reached)
         if knn.shape[1]:
@@ -276,15 +290,18 @@ def _link_unreached(
             ok = np.zeros((len(lost), 1), dtype=bool)
         has = ok.any(axis=1)
         if has.any():
-            targets = lost[has]
-            parents = knn[targets, np.argmax(ok[has], axis=1)].astype(np.int64)
+            found = lost[has]
+            parents = knn[found, np.argmax(ok[has], axis=1)].astype(np.int64)
         else:
-            targets = lost[:1]
+            found = lost[:1]
             parents = np.array([root], dtype=np.int64)
-        src = np.concatenate([src, parents.astype(src.dtype)])
-        dst = np.concatenate([dst, targets.astype(dst.dtype)])
-        _reached_from(n, src, dst, targets, reached)
-    return src, dst
+        add_src.append(parents.astype(src.dtype))
+        add_dst.append(found.astype(dst.dtype))
+        _reached_from(indptr, targets, found, reached)
+    del indptr, targets
+    if not add_src:
+        return src, dst
+    return np.concatenate([src, *add_src]), np.concatenate([dst, *add_dst])
 
 
 def _make_strongly_connected(

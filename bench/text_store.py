@@ -297,8 +297,9 @@ def write_catalog(path: Path, docs: list[Any], layout: str) -> float:
 
 
 def cmd_stores(args: argparse.Namespace) -> list[dict]:
-    """Catalog only: the legacy layout against the compact one (FTS5 detail none and full):
-    bytes by part, write seconds, keyword latency and top-k identity against legacy."""
+    """Catalog only: the legacy layout against the compact one (FTS5 detail none and full, and
+    the postings index): bytes by part, write seconds, keyword latency and top-k identity
+    (ids and scores) against legacy."""
     from slimrag.catalog import Catalog
 
     rows = []
@@ -309,7 +310,7 @@ def cmd_stores(args: argparse.Namespace) -> list[dict]:
         chunk_bytes = sum(len(p.text.encode()) for d in docs for p in d.pieces)
         qs = queries(name, args.queries)
         ref: list[list[tuple[int, float]]] = []
-        for layout in ("legacy", "compact-none", "compact-full"):
+        for layout in ("legacy", *args.layouts):
             path = work / f"{name}-{layout}.sqlite"
             secs = write_catalog(path, docs, layout)
             cat = Catalog(path)
@@ -413,6 +414,8 @@ def main(argv: list[str] | None = None) -> None:
     st.add_argument("--out", default=str(DATA / "text_store_catalogs"))
     st.add_argument("--queries", type=int, default=200)
     st.add_argument("--k", type=int, default=10)
+    st.add_argument("--layouts", type=lambda s: s.split(","), default=["compact-none", "compact-full", "compact-postings"],
+                    help="compared with legacy, which always runs first")
     dt = sub.add_parser("details")
     dt.add_argument("--tag", default="details")
     dt.add_argument("--legacy", required=True, help="folder of legacy slim indexes (build under the old code)")

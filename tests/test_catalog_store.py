@@ -1,5 +1,6 @@
 """The compact text store: chunks round-trip through compression, keyword search ranks exactly as
-the legacy layout (FTS5 detail=full over plain text) does, and legacy catalogs open, keep working
+the legacy layout (FTS5 detail=full over plain text) does (the postings index of
+`slimrag.catalog.postings` included: same ids, same scores, bit for bit), and legacy catalogs open, keep working
 and upgrade in place. Real SQLite files throughout; the legacy reference is the schema indexes
 were built with before the compact store."""
 
@@ -83,7 +84,7 @@ def docs() -> list[tuple[Document, list[Chunk]]]:
 def test_round_trip_and_dictionary(tmp_path: Path, docs: list) -> None:
     cat = Catalog(tmp_path / "c.sqlite")
     fill(cat, docs)
-    assert cat.compact and keyword_detail(cat.db) == "full"  # the default: positions, fast exact BM25
+    assert cat.compact and keyword_detail(cat.db) == "postings"  # the default: exact BM25, no positions
     assert cat.db.execute("SELECT COUNT(*) FROM dictionaries").fetchone()[0] == 1
     want = {c.chunk_id: c for _, cs in docs for c in cs}
     assert cat.chunks(list(want)) == want
@@ -103,10 +104,11 @@ def test_round_trip_and_dictionary(tmp_path: Path, docs: list) -> None:
     cat.close()
 
 
-@pytest.mark.parametrize("detail", ["full", "none"])
+@pytest.mark.parametrize("detail", ["full", "none", "postings"])
 def test_keyword_search_ranks_as_the_legacy_layout(tmp_path: Path, docs: list, detail: str) -> None:
-    """Both keyword-index details score as the legacy layout: ``full`` from its own counts,
-    ``none`` by re-reading the matched chunks' text through the decoding view."""
+    """Every keyword index scores as the legacy layout: ``full`` from its own counts, ``none`` by
+    re-reading the matched chunks' text through the decoding view, ``postings`` from its term
+    counts and chunk lengths."""
     new, old = Catalog(tmp_path / "new.sqlite", keyword_detail=detail), legacy(tmp_path / "old.sqlite")
     assert keyword_detail(new.db) == detail
     assert not old.compact and keyword_detail(old.db) == "full"
@@ -121,10 +123,12 @@ def test_keyword_search_ranks_as_the_legacy_layout(tmp_path: Path, docs: list, d
 
 def test_words_of_several_tokens_match_all_of_them(tmp_path: Path, docs: list) -> None:
     """``detail=none`` keeps no positions, so ``storm_ship`` cannot be a phrase: it is the AND of
-    its tokens (a superset of the phrase's matches); ``detail=full``, the default, keeps the phrase."""
+    its tokens (a superset of the phrase's matches); ``detail=full`` keeps the phrase, and the
+    postings (the default) find it by re-tokenizing the chunks that hold both tokens."""
     new, old, full = Catalog(tmp_path / "new.sqlite", keyword_detail="none"), legacy(tmp_path / "old.sqlite"), \
-        Catalog(tmp_path / "full.sqlite")
-    for cat in (new, old, full):
+        Catalog(tmp_path / "full.sqlite", keyword_detail="full")
+    post = Catalog(tmp_path / "postings.sqlite")
+    for cat in (new, old, full, post):
         fill(cat, docs)
     texts = {c.chunk_id: c.text.split() for _, cs in docs for c in cs}
     both = {i for i, w in texts.items() if "storm" in w and "ship" in w}
@@ -133,6 +137,8 @@ def test_words_of_several_tokens_match_all_of_them(tmp_path: Path, docs: list) -
     assert {i for i, _ in new.keyword_search("storm_ship", 10_000)} == both
     assert {i for i, _ in old.keyword_search("storm_ship", 10_000)} == phrase
     assert full.keyword_search("storm_ship", 10_000) == old.keyword_search("storm_ship", 10_000)
+    for q in ("storm_ship", "storm_ship lantern storm_ship", "ship_storm_ship", "___ keeper", "_"):
+        assert post.keyword_search(q, 10_000) == old.keyword_search(q, 10_000), q
 
 
 def test_deletes_and_replacements_keep_the_keyword_index_sound(tmp_path: Path, docs: list) -> None:
@@ -188,7 +194,7 @@ def test_upgrade_converts_a_legacy_catalog(tmp_path: Path, docs: list) -> None:
     size = path.stat().st_size
     old = Catalog(path)
     assert old.upgrade() is True
-    assert old.compact and keyword_detail(old.db) == "full"  # the default, as the legacy index was
+    assert old.compact and keyword_detail(old.db) == "postings"  # the default
     assert old.chunks(ids) == chunks and old.documents() == documents and old.tombstone_ids() == dead
     assert {q: old.keyword_search(q, 10) for q in qs} == before
     assert old.integrity_errors() == []
@@ -354,3 +360,77 @@ def test_auto_detail_switches_to_full_at_the_bound(tmp_path: Path, docs: list, m
         cat.delete_document(docs[0][0].source)
     cat.upgrade()
     assert keyword_detail(cat.db) == "full"  # never back: no flipping at the bound
+
+
+def test_postings_through_merges_deletes_and_other_connections(tmp_path: Path, docs: list) -> None:
+    """The postings index against the legacy layout while its segments merge: one small commit per
+    document (levels 0 and 1 fill and merge, `postings.FANOUT` = 8), documents deleted from merged and
+    unmerged segments alike, a write through another connection, a compaction's full merge, and a
+    switch to FTS5 and back; every step ranks as the legacy catalog, ids and scores."""
+    from slimrag.catalog import postings
+
+    post, old = Catalog(tmp_path / "p.sqlite"), legacy(tmp_path / "old.sqlite")
+    qs = queries(docs, 40, seed=11)
+
+    def same() -> None:
+        for q in qs:
+            assert post.keyword_search(q, 10) == old.keyword_search(q, 10), q
+        assert post.keyword_search(qs[0], 10, "docs/a/*") == old.keyword_search(qs[0], 10, "docs/a/*")
+        assert post.integrity_errors() == []
+
+    for cat in (post, old):
+        for doc, chunks in docs[:80]:
+            with cat.transaction():
+                cat.put_document(doc)
+                cat.put_chunks(chunks)
+    levels = [r[0] for r in post.db.execute("SELECT level FROM keyword_segments")]
+    assert max(levels) >= 1 and len(levels) < 80 and len(levels) <= 2 * postings.FANOUT  # merged, not 80
+    same()
+    for cat in (post, old):
+        with cat.transaction():
+            for doc, _ in docs[0:80:7]:  # spread over every segment
+                cat.delete_document(doc.source)
+    same()
+    other = Catalog(tmp_path / "p.sqlite")  # another writer: `post` must not answer from stale caches
+    fill(other, docs[80:200])
+    other.close()
+    fill(old, docs[80:200])
+    same()
+    assert post.upgrade() is False  # the compaction: one segment, deleted chunks' postings gone
+    assert post.db.execute("SELECT COUNT(*), MAX(level) FROM keyword_segments").fetchone()[0] == 1
+    assert post.db.execute("SELECT dead FROM keyword_stats").fetchone()[0] == 0
+    same()
+    with post.transaction():
+        from slimrag.catalog import upgrade
+
+        upgrade.set_keyword_detail(post.db, "full")
+    assert keyword_detail(post.db) == "full"
+    same()
+    with post.transaction():
+        upgrade.set_keyword_detail(post.db, "postings")
+    assert keyword_detail(post.db) == "postings"
+    same()
+    post.db.execute("UPDATE keyword_stats SET tokens=tokens+1")
+    assert any(e.startswith("keyword:") for e in post.integrity_errors())
+    post.rebuild_keyword_index()
+    same()
+
+
+def test_postings_blocks_round_trip() -> None:
+    """A block decodes to the postings it was made of: gaps across terms, ids far apart, counts
+    past one byte."""
+    import numpy as np
+
+    from slimrag.catalog import postings_block
+
+    rng = np.random.default_rng(0)
+    terms = sorted({f"t{i}" for i in range(300)} | {"ä", "z" * 40})
+    ids = [np.unique(rng.integers(0, 5_000_000, rng.integers(1, 40))) for _ in terms]
+    tfs = [rng.integers(1, 70_000, len(x)) for x in ids]
+    block = postings_block.decode(postings_block.encode(terms, np.array([len(x) for x in ids]), np.concatenate(ids),
+                                                        np.concatenate(tfs)))
+    assert block.terms == terms
+    for t, i, f in zip(terms, ids, tfs, strict=True):
+        got = block.get(t)
+        assert got is not None and np.array_equal(got[0], i) and np.array_equal(got[1], np.minimum(f, 65535))
+    assert block.get("t") is None and block.get("zz") is None

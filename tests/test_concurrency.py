@@ -169,8 +169,7 @@ def test_repair_of_the_damage_the_old_race_left(tmp_path: Path, embedder: LocalE
     extra = layout.write_delta_part(p, 9, np.array([a_id]), embedder.embed(["apples are red"]))
     current = manifest.read(p)
     manifest.write(p, current.changed(delta_parts=(*current.delta_parts, extra)))
-    idx.catalog.db.execute("INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES('delete', ?, ?)",
-                           (a_id, "apples are red"))
+    idx.catalog.db.execute("DELETE FROM keyword_lengths WHERE chunk_id=?", (a_id,))  # the postings index
     idx.close()
 
     damaged = Index.open(p, embedder)  # opens with a warning: one part is missing
@@ -181,7 +180,7 @@ def test_repair_of_the_damage_the_old_race_left(tmp_path: Path, embedder: LocalE
     assert rep.bad_parts == ("part-000001.npz",)
     assert rep.missing == tuple(sorted([*c_ids, next_id]))
     assert rep.duplicates == (a_id,) and len(rep.orphans) == 1
-    assert any(e.startswith("fts5:") for e in rep.sqlite_errors)
+    assert any(e.startswith("keyword:") for e in rep.sqlite_errors)
     fixed = damaged.check(repair=True)
     assert fixed.repair is not None and fixed.repair.after is not None
     assert fixed.repair.reembedded == len(c_ids) + 1 and fixed.repair.compacted

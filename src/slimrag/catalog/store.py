@@ -11,23 +11,17 @@ layout is read again at the start of each call, so a catalog that another proces
 an open `Catalog` keeps working.
 
 Knobs
-    `KEYWORD_DETAIL` = ``"full"``: the FTS5 detail of a new catalog's keyword index. ``full``
-    keeps term positions and counts and each chunk's length, so BM25 reads only the index: the
-    legacy catalog's top-k (ids and scores) and its speed (median query 0.6-0.75x the legacy
-    catalog's, 300/300 top-10 identical on disfl_qa and the pydoc modules). ``none`` keeps only
-    which chunks hold a term, ~0.45 of the index bytes; BM25's term counts and lengths then come
-    from re-reading and re-tokenizing every chunk a query matches (queries OR all their words, so
-    they match most chunks): 13-25x the legacy catalog's median time at 1.1-1.5k chunks, and
-    without positions a word of several tokens (``max_chunk_id``) is its tokens AND-ed, not a
-    phrase (277/300 top-10 identical on the pydoc modules). Keeping the lengths under ``none``
-    (``columnsize=1``) saved only 15% of that time: the cost is the term counts. Measured with
-    ``python -m bench.text_store details`` (docs/benchmarks.md). ``full`` costs size: disfl_qa's
-    slim folder is 1.30x its text with it, 1.00x with ``none``; exact, fast keyword search is
-    the better default. ``auto`` (opt-in) starts with ``none`` and `upgrade` (run by every
-    compaction) switches to ``full`` once the catalog holds `FULL_FROM_CHUNKS` chunks, never
-    back.
-    `FULL_FROM_CHUNKS` = 5,000: for ``auto`` only; about where a ``none`` query's re-reading
-    costs ~0.1 s on this 2-core machine.
+    `KEYWORD_DETAIL` = ``"postings"``: the keyword index of a new catalog.
+    ``postings`` (`slimrag.catalog.postings`) keeps term counts and chunk lengths, no positions,
+    in zstd blocks: FTS5's BM25 top-k, ids and scores bit for bit, at 0.22x of the text on
+    disfl_qa (FTS5 ``full``: 0.53x) and about FTS5's query time at 43k chunks (16.3 against 17.8
+    ms; 3 against 0.9 ms at 1.2k). ``full`` (FTS5 with positions) is what catalogs made before
+    it have, and stays theirs. ``none`` (FTS5 without positions) re-reads and re-tokenizes every
+    chunk a query matches, 13-25x slower, and a word of several tokens (``max_chunk_id``)
+    becomes its tokens AND-ed instead of a phrase. ``auto`` starts with ``none`` and `upgrade`
+    switches to ``full`` once the catalog holds `FULL_FROM_CHUNKS` chunks, never back.
+    Measured with ``python -m bench.text_store details`` (docs/benchmarks.md).
+    `FULL_FROM_CHUNKS` = 5,000: for ``auto`` only.
 
 Thread-safety: one connection per `Catalog`; use one `Catalog` per thread (``check_same_thread``
 is left on so misuse fails loudly).
@@ -42,10 +36,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from slimrag.catalog import codec, keyword, schema, upgrade
+import numpy as np
+
+from slimrag.catalog import codec, keyword, postings, schema, upgrade
 from slimrag.types import Chunk, Document
 
-KEYWORD_DETAIL = "full"
+KEYWORD_DETAIL = "postings"
 FULL_FROM_CHUNKS = 5000
 _DETAILS = schema.POLICIES
 _PARAMS = 900  # SQLite's bound-parameter limit, with room
@@ -59,8 +55,11 @@ _BY_SOURCE = "key=slimrag_key(?1) AND source=?1"
 class Catalog:
     """Documents, chunks and FTS5 keyword search in one SQLite file.
 
-    ``keyword_detail``: ``full``, ``none`` or ``auto`` when this call creates the catalog (see
-    `KEYWORD_DETAIL`); an existing catalog keeps its own."""
+    ``keyword_detail``: ``postings``, ``full``, ``none`` or ``auto`` when this call creates the
+    catalog (see `KEYWORD_DETAIL`); an existing catalog keeps its own."""
+
+    #: how `integrity_errors` begins an error that `rebuild_keyword_index` repairs
+    KEYWORD_ERRORS = ("fts5:", "keyword:")
 
     def __init__(self, path: Path, *, keyword_detail: str = KEYWORD_DETAIL) -> None:
         if keyword_detail not in _DETAILS:
@@ -70,6 +69,7 @@ class Catalog:
         self.codec = codec.Codec(self._dictionary)
         self.db.create_function("slimrag_text", 3, self.codec.text, deterministic=True)
         self.db.create_function("slimrag_key", 1, schema.source_key, deterministic=True)
+        self.postings = postings.Postings(self.db, self.texts)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("PRAGMA foreign_keys=ON")
@@ -119,6 +119,7 @@ class Catalog:
         """Undo the transaction :meth:`begin` started (and forget dictionaries it may have made)."""
         self.db.execute("ROLLBACK")
         self.codec.forget()
+        self.postings.forget()
 
     def data_version(self) -> int:
         """SQLite's ``PRAGMA data_version`` of this connection: it changes when *another*
@@ -189,6 +190,7 @@ class Catalog:
         firsts = {r[0] for r in self.db.execute(
             f"SELECT DISTINCT ({schema.BLOCK_OF.format(id='c.chunk_id')}) FROM chunks c WHERE {where}", args)}
         self.db.execute(f"DELETE FROM chunks WHERE {where}", args)
+        self.postings.forget()
         self.db.executemany(
             "DELETE FROM blocks WHERE first=? AND NOT EXISTS "
             "(SELECT 1 FROM chunks c WHERE c.chunk_id>=blocks.first AND c.chunk_id<blocks.first+blocks.n)",
@@ -222,7 +224,11 @@ class Catalog:
         self.db.executemany("INSERT INTO chunks(chunk_id, doc, ordinal, nbytes) VALUES (?,?,?,?)",
                             ((c.chunk_id, docs[c.source], c.ordinal, own(c)) for c in chunks))
         upgrade.write_blocks(self.db, self.codec, [(c.chunk_id, codec.payload(c.text, c.metadata)) for c in chunks])
-        self.db.executemany("INSERT INTO chunks_fts(rowid, text) VALUES (?,?)", ((c.chunk_id, c.text) for c in chunks))
+        if schema.keyword_detail(self.db) == "postings":
+            self.postings.add([(c.chunk_id, c.text) for c in chunks])
+        else:
+            self.db.executemany("INSERT INTO chunks_fts(rowid, text) VALUES (?,?)",
+                                ((c.chunk_id, c.text) for c in chunks))
 
     def _pick_dictionary(self, chunks: list[Chunk]) -> None:
         """Encode with the newest stored dictionary; train one on ``chunks`` when there is none."""
@@ -338,7 +344,7 @@ class Catalog:
         page = int(self.db.execute("PRAGMA page_size").fetchone()[0])
         try:
             for name, size in self.db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"):
-                key = ("keyword" if name.startswith("chunks_fts") else "text" if name.startswith(("chunks", "blocks"))
+                key = ("keyword" if name.startswith(("chunks_fts", "keyword_")) else "text" if name.startswith(("chunks", "blocks"))
                        else "documents" if "documents" in name else "other")
                 parts[key] += int(size)
         except sqlite3.OperationalError:  # an SQLite built without the dbstat table: no breakdown
@@ -370,7 +376,7 @@ class Catalog:
             want = self._wanted_detail(schema.keyword_detail(self.db))
             if want != schema.keyword_detail(self.db):
                 upgrade.set_keyword_detail(self.db, want)
-        upgrade.finish(self.db, rewritten)
+        upgrade.finish(self.db, rewritten, self.postings)
         return converted
 
     # -- integrity ------------------------------------------------------------------------------
@@ -379,6 +385,8 @@ class Catalog:
         against the chunks' text) find wrong; empty when both pass. The FTS5 check is a write
         statement: call it with no write transaction of another connection pending for long."""
         errors = [r[0] for r in self.db.execute("PRAGMA integrity_check") if r[0] != "ok"]
+        if self.compact and schema.keyword_detail(self.db) == "postings":
+            return errors + self.postings.integrity_errors()
         try:
             self.db.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES('integrity-check', 1)")
         except sqlite3.DatabaseError as e:  # SQLITE_CORRUPT_VTAB: the keyword index disagrees
@@ -387,30 +395,23 @@ class Catalog:
 
     def rebuild_keyword_index(self) -> None:
         """Rebuild the FTS5 keyword index from the chunks' text (repairs what `integrity_errors`
-        reports as ``fts5: ...``)."""
+        reports as ``fts5: ...`` or ``keyword: ...``)."""
+        if self.compact and schema.keyword_detail(self.db) == "postings":
+            with self.transaction():
+                self.postings.rebuild_from_text()
+            return
         self.db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('rebuild')")
 
     # -- keyword search -------------------------------------------------------------------------
     def keyword_search(self, query: str, k: int, source_glob: str | None = None) -> list[tuple[int, float]]:
         """BM25 keyword search. Returns (chunk_id, score) best first, score = -bm25 (higher is better).
 
-        The query is reduced to its words, OR-ed together and each quoted, so user text with FTS5
-        syntax characters (quotes, ``-``, ``:``) never raises a syntax error. A word that FTS5
-        cuts into several tokens (``max_chunk_id``) is a phrase with ``detail=full``; without
-        positions (``detail=none``) it becomes its tokens AND-ed, which matches a superset of the
-        phrase's chunks and scores the tokens one by one (see `_term`).
+        The query is reduced to its words, OR-ed, so user text with FTS5 syntax characters
+        (quotes, ``-``, ``:``) never raises a syntax error. A word of several tokens
+        (``max_chunk_id``) is a phrase, except under ``detail=none`` (`keyword`).
         """
-        match = keyword.match_expression(query, schema.keyword_detail(self.db))
-        if match is None:
-            return []
-        if not source_glob:
-            sql = "SELECT f.rowid, -bm25(chunks_fts) FROM chunks_fts f WHERE chunks_fts MATCH ? "
-            args: tuple[Any, ...] = (match, k)
-        else:
-            sql = ("SELECT f.rowid, -bm25(chunks_fts) FROM chunks_fts f JOIN chunks c ON c.chunk_id=f.rowid "
-                   + ("JOIN documents d ON d.doc=c.doc WHERE chunks_fts MATCH ? AND d.source GLOB ? " if self.compact
-                      else "WHERE chunks_fts MATCH ? AND c.source GLOB ? "))
-            args = (match, source_glob, k)
-        sql += "ORDER BY bm25(chunks_fts) LIMIT ?"
-        return [(int(r[0]), float(r[1])) for r in self.db.execute(sql, args)]
-
+        detail = schema.keyword_detail(self.db)
+        if detail == "postings":
+            allowed = None if not source_glob else np.array(self.live_ids(source_glob), dtype=np.int64)
+            return self.postings.search(keyword.words(query), k, allowed)
+        return keyword.fts5_search(self.db, query, k, detail, source_glob, self.compact)

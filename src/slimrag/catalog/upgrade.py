@@ -15,11 +15,14 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from slimrag.catalog import codec
+from slimrag.catalog import codec, postings
 from slimrag.catalog.schema import COMPACT, POLICIES, compact_tables, compact_views, keyword_index, own_bytes
 
 #: VACUUM when free pages are at least this share of the file (it rewrites the whole file)
 VACUUM_SHARE = 0.125
+#: below this many chunks any free page is vacuumed away (tens of ms; the postings' merges free
+#: pages that no later write may reuse: 53 KB, 6% of disfl_qa's catalog)
+VACUUM_BELOW_CHUNKS = 20_000
 #: rewrite the text blocks when more than this share of their slots hold deleted chunks
 DEAD_SHARE = 0.25
 #: below this many chunks a compaction merges the whole keyword index (FTS5 'optimize': on
@@ -62,18 +65,28 @@ def convert(db: sqlite3.Connection, coder: codec.Codec, detail: str) -> None:
                  "ALTER TABLE documents_new RENAME TO documents", "ALTER TABLE chunks_new RENAME TO chunks",
                  "ALTER TABLE blocks_new RENAME TO blocks", *compact_views(detail)):
         db.execute(stmt)
-    db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('rebuild')")
+    fill_keyword_index(db, detail)
+    db.execute(f"PRAGMA application_id={POLICIES.index(detail)}")  # the policy, as a new catalog records it
     db.execute(f"PRAGMA user_version={COMPACT}")
 
 
 def set_keyword_detail(db: sqlite3.Connection, detail: str, columnsize: bool | None = None) -> None:
-    """Recreate the keyword index with another FTS5 detail option and fill it from the text;
-    call inside a write transaction (the old index stays until it commits)."""
+    """Recreate the keyword index with another detail (an FTS5 option, or ``postings``) and fill
+    it from the text; call inside a write transaction (the old index stays until it commits)."""
     db.execute("DROP TRIGGER chunks_ad")
-    db.execute("DROP TABLE chunks_fts")
+    db.execute("DROP TABLE IF EXISTS chunks_fts")
+    postings.drop(db)
     for stmt in keyword_index(detail, columnsize):
         db.execute(stmt)
-    db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('rebuild')")
+    fill_keyword_index(db, detail)
+
+
+def fill_keyword_index(db: sqlite3.Connection, detail: str) -> None:
+    """Index every chunk's text in a new, empty keyword index of ``detail``."""
+    if detail == "postings":
+        postings.Postings(db).rebuild_from_text()
+    else:
+        db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('rebuild')")
 
 
 def write_blocks(db: sqlite3.Connection, coder: codec.Codec, payloads: list[tuple[int, str]],
@@ -156,18 +169,31 @@ def wanted_detail(db: sqlite3.Connection, compact: bool, current: str, default: 
     return "full" if int(db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]) >= full_from else "none"
 
 
-def finish(db: sqlite3.Connection, rewritten: bool) -> None:
+def finish(db: sqlite3.Connection, rewritten: bool, keyword: postings.Postings) -> None:
     """Merge the keyword index (all of it after a rewrite or below `OPTIMIZE_BELOW_CHUNKS`
     chunks; otherwise a bounded step of `MERGE_PAGES`, so a compaction of a large index does not
-    rewrite its whole keyword index each time), then VACUUM when the chunks were ``rewritten`` (their pages are left part-filled) or
-    enough pages are free; outside a transaction."""
-    if rewritten or int(db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]) < OPTIMIZE_BELOW_CHUNKS:
+    rewrite its whole keyword index each time; ``postings`` merge by their own levels then),
+    then VACUUM when the chunks were ``rewritten`` (their pages are left part-filled) or
+    enough pages are free; outside a transaction. ``keyword``: the catalog's postings index."""
+    n = int(db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])
+    small = n < OPTIMIZE_BELOW_CHUNKS
+    if postings.present(db):
+        if rewritten or small:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                keyword.merge()
+            except BaseException:
+                db.execute("ROLLBACK")
+                keyword.forget()
+                raise
+            db.execute("COMMIT")
+    elif rewritten or small:
         db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('optimize')")
     else:
         db.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES('merge', ?)", (MERGE_PAGES,))
     free = int(db.execute("PRAGMA freelist_count").fetchone()[0])
     pages = int(db.execute("PRAGMA page_count").fetchone()[0])
-    if rewritten or (pages and free >= VACUUM_SHARE * pages):
+    if rewritten or (pages and free >= VACUUM_SHARE * pages) or (free and n < VACUUM_BELOW_CHUNKS):
         db.execute("VACUUM")
 
 

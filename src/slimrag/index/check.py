@@ -141,7 +141,7 @@ class IndexChecker:
 
     def _repair(self, found: CheckReport) -> Repair:
         st = self.state
-        rebuilt = any(e.startswith("fts5:") for e in found.sqlite_errors)
+        rebuilt = any(e.startswith(st.catalog.KEYWORD_ERRORS) for e in found.sqlite_errors)
         if rebuilt:
             st.catalog.rebuild_keyword_index()
         if found.bad_parts:

@@ -1,0 +1,401 @@
+"""The keyword index without positions: BM25 postings in compressed blocks, in SQLite.
+
+Why not FTS5: with ``detail=full`` FTS5 keeps every token's position, which BM25 never reads;
+on disfl_qa that index alone is 0.56x of the text, and it is what kept a slim folder above the
+size of its text. Without positions (``detail=none``) FTS5 re-tokenizes every matched chunk to
+count its terms, 13-25x slower. This index keeps what BM25 reads and nothing else: for each
+term the chunks that hold it and how often (postings), each chunk's token count, and the two
+totals. It gives FTS5's ``bm25()`` ranking and scores bit for bit:
+
+- tokens come from FTS5's own ``unicode61`` tokenizer (an in-memory FTS5 table and its
+  ``fts5vocab`` instance view), so terms are those FTS5 would index;
+- a query word of several tokens (``max_chunk_id``) is a phrase, as in FTS5: its chunks are
+  those holding every token, checked by re-tokenizing just those chunks;
+- scores follow SQLite's ``fts5Bm25Function`` (k1 = 1.2, b = 0.75, idf floored at 1e-6) term by
+  term in query order, in float64, so the sums round the same way.
+
+Storage (tables ``keyword_*``, created by `create`):
+
+- ``keyword_segments(seg, level, firsts, ends, body)``: every commit writes one segment (level
+  0), so a commit's cost does not grow with the index; `FANOUT` segments of one level merge
+  into one of the next (an LSM tree: each posting is rewritten about log_FANOUT(N / commit)
+  times in all). A segment's terms are cut into sorted runs of `BLOCK_TERMS`, each run one
+  zstd block (`encode`: the terms, then per term its chunk ids as gaps and its term counts,
+  split into byte planes so that zstd sees runs of zeros). ``body`` is the blocks end to end,
+  ``firsts`` each block's first term and ``ends`` where each block ends in ``body``: a lookup
+  reads the small directory, then only the block's bytes (SQLite's incremental blob I/O). One
+  blob a segment fills its pages: a row per block left a third of each page empty.
+- ``keyword_lengths(chunk_id, n)``: tokens per chunk; a deleted chunk loses its row (trigger
+  ``chunks_ad``), and its postings, still in their segment, are skipped by every query and
+  dropped by the next merge that reads them.
+- ``keyword_stats``: the number of chunks and of tokens, kept by the writes and the trigger,
+  and of chunks deleted since the last full `Postings.merge`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import sqlite3
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+import zstandard
+
+from slimrag.catalog.postings_block import Block, decode, encode
+from slimrag.catalog.tokenizer import Tokenizer
+
+#: terms per compressed block (256: disfl_qa's postings 0.22x of its text, 1024 gains 0.01)
+BLOCK_TERMS = 256
+#: segments of one level that merge into one of the next
+FANOUT = 8
+#: decoded blocks kept per open catalog (a query reads one block per word and segment)
+CACHE_BLOCKS = 256
+#: zstd level of the blocks
+LEVEL = 9
+_K1, _B = 1.2, 0.75
+
+TABLES = [
+    "CREATE TABLE keyword_segments (seg INTEGER PRIMARY KEY AUTOINCREMENT, level INTEGER NOT NULL, "
+    "firsts BLOB NOT NULL, ends BLOB NOT NULL, body BLOB NOT NULL)",
+    "CREATE TABLE keyword_lengths (chunk_id INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
+    "CREATE TABLE keyword_stats (id INTEGER PRIMARY KEY CHECK (id=0), rows INTEGER NOT NULL, "
+    "tokens INTEGER NOT NULL, dead INTEGER NOT NULL)",
+    "INSERT INTO keyword_stats(id, rows, tokens, dead) VALUES (0, 0, 0, 0)",
+    """CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
+    UPDATE keyword_stats SET rows=rows-1, dead=dead+1,
+        tokens=tokens-(SELECT n FROM keyword_lengths WHERE chunk_id=old.chunk_id) WHERE id=0;
+    DELETE FROM keyword_lengths WHERE chunk_id=old.chunk_id;
+    INSERT OR IGNORE INTO tombstones(chunk_id) VALUES (old.chunk_id);
+END""",
+]
+NAMES = ("keyword_segments", "keyword_lengths", "keyword_stats")
+
+
+def create(db: sqlite3.Connection) -> None:
+    """Create the empty index and its delete trigger (inside the caller's transaction)."""
+    for stmt in TABLES:
+        db.execute(stmt)
+
+
+def drop(db: sqlite3.Connection) -> None:
+    """Drop the index and its trigger (inside the caller's transaction)."""
+    db.execute("DROP TRIGGER IF EXISTS chunks_ad")
+    for name in NAMES:
+        db.execute(f"DROP TABLE IF EXISTS {name}")
+
+
+def present(db: sqlite3.Connection) -> bool:
+    """True when ``db`` holds this index."""
+    return db.execute("SELECT 1 FROM sqlite_schema WHERE name='keyword_segments'").fetchone() is not None
+
+
+def _alive(ids: np.ndarray, live: np.ndarray) -> np.ndarray:
+    """Which of ``ids`` are stored chunks, by `Postings._live_lengths`."""
+    inside = ids < len(live)
+    out = np.zeros(len(ids), dtype=bool)
+    out[inside] = live[ids[inside]] >= 0
+    return out
+
+
+# -- the index ------------------------------------------------------------------------------------
+class Postings:
+    """The index in one catalog connection: writes (`add`, `merge`, `rebuild`) run inside the
+    caller's transaction; `search` reads. ``texts`` gives chunk texts by id, which a query with
+    a phrase needs (default: the ``chunk_text`` view)."""
+
+    def __init__(self, db: sqlite3.Connection, texts: Callable[[Sequence[int]], list[str]] | None = None) -> None:
+        self.db = db
+        self._texts = texts or self._view_texts
+        self._tok: Tokenizer | None = None
+        self._zc = zstandard.ZstdCompressor(level=LEVEL)
+        self._zd = zstandard.ZstdDecompressor()
+        self._blocks: OrderedDict[tuple[int, int], Block] = OrderedDict()
+        self._dirs: dict[int, tuple[list[str], np.ndarray]] = {}
+        self._lengths: np.ndarray | None = None
+        self._version = -1
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        if self._tok is None:
+            self._tok = Tokenizer()
+        return self._tok
+
+    def _view_texts(self, ids: Sequence[int]) -> list[str]:
+        got = dict(self.db.execute(f"SELECT chunk_id, text FROM chunk_text WHERE chunk_id IN ({','.join('?' * len(ids))})",
+                                   list(ids)).fetchall())
+        return [got[i] for i in ids]
+
+    def forget(self) -> None:
+        """Drop what is cached from the file (after a rollback, or another process's commit)."""
+        self._blocks.clear()
+        self._dirs.clear()
+        self._lengths = None
+
+    # -- writing --------------------------------------------------------------------------------
+    def add(self, rows: Sequence[tuple[int, str]]) -> None:
+        """Index chunks ``(chunk_id, text)`` as one new segment, then merge full levels."""
+        if not rows:
+            return
+        self._lengths = None
+        ids = np.array([r[0] for r in rows], dtype=np.int64)
+        triples, lengths = self.tokenizer.counts([r[1] for r in rows])
+        self.db.executemany("INSERT INTO keyword_lengths(chunk_id, n) VALUES (?,?)",
+                            zip(ids.tolist(), lengths, strict=True))
+        self.db.execute("UPDATE keyword_stats SET rows=rows+?, tokens=tokens+? WHERE id=0", (len(rows), sum(lengths)))
+        names = [t[0] for t in triples]
+        row = np.array([t[1] for t in triples], dtype=np.int64)
+        cnt = np.array([t[2] for t in triples], dtype=np.int64)
+        new = np.ones(len(names), dtype=bool)  # where each term's run begins (triples sorted by term)
+        new[1:] = [names[i] != names[i - 1] for i in range(1, len(names))]
+        rank = np.cumsum(new) - 1
+        chunk = ids[row]
+        order = np.lexsort((chunk, rank))  # by term, then chunk id (already so when ids ascend)
+        terms = [names[i] for i in np.flatnonzero(new).tolist()]
+        self._write_segment(0, terms, np.bincount(rank, minlength=len(terms)), chunk[order], cnt[order])
+        self._cascade()
+
+    def _write_segment(self, level: int, terms: list[str], counts: np.ndarray, ids: np.ndarray,
+                       tfs: np.ndarray) -> None:
+        """A new segment of sorted ``terms`` with ``counts[i]`` postings each (``ids``, ``tfs``
+        end to end, by term then chunk id)."""
+        ends_at = np.cumsum(counts)
+        blocks, firsts = [], []
+        for s in range(0, len(terms), BLOCK_TERMS):
+            e = min(s + BLOCK_TERMS, len(terms))
+            a, b = (int(ends_at[s - 1]) if s else 0), int(ends_at[e - 1])
+            blocks.append(self._zc.compress(encode(terms[s:e], counts[s:e], ids[a:b], tfs[a:b])))
+            firsts.append(terms[s])
+        ends = np.cumsum([len(b) for b in blocks]).astype("<u8").tobytes()
+        self.db.execute("INSERT INTO keyword_segments(level, firsts, ends, body) VALUES (?,?,?,?)",
+                        (level, self._zc.compress("\0".join(firsts).encode("utf-8")), ends, b"".join(blocks)))
+
+    def _directory(self, seg: int) -> tuple[list[str], np.ndarray]:
+        """A segment's block directory: first terms, and the end of each block in its body."""
+        got = self._dirs.get(seg)
+        if got is None:
+            firsts, ends = self.db.execute("SELECT firsts, ends FROM keyword_segments WHERE seg=?", (seg,)).fetchone()
+            names = self._zd.decompress(firsts).decode("utf-8")
+            got = (names.split("\0") if names else [], np.frombuffer(ends, dtype="<u8").astype(np.int64))
+            self._dirs[seg] = got
+        return got
+
+    def _segment_blocks(self, seg: int) -> Iterable[Block]:
+        """Every block of a segment, in term order."""
+        (body,) = self.db.execute("SELECT body FROM keyword_segments WHERE seg=?", (seg,)).fetchone()
+        _, ends = self._directory(seg)
+        start = 0
+        for end in ends.tolist():
+            yield decode(self._zd.decompress(body[start:end]))
+            start = end
+
+    def _cascade(self) -> None:
+        """Merge every level holding `FANOUT` segments into one segment of the next level (a
+        level only fills from the one below, so the first level short of `FANOUT` ends it)."""
+        level = 0
+        while True:
+            segs = [r[0] for r in self.db.execute(
+                "SELECT seg FROM keyword_segments WHERE level=? ORDER BY seg", (level,))]
+            if len(segs) < FANOUT:
+                return
+            self._merge(segs, level + 1)
+            level += 1
+
+    def merge(self) -> None:
+        """Merge every segment into one, dropping deleted chunks' postings (a compaction); a
+        no-op when there is one segment and nothing was deleted since the last merge."""
+        segs = [r[0] for r in self.db.execute("SELECT seg FROM keyword_segments ORDER BY seg")]
+        dead = int(self.db.execute("SELECT dead FROM keyword_stats WHERE id=0").fetchone()[0])
+        if len(segs) > 1 or dead:
+            top = int(self.db.execute("SELECT COALESCE(MAX(level), 0) FROM keyword_segments").fetchone()[0])
+            self._merge(segs, top)
+            self.db.execute("UPDATE keyword_stats SET dead=0 WHERE id=0")
+
+    def _merge(self, segs: list[int], level: int) -> None:
+        """Replace ``segs`` by one segment at ``level`` holding their live postings."""
+        live = self._live_lengths()
+        names: list[list[str]] = []
+        counts, ids, tfs = [], [], []
+        for seg in segs:
+            for block in self._segment_blocks(seg):
+                names.append(block.terms)
+                counts.append(np.diff(block.starts))
+                ids.append(block.ids)
+                tfs.append(block.tfs)
+        terms = sorted(set().union(*names)) if names else []
+        rank_of = {t: i for i, t in enumerate(terms)}
+        rank = np.repeat(np.array([rank_of[t] for ts in names for t in ts], dtype=np.int64),
+                         np.concatenate(counts) if counts else np.zeros(0, np.int64))
+        all_ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+        all_tfs = np.concatenate(tfs) if tfs else np.zeros(0, np.int64)
+        keep = _alive(all_ids, live)
+        rank, all_ids, all_tfs = rank[keep], all_ids[keep], all_tfs[keep]
+        order = np.lexsort((all_ids, rank))
+        per_term = np.bincount(rank, minlength=len(terms))
+        held = per_term > 0  # a term whose every chunk was deleted goes
+        marks = ",".join("?" * len(segs))
+        self.db.execute(f"DELETE FROM keyword_segments WHERE seg IN ({marks})", segs)
+        if held.any():
+            self._write_segment(level, [t for t, h in zip(terms, held.tolist(), strict=True) if h], per_term[held],
+                                all_ids[order], all_tfs[order])
+
+    def rebuild_from_text(self, batch: int = 2048) -> None:
+        """`rebuild` from the catalog's ``chunk_text`` view, ``batch`` chunks a segment."""
+        def batches() -> Iterable[list[tuple[int, str]]]:
+            last = -1
+            while True:
+                rows = self.db.execute("SELECT chunk_id, text FROM chunk_text WHERE chunk_id>? ORDER BY chunk_id "
+                                       "LIMIT ?", (last, batch)).fetchall()
+                if not rows:
+                    return
+                yield rows
+                last = rows[-1][0]
+        self.rebuild(batches())
+        self.merge()
+
+    def rebuild(self, rows: Iterable[Sequence[tuple[int, str]]]) -> None:
+        """Empty the index and index ``rows`` (batches of ``(chunk_id, text)``) anew."""
+        for name in ("keyword_segments", "keyword_lengths"):
+            self.db.execute(f"DELETE FROM {name}")
+        self.db.execute("UPDATE keyword_stats SET rows=0, tokens=0, dead=0 WHERE id=0")
+        self.forget()
+        for batch in rows:
+            self.add(batch)
+
+    # -- reading --------------------------------------------------------------------------------
+    def _live_lengths(self) -> np.ndarray:
+        """Tokens per chunk indexed by chunk id; -1 where no chunk is stored (ids past the end
+        are not stored either, see `_alive`)."""
+        if self._lengths is None:
+            got = np.array(self.db.execute("SELECT chunk_id, n FROM keyword_lengths").fetchall(),
+                           dtype=np.int64).reshape(-1, 2)
+            out = np.full(int(got[:, 0].max()) + 1 if len(got) else 0, -1, dtype=np.int64)
+            out[got[:, 0]] = got[:, 1]
+            self._lengths = out
+        return self._lengths
+
+    def _block(self, seg: int, term: str) -> Block | None:
+        """The block of ``seg`` that would hold ``term``, or None when ``term`` sorts first."""
+        firsts, ends = self._directory(seg)
+        i = bisect.bisect_right(firsts, term) - 1
+        if i < 0:
+            return None
+        key = (seg, i)
+        block = self._blocks.get(key)
+        if block is None:
+            start = int(ends[i - 1]) if i else 0
+            with self.db.blobopen("keyword_segments", "body", seg, readonly=True) as blob:
+                blob.seek(start)
+                block = decode(self._zd.decompress(blob.read(int(ends[i]) - start)))
+            self._blocks[key] = block
+            if len(self._blocks) > CACHE_BLOCKS:
+                self._blocks.popitem(last=False)
+        else:
+            self._blocks.move_to_end(key)
+        return block
+
+    def postings(self, term: str, segs: Sequence[int], live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The live chunks holding ``term`` (ascending ids) and its count in each."""
+        ids, tfs = [], []
+        for seg in segs:
+            block = self._block(seg, term)
+            got = block.get(term) if block is not None else None
+            if got is not None:
+                ids.append(got[0])
+                tfs.append(got[1])
+        if not ids:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        a, f = np.concatenate(ids), np.concatenate(tfs)
+        if len(ids) > 1:
+            order = np.argsort(a, kind="stable")
+            a, f = a[order], f[order]
+        keep = _alive(a, live)
+        return a[keep], f[keep]
+
+    def search(self, words: Sequence[str], k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """The ``k`` best chunks for the query ``words`` (each a phrase of its tokens, all
+        OR-ed) by FTS5's BM25: (chunk_id, score) best first, ties by ascending id. ``allowed``:
+        sorted chunk ids the result may hold (the statistics still count every chunk)."""
+        version = int(self.db.execute("PRAGMA data_version").fetchone()[0])
+        if version != self._version:  # another connection committed: what is cached may be stale
+            self.forget()
+            self._version = version
+        nrow, ntok = self.db.execute("SELECT rows, tokens FROM keyword_stats WHERE id=0").fetchone()
+        if not words or nrow <= 0:
+            return []
+        live = self._live_lengths()
+        segs = [r[0] for r in self.db.execute("SELECT seg FROM keyword_segments ORDER BY seg")]
+        phrases = self.tokenizer.tokens(list(words))
+        cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+        def post(t: str) -> tuple[np.ndarray, np.ndarray]:
+            if t not in cache:
+                cache[t] = self.postings(t, segs, live)
+            return cache[t]
+
+        hits: list[tuple[np.ndarray, np.ndarray]] = []
+        for tokens in phrases:
+            if not tokens:
+                hits.append((np.zeros(0, np.int64), np.zeros(0, np.int64)))
+            elif len(tokens) == 1:
+                hits.append(post(tokens[0]))
+            else:
+                hits.append(self._phrase(tokens, [post(t)[0] for t in tokens]))
+        avgdl = float(ntok) / float(nrow)
+        union = np.unique(np.concatenate([h[0] for h in hits]))
+        if allowed is not None:
+            union = union[np.isin(union, allowed, assume_unique=True)]
+        if len(union) == 0:
+            return []
+        d = live[union].astype(np.float64)
+        score = np.zeros(len(union), dtype=np.float64)
+        for ids, tfs in hits:
+            n_hit = len(ids)
+            idf = math.log((nrow - n_hit + 0.5) / (n_hit + 0.5))
+            if idf <= 0.0:
+                idf = 1e-6
+            f = np.zeros(len(union), dtype=np.float64)
+            at = np.searchsorted(union, ids)
+            inside = at < len(union)
+            at, tf = at[inside], tfs[inside]
+            match = union[at] == ids[inside]
+            f[at[match]] = tf[match]
+            score += idf * ((f * (_K1 + 1.0)) / (f + _K1 * (1 - _B + _B * d / avgdl)))
+        top = np.lexsort((union, -score))[:k]
+        return [(int(union[i]), float(score[i])) for i in top]
+
+    def _phrase(self, tokens: list[str], lists: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Chunks holding ``tokens`` as consecutive tokens, and how many times (FTS5 counts
+        every start, overlaps included): candidates hold every token, then are re-tokenized."""
+        cand = lists[0]
+        for other in lists[1:]:
+            cand = np.intersect1d(cand, other, assume_unique=True)
+        if len(cand) == 0:
+            return cand, np.zeros(0, np.int64)
+        n = len(tokens)
+        ids, counts = [], []
+        for start in range(0, len(cand), 512):
+            part = cand[start: start + 512]
+            for cid, toks in zip(part.tolist(), self.tokenizer.tokens(self._texts(part.tolist())), strict=True):
+                c = sum(1 for i in range(len(toks) - n + 1) if toks[i: i + n] == tokens)
+                if c:
+                    ids.append(cid)
+                    counts.append(c)
+        return np.array(ids, dtype=np.int64), np.array(counts, dtype=np.int64)
+
+    def integrity_errors(self) -> list[str]:
+        """What disagrees between the index and the chunks table: chunks without a length row
+        or the reverse, and totals that differ from the lengths."""
+        errors = []
+        missing = self.db.execute("SELECT COUNT(*) FROM chunks c WHERE NOT EXISTS "
+                                  "(SELECT 1 FROM keyword_lengths k WHERE k.chunk_id=c.chunk_id)").fetchone()[0]
+        extra = self.db.execute("SELECT COUNT(*) FROM keyword_lengths k WHERE NOT EXISTS "
+                                "(SELECT 1 FROM chunks c WHERE c.chunk_id=k.chunk_id)").fetchone()[0]
+        if missing or extra:
+            errors.append(f"keyword: {missing} chunks not indexed, {extra} lengths of chunks not stored")
+        rows, tokens = self.db.execute("SELECT rows, tokens FROM keyword_stats WHERE id=0").fetchone()
+        want = self.db.execute("SELECT COUNT(*), COALESCE(SUM(n), 0) FROM keyword_lengths").fetchone()
+        if (rows, tokens) != tuple(want):
+            errors.append(f"keyword: totals {rows} chunks / {tokens} tokens, lengths say {want[0]} / {want[1]}")
+        return errors

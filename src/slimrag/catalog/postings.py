@@ -127,6 +127,18 @@ class Postings:
                                    list(ids)).fetchall())
         return [got[i] for i in ids]
 
+    def _remember_lengths(self, ids: np.ndarray, lengths: np.ndarray) -> None:
+        """Keep the cached lengths current through this connection's own adds (reloading them
+        per commit would cost each commit in proportion to the index)."""
+        live = self._lengths
+        if live is None or not len(ids):
+            return
+        top = int(ids.max()) + 1
+        if top > len(live):
+            live = np.concatenate([live, np.full(max(top - len(live), len(live) // 2), -1, dtype=live.dtype)])
+        live[ids] = lengths
+        self._lengths = live
+
     def forget(self) -> None:
         """Drop what is cached from the file (after a rollback, or another process's commit)."""
         self._blocks.clear()
@@ -138,9 +150,9 @@ class Postings:
         """Index chunks ``(chunk_id, text)`` as one new segment, then merge full levels."""
         if not rows:
             return
-        self._lengths = None
         ids = np.array([r[0] for r in rows], dtype=np.int64)
         triples, lengths = self.tokenizer.counts([r[1] for r in rows])
+        self._remember_lengths(ids, np.array(lengths, dtype=np.int32))
         self.db.executemany("INSERT INTO keyword_lengths(chunk_id, n) VALUES (?,?)",
                             zip(ids.tolist(), lengths, strict=True))
         self.db.execute("UPDATE keyword_stats SET rows=rows+?, tokens=tokens+? WHERE id=0", (len(rows), sum(lengths)))
@@ -213,24 +225,26 @@ class Postings:
             self.db.execute("UPDATE keyword_stats SET dead=0 WHERE id=0")
 
     def _merge(self, segs: list[int], level: int) -> None:
-        """Replace ``segs`` by one segment at ``level`` holding their live postings."""
-        live = self._live_lengths()
+        """Replace ``segs`` by one segment at ``level`` holding their live postings. Holds the
+        segments' postings in memory, ~18 bytes each (chunk ids are below 2**32)."""
         names: list[list[str]] = []
         counts, ids, tfs = [], [], []
         for seg in segs:
             for block in self._segment_blocks(seg):
                 names.append(block.terms)
                 counts.append(np.diff(block.starts))
-                ids.append(block.ids)
-                tfs.append(block.tfs)
+                ids.append(block.ids.astype(np.uint32))
+                tfs.append(block.tfs.astype(np.uint16))
+            self._dirs.pop(seg, None)
         terms = sorted(set().union(*names)) if names else []
         rank_of = {t: i for i, t in enumerate(terms)}
-        rank = np.repeat(np.array([rank_of[t] for ts in names for t in ts], dtype=np.int64),
+        rank = np.repeat(np.array([rank_of[t] for ts in names for t in ts], dtype=np.int32),
                          np.concatenate(counts) if counts else np.zeros(0, np.int64))
-        all_ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
-        all_tfs = np.concatenate(tfs) if tfs else np.zeros(0, np.int64)
-        keep = _alive(all_ids, live)
-        rank, all_ids, all_tfs = rank[keep], all_ids[keep], all_tfs[keep]
+        all_ids = np.concatenate(ids) if ids else np.zeros(0, np.uint32)
+        all_tfs = np.concatenate(tfs) if tfs else np.zeros(0, np.uint16)
+        if int(self.db.execute("SELECT dead FROM keyword_stats WHERE id=0").fetchone()[0]):  # else all live
+            keep = _alive(all_ids.astype(np.int64), self._live_lengths())  # chunks deleted since a full merge
+            rank, all_ids, all_tfs = rank[keep], all_ids[keep], all_tfs[keep]
         order = np.lexsort((all_ids, rank))
         per_term = np.bincount(rank, minlength=len(terms))
         held = per_term > 0  # a term whose every chunk was deleted goes
@@ -270,7 +284,7 @@ class Postings:
         if self._lengths is None:
             got = np.array(self.db.execute("SELECT chunk_id, n FROM keyword_lengths").fetchall(),
                            dtype=np.int64).reshape(-1, 2)
-            out = np.full(int(got[:, 0].max()) + 1 if len(got) else 0, -1, dtype=np.int64)
+            out = np.full(int(got[:, 0].max()) + 1 if len(got) else 0, -1, dtype=np.int32)
             out[got[:, 0]] = got[:, 1]
             self._lengths = out
         return self._lengths

@@ -434,3 +434,20 @@ def test_postings_blocks_round_trip() -> None:
         got = block.get(t)
         assert got is not None and np.array_equal(got[0], i) and np.array_equal(got[1], np.minimum(f, 65535))
     assert block.get("t") is None and block.get("zz") is None
+
+
+def test_compaction_brings_a_catalog_of_the_old_default_to_the_postings(tmp_path: Path, docs: list) -> None:
+    """A compact catalog made when FTS5 ``full`` was the default (``application_id`` 0) is
+    converted by its next upgrade, ranking as before and smaller; ``full`` asked for by name stays."""
+    old, named = Catalog(tmp_path / "old.sqlite", keyword_detail="full"), Catalog(tmp_path / "named.sqlite",
+                                                                                keyword_detail="full")
+    old.db.execute("PRAGMA application_id=0")  # what the previous default wrote
+    for cat in (old, named):
+        fill(cat, docs)
+        cat.upgrade()
+    qs = queries(docs, 40, seed=7)
+    before = [named.keyword_search(q, 10) for q in qs]
+    assert keyword_detail(old.db) == "postings" and keyword_detail(named.db) == "full"
+    assert [old.keyword_search(q, 10) for q in qs] == before
+    assert old.part_bytes()["keyword"] < 0.7 * named.part_bytes()["keyword"]
+    assert old.integrity_errors() == []

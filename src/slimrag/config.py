@@ -108,7 +108,7 @@ class RayIngestConfig:
 class SearchConfig:
     """How a query is answered; every field may change from one query to the next.
 
-    mode ("hybrid"): "vector" (embedding similarity), "keyword" (SQLite FTS5 BM25) or "hybrid"
+    mode ("hybrid"): "vector" (embedding similarity), "keyword" (BM25, FTS5's scores) or "hybrid"
     (both, fused by reciprocal rank fusion). Hybrid is the default because it found the gold
     passage in the top 5 most often on real questions (`bench.retrieval`, docs/benchmarks.md:
     disfl_qa vector 0.907, keyword 0.947, hybrid 0.953), and keyword alone misses paraphrases.

@@ -28,7 +28,8 @@ Compact layout (``PRAGMA user_version`` = `COMPACT`)
   for ~0.45 of the index bytes and 13-25x slower queries (`slimrag.catalog.store`).
 - ``tombstones(chunk_id)``: as before.
 - ``PRAGMA application_id``: the keyword-detail policy the catalog was created with, by its
-  position in `POLICIES` (``full``, ``none``, ``auto``, ``postings``; see `slimrag.catalog.store`). A header
+  position in `POLICIES` (``default``, ``none``, ``auto``, ``postings``, ``full``; see
+  `slimrag.catalog.store`). A header
   field rather than a settings table, which would cost a page (4 KiB, 0.4% of disfl_qa's index).
 
 Legacy layout (``user_version`` 0): ``documents(source PK, doc_id hex, mtime, size)``,
@@ -47,9 +48,11 @@ from slimrag.catalog import postings
 #: ``PRAGMA user_version`` of a compact catalog (legacy catalogs have 0)
 COMPACT = 3
 LEGACY = 0
-#: keyword-detail policies by their code in ``PRAGMA application_id`` (0, a legacy file's and
-#: the default, is full)
-POLICIES = ("full", "none", "auto", "postings")
+#: keyword-detail policies by their code in ``PRAGMA application_id``. 0, ``default``, is what
+#: every catalog made before the policies were told apart has (a legacy file, or a compact one
+#: with FTS5 ``full``, the default of its time): it follows today's default, so a compaction
+#: brings it to the postings. ``full`` asked for by name is 4.
+POLICIES = ("default", "none", "auto", "postings", "full")
 #: the first chunk id of the block holding chunk ``{id}``
 BLOCK_OF = "SELECT MAX(first) FROM blocks WHERE first<={id}"
 

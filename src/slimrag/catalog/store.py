@@ -16,7 +16,7 @@ Knobs
     in zstd blocks: FTS5's BM25 top-k, ids and scores bit for bit, at 0.22x of the text on
     disfl_qa (FTS5 ``full``: 0.53x) and about FTS5's query time at 43k chunks (16.3 against 17.8
     ms; 3 against 0.9 ms at 1.2k). ``full`` (FTS5 with positions) is what catalogs made before
-    it have, and stays theirs. ``none`` (FTS5 without positions) re-reads and re-tokenizes every
+    it have; their next compaction converts them (unless ``full`` was asked for by name). ``none`` (FTS5 without positions) re-reads and re-tokenizes every
     chunk a query matches, 13-25x slower, and a word of several tokens (``max_chunk_id``)
     becomes its tokens AND-ed instead of a phrase. ``auto`` starts with ``none`` and `upgrade`
     switches to ``full`` once the catalog holds `FULL_FROM_CHUNKS` chunks, never back.
@@ -43,7 +43,7 @@ from slimrag.types import Chunk, Document
 
 KEYWORD_DETAIL = "postings"
 FULL_FROM_CHUNKS = 5000
-_DETAILS = schema.POLICIES
+_DETAILS = ("postings", "full", "none", "auto")
 _PARAMS = 900  # SQLite's bound-parameter limit, with room
 #: a document's id as stored: 32 raw bytes for a SHA-256 hex digest (the ids `Index` makes),
 #: the string itself for any other id a caller gives
@@ -53,7 +53,7 @@ _BY_SOURCE = "key=slimrag_key(?1) AND source=?1"
 
 
 class Catalog:
-    """Documents, chunks and FTS5 keyword search in one SQLite file.
+    """Documents, chunks and BM25 keyword search in one SQLite file.
 
     ``keyword_detail``: ``postings``, ``full``, ``none`` or ``auto`` when this call creates the
     catalog (see `KEYWORD_DETAIL`); an existing catalog keeps its own."""

@@ -157,11 +157,11 @@ def install_dictionary(db: sqlite3.Connection, coder: codec.Codec, samples: list
 
 def wanted_detail(db: sqlite3.Connection, compact: bool, current: str, default: str, full_from: int) -> str:
     """The keyword index's detail that the catalog's policy (``PRAGMA application_id``, see
-    `schema.POLICIES`; ``default`` for a legacy catalog) asks for now: ``full`` or ``none`` as
-    named, and ``auto`` (opt-in) ``none`` below ``full_from`` chunks, then ``full`` for good
+    `schema.POLICIES`; ``default`` for a legacy catalog and for code 0) asks for now:
+    ``postings``, ``full`` or ``none`` as named, and ``auto`` (opt-in) ``none`` below ``full_from`` chunks, then ``full`` for good
     (never back: an index shrinking near the bound would flip each time)."""
     code = int(db.execute("PRAGMA application_id").fetchone()[0]) if compact else -1
-    policy = POLICIES[code] if 0 <= code < len(POLICIES) else default
+    policy = POLICIES[code] if 0 < code < len(POLICIES) else default
     if policy != "auto":
         return policy
     if current == "full":

@@ -12,7 +12,7 @@ already applied, see `IndexState.refresh`):
   unlocked writers left); ``duplicates``: live chunks with more than one row (returned twice);
   ``orphans``: rows whose chunk is neither stored nor removed since the last compaction;
   ``tombstoned``: rows of removed chunks, masked, dropped by the next compaction (normal);
-- runs SQLite's ``integrity_check`` and FTS5's ``integrity-check`` (``sqlite_errors``).
+- runs SQLite's ``integrity_check`` and the keyword index's own check (``sqlite_errors``).
 
 Repair (``repair=True``, still under the lock): bad parts leave the manifest; missing chunks are
 re-embedded from their stored text into a new delta part; duplicates and orphans are dropped by a

@@ -3,7 +3,7 @@
 ```
 NAME.slimrag/
   manifest.json     format, embedder, build config, current generation, delta parts, counts
-  catalog.sqlite    documents, chunks, FTS5 (see slimrag.catalog)
+  catalog.sqlite    documents, chunks, keyword postings (see slimrag.catalog)
   writer.lock       the writer lock (slimrag.index.lock): holder's pid and command while held
   gen-NNNNNN/       immutable once written: vectors or graph + codes, and row -> chunk id
   delta/part-NNNNNN.npz   vectors of chunks added since the last compaction

@@ -3,7 +3,7 @@
 - **vector**: embed the query, then the index's vector store answers (`FlatVectors`: exact;
   `SlimVectors`: graph walk + exact rerank of recomputed embeddings, plus the exact delta rows).
   Removed chunks are masked by the store's liveness mask until `compact` drops them.
-- **keyword**: SQLite FTS5 BM25 over chunk text (`Catalog.keyword_search`).
+- **keyword**: BM25 over chunk text, FTS5's scores (`Catalog.keyword_search`).
 - **hybrid**: both lists, ``SearchConfig.candidates`` (default 50) long each, fused by
   `slimrag.index.fusion.fuse` (score-aware: min-max normalised scores, weighted, and a decisive
   keyword match stays first; the strategies and their measurements are in its header), cut to ``k``.

@@ -451,3 +451,28 @@ def test_compaction_brings_a_catalog_of_the_old_default_to_the_postings(tmp_path
     assert [old.keyword_search(q, 10) for q in qs] == before
     assert old.part_bytes()["keyword"] < 0.7 * named.part_bytes()["keyword"]
     assert old.integrity_errors() == []
+
+
+def test_postings_merge_segments_whose_chunk_ids_do_not_ascend(tmp_path: Path, docs: list) -> None:
+    """Commits may arrive with lower chunk ids than earlier ones (a caller's own ids): merged
+    segments still hold each term's chunks in id order, and rank as one commit of it all does."""
+    from slimrag.catalog import postings
+
+    rows = [(c.chunk_id, c.text) for _, cs in docs for c in cs]
+    one, many = (sqlite3.connect(tmp_path / f"{n}.sqlite") for n in ("one", "many"))
+    for db in (one, many):
+        db.execute("CREATE TABLE tombstones (chunk_id INTEGER PRIMARY KEY)")
+        db.execute("CREATE TABLE chunks (chunk_id INTEGER PRIMARY KEY)")
+        postings.create(db)
+    ref, got = postings.Postings(one, lambda ids: [dict(rows)[i] for i in ids]), \
+        postings.Postings(many, lambda ids: [dict(rows)[i] for i in ids])
+    ref.add(rows)
+    step = len(rows) // (postings.FANOUT * 2) + 1
+    for start in reversed(range(0, len(rows), step)):  # highest ids first
+        got.add(rows[start: start + step])
+    assert many.execute("SELECT MAX(level) FROM keyword_segments").fetchone()[0] >= 1
+    for q in queries(docs, 40, seed=13):
+        words = q.split()
+        assert got.search(words, 10) == ref.search(words, 10), q
+    got.merge()
+    assert got.search(["lighthouse", "keeper"], 50) == ref.search(["lighthouse", "keeper"], 50)

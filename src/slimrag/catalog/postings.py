@@ -52,8 +52,9 @@ BLOCK_TERMS = 256
 FANOUT = 8
 #: decoded blocks kept per open catalog (a query reads one block per word and segment)
 CACHE_BLOCKS = 256
-#: zstd level of the blocks
-LEVEL = 9
+#: zstd level of the blocks a commit or a level's merge writes (3: 3% larger than 9, 4.6x faster),
+#: and of those a compaction's full merge writes (they stay)
+LEVEL, LEVEL_COMPACT = 3, 9
 _K1, _B = 1.2, 0.75
 
 TABLES = [
@@ -110,6 +111,7 @@ class Postings:
         self._texts = texts or self._view_texts
         self._tok: Tokenizer | None = None
         self._zc = zstandard.ZstdCompressor(level=LEVEL)
+        self._zc_compact = zstandard.ZstdCompressor(level=LEVEL_COMPACT)
         self._zd = zstandard.ZstdDecompressor()
         self._blocks: OrderedDict[tuple[int, int], Block] = OrderedDict()
         self._dirs: dict[int, tuple[list[str], np.ndarray]] = {}
@@ -169,15 +171,16 @@ class Postings:
         self._cascade()
 
     def _write_segment(self, level: int, terms: list[str], counts: np.ndarray, ids: np.ndarray,
-                       tfs: np.ndarray) -> None:
+                       tfs: np.ndarray, final: bool = False) -> None:
         """A new segment of sorted ``terms`` with ``counts[i]`` postings each (``ids``, ``tfs``
-        end to end, by term then chunk id)."""
+        end to end, by term then chunk id); ``final``: a compaction's, compressed harder."""
+        zc = self._zc_compact if final else self._zc
         ends_at = np.cumsum(counts)
         blocks, firsts = [], []
         for s in range(0, len(terms), BLOCK_TERMS):
             e = min(s + BLOCK_TERMS, len(terms))
             a, b = (int(ends_at[s - 1]) if s else 0), int(ends_at[e - 1])
-            blocks.append(self._zc.compress(encode(terms[s:e], counts[s:e], ids[a:b], tfs[a:b])))
+            blocks.append(zc.compress(encode(terms[s:e], counts[s:e], ids[a:b], tfs[a:b])))
             firsts.append(terms[s])
         ends = np.cumsum([len(b) for b in blocks]).astype("<u8").tobytes()
         self.db.execute("INSERT INTO keyword_segments(level, firsts, ends, body) VALUES (?,?,?,?)",
@@ -221,10 +224,10 @@ class Postings:
         dead = int(self.db.execute("SELECT dead FROM keyword_stats WHERE id=0").fetchone()[0])
         if len(segs) > 1 or dead:
             top = int(self.db.execute("SELECT COALESCE(MAX(level), 0) FROM keyword_segments").fetchone()[0])
-            self._merge(segs, top)
+            self._merge(segs, top, final=True)
             self.db.execute("UPDATE keyword_stats SET dead=0 WHERE id=0")
 
-    def _merge(self, segs: list[int], level: int) -> None:
+    def _merge(self, segs: list[int], level: int, final: bool = False) -> None:
         """Replace ``segs`` by one segment at ``level`` holding their live postings. Holds the
         segments' postings in memory, ~18 bytes each (chunk ids are below 2**32)."""
         names: list[list[str]] = []
@@ -245,14 +248,18 @@ class Postings:
         if int(self.db.execute("SELECT dead FROM keyword_stats WHERE id=0").fetchone()[0]):  # else all live
             keep = _alive(all_ids.astype(np.int64), self._live_lengths())  # chunks deleted since a full merge
             rank, all_ids, all_tfs = rank[keep], all_ids[keep], all_tfs[keep]
-        order = np.lexsort((all_ids, rank))
+        order = np.argsort(rank, kind="stable")  # runs of sorted terms: timsort merges them
+        ids_sorted = all_ids[order]
+        later = np.diff(rank[order]) == 0  # a posting after another of its term
+        if not (ids_sorted[1:] > ids_sorted[:-1])[later].all():  # segments not in chunk-id order
+            order = np.lexsort((all_ids, rank))
         per_term = np.bincount(rank, minlength=len(terms))
         held = per_term > 0  # a term whose every chunk was deleted goes
         marks = ",".join("?" * len(segs))
         self.db.execute(f"DELETE FROM keyword_segments WHERE seg IN ({marks})", segs)
         if held.any():
             self._write_segment(level, [t for t, h in zip(terms, held.tolist(), strict=True) if h], per_term[held],
-                                all_ids[order], all_tfs[order])
+                                all_ids[order], all_tfs[order], final)
 
     def rebuild_from_text(self, batch: int = 2048) -> None:
         """`rebuild` from the catalog's ``chunk_text`` view, ``batch`` chunks a segment."""

@@ -394,15 +394,12 @@ class Postings:
             cand = np.intersect1d(cand, other, assume_unique=True)
         if len(cand) == 0:
             return cand, np.zeros(0, np.int64)
-        n = len(tokens)
         ids, counts = [], []
         for start in range(0, len(cand), 512):
-            part = cand[start: start + 512]
-            for cid, toks in zip(part.tolist(), self.tokenizer.tokens(self._texts(part.tolist())), strict=True):
-                c = sum(1 for i in range(len(toks) - n + 1) if toks[i: i + n] == tokens)
-                if c:
-                    ids.append(cid)
-                    counts.append(c)
+            part = cand[start: start + 512].tolist()
+            got = self.tokenizer.phrase_counts(self._texts(part), tokens)
+            ids += [cid for cid, c in zip(part, got, strict=True) if c]
+            counts += [c for c in got if c]
         return np.array(ids, dtype=np.int64), np.array(counts, dtype=np.int64)
 
     def integrity_errors(self) -> list[str]:

@@ -45,14 +45,6 @@ KEYWORD_DETAIL = "postings"
 FULL_FROM_CHUNKS = 5000
 _DETAILS = ("postings", "full", "none", "auto")
 _PARAMS = 900  # SQLite's bound-parameter limit, with room
-#: SQLite's page cache per connection, KiB (its default is 2,000; pages are cached only once
-#: read): the documents' name index takes random inserts and is ~12 MB at 1M documents
-CACHE_KIB = 32 * 1024
-#: WAL pages that trigger a checkpoint (SQLite's default 1,000, 4 MB): those random inserts dirty
-#: about a page per document, ~6 MB of WAL a commit at 1M documents, and a larger WAL copies a
-#: page dirtied by several commits once. bench.scale flat 1M, store cost per commit last/first
-#: 10%: 1.26x with neither, 1.26x with the cache, 1.19x with both (run-to-run noise is ~0.05)
-CHECKPOINT_PAGES = 10_000
 #: a document's id as stored: 32 raw bytes for a SHA-256 hex digest (the ids `Index` makes),
 #: the string itself for any other id a caller gives
 _SHA = "CASE typeof(sha) WHEN 'blob' THEN lower(hex(sha)) ELSE sha END"
@@ -73,16 +65,11 @@ class Catalog:
         if keyword_detail not in _DETAILS:
             raise ValueError(f"keyword_detail must be one of {', '.join(_DETAILS)}, not {keyword_detail!r}")
         self.path = Path(path)
-        self.db = sqlite3.connect(self.path, isolation_level=None)
+        self.db = schema.connect(self.path)
         self.codec = codec.Codec(self._dictionary)
         self.db.create_function("slimrag_text", 3, self.codec.text, deterministic=True)
         self.db.create_function("slimrag_key", 1, schema.source_key, deterministic=True)
         self.postings = postings.Postings(self.db, self.texts)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
-        self.db.execute(f"PRAGMA wal_autocheckpoint={CHECKPOINT_PAGES}")
-        self.db.execute("PRAGMA foreign_keys=ON")
         if schema.layout_of(self.db) is None:  # a new file: create (checked again under the lock)
             with self.transaction():
                 if schema.layout_of(self.db) is None:

@@ -35,3 +35,9 @@ class Tokenizer:
         for term, doc in self.db.execute("SELECT term, doc FROM v ORDER BY doc, offset"):
             out[doc].append(term)
         return out
+
+    def phrase_counts(self, texts: Sequence[str], phrase: list[str]) -> list[int]:
+        """How many times each text holds ``phrase`` (tokens) as consecutive tokens: every
+        start, overlaps included, as FTS5 counts a phrase."""
+        n = len(phrase)
+        return [sum(1 for i in range(len(toks) - n + 1) if toks[i: i + n] == phrase) for toks in self.tokens(texts)]

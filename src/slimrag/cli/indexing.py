@@ -54,7 +54,7 @@ def check_out(out: str, source: str, force: bool) -> None:
 @click.option("-o", "--out", required=True, type=click.Path(), help="Index folder to create.")
 @click.option("--storage", type=click.Choice(STORAGES), default=IDX["storage"], show_default=True,
               help="flat: exact vectors; slim: graph + PQ codes, embeddings recomputed per query (slower). "
-                   "Whole index folder, measured: slim 0.98x the text its documents yield (disfl_qa, 1.5k chunks), "
+                   "Whole index folder, measured: slim 0.99x the text its documents yield (disfl_qa, 1.5k chunks), "
                    "0.70x (the Python docs, 497 files), 1.57x (43k one-paragraph documents: names and hashes "
                    "weigh); flat adds 1.5 KB a chunk (disfl_qa 3.1x). "
                    "auto: slim from "

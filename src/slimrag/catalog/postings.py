@@ -153,16 +153,15 @@ class Postings:
         if not rows:
             return
         ids = np.array([r[0] for r in rows], dtype=np.int64)
-        triples, lengths = self.tokenizer.counts([r[1] for r in rows])
-        self._remember_lengths(ids, np.array(lengths, dtype=np.int32))
+        names, row, cnt, lengths = self.tokenizer.counts([r[1] for r in rows])
+        self._remember_lengths(ids, lengths.astype(np.int32))
         self.db.executemany("INSERT INTO keyword_lengths(chunk_id, n) VALUES (?,?)",
-                            zip(ids.tolist(), lengths, strict=True))
-        self.db.execute("UPDATE keyword_stats SET rows=rows+?, tokens=tokens+? WHERE id=0", (len(rows), sum(lengths)))
-        names = [t[0] for t in triples]
-        row = np.array([t[1] for t in triples], dtype=np.int64)
-        cnt = np.array([t[2] for t in triples], dtype=np.int64)
-        new = np.ones(len(names), dtype=bool)  # where each term's run begins (triples sorted by term)
-        new[1:] = [names[i] != names[i - 1] for i in range(1, len(names))]
+                            zip(ids.tolist(), lengths.tolist(), strict=True))
+        self.db.execute("UPDATE keyword_stats SET rows=rows+?, tokens=tokens+? WHERE id=0",
+                        (len(rows), int(lengths.sum())))
+        key = np.array(names, dtype=object)
+        new = np.ones(len(names), dtype=bool)  # where each term's run begins (sorted by term)
+        new[1:] = key[1:] != key[:-1]
         rank = np.cumsum(new) - 1
         chunk = ids[row]
         order = np.lexsort((chunk, rank))  # by term, then chunk id (already so when ids ascend)

@@ -57,22 +57,12 @@ POLICIES = ("default", "none", "auto", "postings", "full")
 #: the first chunk id of the block holding chunk ``{id}``
 BLOCK_OF = "SELECT MAX(first) FROM blocks WHERE first<={id}"
 
-#: SQLite's page cache per connection, KiB (its default is 2,000; pages are cached only once
-#: read): the documents' name index takes random inserts and is ~12 MB at 1M documents
-CACHE_KIB = 32 * 1024
-#: WAL pages that trigger a checkpoint (SQLite's default 1,000, 4 MB): those random inserts dirty
-#: about a page per document, ~6 MB of WAL a commit at 1M documents, and a larger WAL copies a
-#: page dirtied by several commits once. bench.scale flat 1M, store cost per commit last/first
-#: 10%: 1.26x with neither, 1.26x with the cache, 1.19x with both (run-to-run noise is ~0.05)
-CHECKPOINT_PAGES = 10_000
-
 
 def connect(path: Path) -> sqlite3.Connection:
     """A connection to the catalog at ``path`` as every `Catalog` opens it: autocommit (the
     catalog begins its own transactions), WAL, ``synchronous=NORMAL``, foreign keys on."""
     db = sqlite3.connect(path, isolation_level=None)
-    for pragma in ("journal_mode=WAL", "synchronous=NORMAL", f"cache_size=-{CACHE_KIB}",
-                   f"wal_autocheckpoint={CHECKPOINT_PAGES}", "foreign_keys=ON"):
+    for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON"):
         db.execute(f"PRAGMA {pragma}")
     return db
 

@@ -494,3 +494,24 @@ def test_phrase_counts_of_ascii_text_equal_fts5_tokens() -> None:
                 for t in tok.tokens(texts)]
         assert tok.phrase_counts(texts, phrase) == want, phrase
         assert any(want), phrase
+
+
+def test_postings_levels_past_the_merge_cap_stay_unmerged(tmp_path: Path, docs: list,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Segments holding more than `postings.MERGE_MAX_BYTES` are not merged, by a level or by a
+    compaction (so a merge's memory stays bounded); search still ranks as the legacy catalog."""
+    from slimrag.catalog import postings
+
+    monkeypatch.setattr(postings, "MERGE_MAX_BYTES", 6_000)  # a few level-0 segments
+    post, old = Catalog(tmp_path / "p.sqlite"), legacy(tmp_path / "old.sqlite")
+    for cat in (post, old):
+        for doc, chunks in docs[:120]:
+            with cat.transaction():
+                cat.put_document(doc)
+                cat.put_chunks(chunks)
+    segs = post.db.execute("SELECT COUNT(*), MAX(level) FROM keyword_segments").fetchone()
+    assert segs[0] > postings.FANOUT  # the cap held segments back
+    post.upgrade()
+    assert post.db.execute("SELECT COUNT(*) FROM keyword_segments").fetchone()[0] > 1  # no full merge either
+    for q in queries(docs, 30, seed=17):
+        assert post.keyword_search(q, 10) == old.keyword_search(q, 10), q

@@ -11,8 +11,7 @@ totals. It gives FTS5's ``bm25()`` ranking and scores bit for bit:
   ``fts5vocab`` instance view), so terms are those FTS5 would index;
 - a query word of several tokens (``max_chunk_id``) is a phrase, as in FTS5: its chunks are
   those holding every token, checked by re-tokenizing just those chunks;
-- scores follow SQLite's ``fts5Bm25Function`` (k1 = 1.2, b = 0.75, idf floored at 1e-6) term by
-  term in query order, in float64, so the sums round the same way.
+- scores follow SQLite's ``fts5Bm25Function`` term by term in query order (`bm25`).
 
 Storage (tables ``keyword_*``, created by `create`):
 
@@ -35,7 +34,6 @@ Storage (tables ``keyword_*``, created by `create`):
 from __future__ import annotations
 
 import bisect
-import math
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
@@ -43,6 +41,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 import zstandard
 
+from slimrag.catalog import bm25
 from slimrag.catalog.postings_block import Block, decode, encode
 from slimrag.catalog.tokenizer import Tokenizer
 
@@ -50,12 +49,15 @@ from slimrag.catalog.tokenizer import Tokenizer
 BLOCK_TERMS = 256
 #: segments of one level that merge into one of the next
 FANOUT = 8
+#: compressed bytes of segments a merge may take at once (a merge holds ~18 bytes a posting in
+#: memory, ~15x the compressed size on synthetic passages: ~1 GB); larger levels stay unmerged,
+#: and a query reads one more block per segment (at 10M synthetic passages ~30 segments)
+MERGE_MAX_BYTES = 64 << 20
 #: decoded blocks kept per open catalog (a query reads one block per word and segment)
 CACHE_BLOCKS = 256
 #: zstd level of the blocks a commit or a level's merge writes (3: 3% larger than 9, 4.6x faster),
 #: and of those a compaction's full merge writes (they stay)
 LEVEL, LEVEL_COMPACT = 3, 9
-_K1, _B = 1.2, 0.75
 
 TABLES = [
     "CREATE TABLE keyword_segments (seg INTEGER PRIMARY KEY AUTOINCREMENT, level INTEGER NOT NULL, "
@@ -205,23 +207,29 @@ class Postings:
             start = end
 
     def _cascade(self) -> None:
-        """Merge every level holding `FANOUT` segments into one segment of the next level (a
-        level only fills from the one below, so the first level short of `FANOUT` ends it)."""
+        """Merge the first `FANOUT` segments of every level that holds that many into one segment
+        of the next level (a level only fills from the one below, so the first level short of
+        `FANOUT` ends it), unless they hold more than `MERGE_MAX_BYTES`: those stay where they
+        are, so no merge holds more than ~`MERGE_MAX_BYTES` x 15 of postings in memory."""
         level = 0
         while True:
-            segs = [r[0] for r in self.db.execute(
-                "SELECT seg FROM keyword_segments WHERE level=? ORDER BY seg", (level,))]
-            if len(segs) < FANOUT:
+            got = self.db.execute("SELECT seg, length(body) FROM keyword_segments WHERE level=? ORDER BY seg LIMIT ?",
+                                  (level, FANOUT)).fetchall()
+            if len(got) < FANOUT or sum(n for _, n in got) > MERGE_MAX_BYTES:
                 return
-            self._merge(segs, level + 1)
+            self._merge([seg for seg, _ in got], level + 1)
             level += 1
 
     def merge(self) -> None:
         """Merge every segment into one, dropping deleted chunks' postings (a compaction); a
-        no-op when there is one segment and nothing was deleted since the last merge."""
+        no-op when there is one segment and nothing was deleted since the last merge. Past
+        `MERGE_MAX_BYTES` of segments, only the levels merge (`_cascade`)."""
         segs = [r[0] for r in self.db.execute("SELECT seg FROM keyword_segments ORDER BY seg")]
         dead = int(self.db.execute("SELECT dead FROM keyword_stats WHERE id=0").fetchone()[0])
-        if len(segs) > 1 or dead:
+        size = int(self.db.execute("SELECT COALESCE(SUM(length(body)), 0) FROM keyword_segments").fetchone()[0])
+        if size > MERGE_MAX_BYTES:
+            self._cascade()
+        elif len(segs) > 1 or dead:
             top = int(self.db.execute("SELECT COALESCE(MAX(level), 0) FROM keyword_segments").fetchone()[0])
             self._merge(segs, top, final=True)
             self.db.execute("UPDATE keyword_stats SET dead=0 WHERE id=0")
@@ -362,28 +370,7 @@ class Postings:
                 hits.append(post(tokens[0]))
             else:
                 hits.append(self._phrase(tokens, [post(t)[0] for t in tokens]))
-        avgdl = float(ntok) / float(nrow)
-        union = np.unique(np.concatenate([h[0] for h in hits]))
-        if allowed is not None:
-            union = union[np.isin(union, allowed, assume_unique=True)]
-        if len(union) == 0:
-            return []
-        d = live[union].astype(np.float64)
-        score = np.zeros(len(union), dtype=np.float64)
-        for ids, tfs in hits:
-            n_hit = len(ids)
-            idf = math.log((nrow - n_hit + 0.5) / (n_hit + 0.5))
-            if idf <= 0.0:
-                idf = 1e-6
-            f = np.zeros(len(union), dtype=np.float64)
-            at = np.searchsorted(union, ids)
-            inside = at < len(union)
-            at, tf = at[inside], tfs[inside]
-            match = union[at] == ids[inside]
-            f[at[match]] = tf[match]
-            score += idf * ((f * (_K1 + 1.0)) / (f + _K1 * (1 - _B + _B * d / avgdl)))
-        top = np.lexsort((union, -score))[:k]
-        return [(int(union[i]), float(score[i])) for i in top]
+        return bm25.top_k(hits, live, int(nrow), int(ntok), k, allowed)
 
     def _phrase(self, tokens: list[str], lists: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Chunks holding ``tokens`` as consecutive tokens, and how many times (FTS5 counts

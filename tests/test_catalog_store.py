@@ -403,11 +403,11 @@ def test_postings_through_merges_deletes_and_other_connections(tmp_path: Path, d
     with post.transaction():
         from slimrag.catalog import upgrade
 
-        upgrade.set_keyword_detail(post.db, "full")
+        upgrade.set_keyword_detail(post.db, "full", post.postings)
     assert keyword_detail(post.db) == "full"
     same()
     with post.transaction():
-        upgrade.set_keyword_detail(post.db, "postings")
+        upgrade.set_keyword_detail(post.db, "postings", post.postings)
     assert keyword_detail(post.db) == "postings"
     same()
     post.db.execute("UPDATE keyword_stats SET tokens=tokens+1")

@@ -105,12 +105,12 @@ def _alive(ids: np.ndarray, live: np.ndarray) -> np.ndarray:
 # -- the index ------------------------------------------------------------------------------------
 class Postings:
     """The index in one catalog connection: writes (`add`, `merge`, `rebuild`) run inside the
-    caller's transaction; `search` reads. ``texts`` gives chunk texts by id, which a query with
-    a phrase needs (default: the ``chunk_text`` view)."""
+    caller's transaction; `search` reads. ``texts`` gives chunk texts by id (`Catalog.texts`),
+    which a query with a phrase needs."""
 
-    def __init__(self, db: sqlite3.Connection, texts: Callable[[Sequence[int]], list[str]] | None = None) -> None:
+    def __init__(self, db: sqlite3.Connection, texts: Callable[[Sequence[int]], list[str]]) -> None:
         self.db = db
-        self._texts = texts or self._view_texts
+        self._texts = texts
         self._tok: Tokenizer | None = None
         self._zc = zstandard.ZstdCompressor(level=LEVEL)
         self._zc_compact = zstandard.ZstdCompressor(level=LEVEL_COMPACT)
@@ -125,11 +125,6 @@ class Postings:
         if self._tok is None:
             self._tok = Tokenizer()
         return self._tok
-
-    def _view_texts(self, ids: Sequence[int]) -> list[str]:
-        got = dict(self.db.execute(f"SELECT chunk_id, text FROM chunk_text WHERE chunk_id IN ({','.join('?' * len(ids))})",
-                                   list(ids)).fetchall())
-        return [got[i] for i in ids]
 
     def _remember_lengths(self, ids: np.ndarray, lengths: np.ndarray) -> None:
         """Keep the cached lengths current through this connection's own adds (reloading them
@@ -224,12 +219,13 @@ class Postings:
         """Merge every segment into one, dropping deleted chunks' postings (a compaction); a
         no-op when there is one segment and nothing was deleted since the last merge. Past
         `MERGE_MAX_BYTES` of segments, only the levels merge (`_cascade`)."""
-        segs = [r[0] for r in self.db.execute("SELECT seg FROM keyword_segments ORDER BY seg")]
-        dead = int(self.db.execute("SELECT dead FROM keyword_stats WHERE id=0").fetchone()[0])
         size = int(self.db.execute("SELECT COALESCE(SUM(length(body)), 0) FROM keyword_segments").fetchone()[0])
         if size > MERGE_MAX_BYTES:
             self._cascade()
-        elif len(segs) > 1 or dead:
+            return
+        segs = [r[0] for r in self.db.execute("SELECT seg FROM keyword_segments ORDER BY seg")]
+        dead = int(self.db.execute("SELECT dead FROM keyword_stats WHERE id=0").fetchone()[0])
+        if len(segs) > 1 or dead:
             top = int(self.db.execute("SELECT COALESCE(MAX(level), 0) FROM keyword_segments").fetchone()[0])
             self._merge(segs, top, final=True)
             self.db.execute("UPDATE keyword_stats SET dead=0 WHERE id=0")

@@ -360,7 +360,7 @@ class Catalog:
         with self.transaction():
             converted = not self.compact
             if converted:
-                upgrade.convert(self.db, self.codec, self._wanted_detail("none"))
+                upgrade.convert(self.db, self.codec, self._wanted_detail("none"), self.postings)
                 rewritten = True
             else:
                 rewritten = upgrade.add_dictionary(self.db, self.codec)
@@ -372,7 +372,7 @@ class Catalog:
                     rewritten = True
             want = self._wanted_detail(schema.keyword_detail(self.db))
             if want != schema.keyword_detail(self.db):
-                upgrade.set_keyword_detail(self.db, want)
+                upgrade.set_keyword_detail(self.db, want, self.postings)
         upgrade.finish(self.db, rewritten, self.postings)
         return converted
 

@@ -34,8 +34,9 @@ MERGE_PAGES = 500
 BATCH = 2048
 
 
-def convert(db: sqlite3.Connection, coder: codec.Codec, detail: str) -> None:
-    """Convert a legacy catalog to the compact layout; call inside a write transaction."""
+def convert(db: sqlite3.Connection, coder: codec.Codec, detail: str, keyword: postings.Postings) -> None:
+    """Convert a legacy catalog to the compact layout; call inside a write transaction.
+    ``keyword``: the catalog's postings index (filled when ``detail`` is ``postings``)."""
     for stmt in compact_tables("_new"):  # statement by statement: executescript would commit
         db.execute(stmt)
     db.executemany("INSERT INTO documents_new(key, source, sha, mtime, size) VALUES (slimrag_key(?1),?1,?,?,?)",
@@ -65,26 +66,30 @@ def convert(db: sqlite3.Connection, coder: codec.Codec, detail: str) -> None:
                  "ALTER TABLE documents_new RENAME TO documents", "ALTER TABLE chunks_new RENAME TO chunks",
                  "ALTER TABLE blocks_new RENAME TO blocks", *compact_views(detail)):
         db.execute(stmt)
-    fill_keyword_index(db, detail)
+    fill_keyword_index(db, detail, keyword)
     db.execute(f"PRAGMA application_id={POLICIES.index(detail)}")  # the policy, as a new catalog records it
     db.execute(f"PRAGMA user_version={COMPACT}")
 
 
-def set_keyword_detail(db: sqlite3.Connection, detail: str, columnsize: bool | None = None) -> None:
+def set_keyword_detail(db: sqlite3.Connection, detail: str, keyword: postings.Postings,
+                       columnsize: bool | None = None) -> None:
     """Recreate the keyword index with another detail (an FTS5 option, or ``postings``) and fill
-    it from the text; call inside a write transaction (the old index stays until it commits)."""
+    it from the text; call inside a write transaction (the old index stays until it commits).
+    ``keyword``: the catalog's postings index, whose caches the new index replaces."""
     db.execute("DROP TRIGGER chunks_ad")
     db.execute("DROP TABLE IF EXISTS chunks_fts")
     postings.drop(db)
     for stmt in keyword_index(detail, columnsize):
         db.execute(stmt)
-    fill_keyword_index(db, detail)
+    fill_keyword_index(db, detail, keyword)
 
 
-def fill_keyword_index(db: sqlite3.Connection, detail: str) -> None:
-    """Index every chunk's text in a new, empty keyword index of ``detail``."""
+def fill_keyword_index(db: sqlite3.Connection, detail: str, keyword: postings.Postings) -> None:
+    """Index every chunk's text in a new, empty keyword index of ``detail``: through the
+    catalog's own `postings.Postings`, so that it drops what it cached of an index this replaces
+    (segment numbers start again in a new table)."""
     if detail == "postings":
-        postings.Postings(db).rebuild_from_text()
+        keyword.rebuild_from_text()
     else:
         db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('rebuild')")
 

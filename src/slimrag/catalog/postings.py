@@ -102,6 +102,18 @@ def _alive(ids: np.ndarray, live: np.ndarray) -> np.ndarray:
     return out
 
 
+def _by_term(rank: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The order of postings by term rank, then chunk id. A stable sort by rank alone when that
+    leaves each term's ids ascending (a commit's rows, or segments, in chunk-id order: timsort
+    merges the sorted runs), else a full two-key sort."""
+    order = np.argsort(rank, kind="stable")
+    ids_sorted = ids[order]
+    later = np.diff(rank[order]) == 0  # a posting after another of its term
+    if (ids_sorted[1:] > ids_sorted[:-1])[later].all():
+        return order
+    return np.lexsort((ids, rank))
+
+
 # -- the index ------------------------------------------------------------------------------------
 class Postings:
     """The index in one catalog connection: writes (`add`, `merge`, `rebuild`) run inside the
@@ -161,7 +173,7 @@ class Postings:
         new[1:] = key[1:] != key[:-1]
         rank = np.cumsum(new) - 1
         chunk = ids[row]
-        order = np.lexsort((chunk, rank))  # by term, then chunk id (already so when ids ascend)
+        order = _by_term(rank, chunk)
         terms = [names[i] for i in np.flatnonzero(new).tolist()]
         self._write_segment(0, terms, np.bincount(rank, minlength=len(terms)), chunk[order], cnt[order])
         self._cascade()
@@ -251,11 +263,7 @@ class Postings:
         if int(self.db.execute("SELECT dead FROM keyword_stats WHERE id=0").fetchone()[0]):  # else all live
             keep = _alive(all_ids.astype(np.int64), self._live_lengths())  # chunks deleted since a full merge
             rank, all_ids, all_tfs = rank[keep], all_ids[keep], all_tfs[keep]
-        order = np.argsort(rank, kind="stable")  # runs of sorted terms: timsort merges them
-        ids_sorted = all_ids[order]
-        later = np.diff(rank[order]) == 0  # a posting after another of its term
-        if not (ids_sorted[1:] > ids_sorted[:-1])[later].all():  # segments not in chunk-id order
-            order = np.lexsort((all_ids, rank))
+        order = _by_term(rank, all_ids)
         per_term = np.bincount(rank, minlength=len(terms))
         held = per_term > 0  # a term whose every chunk was deleted goes
         marks = ",".join("?" * len(segs))

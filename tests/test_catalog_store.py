@@ -464,8 +464,11 @@ def test_postings_merge_segments_whose_chunk_ids_do_not_ascend(tmp_path: Path, d
         db.execute("CREATE TABLE tombstones (chunk_id INTEGER PRIMARY KEY)")
         db.execute("CREATE TABLE chunks (chunk_id INTEGER PRIMARY KEY)")
         postings.create(db)
-    ref, got = postings.Postings(one, lambda ids: [dict(rows)[i] for i in ids]), \
-        postings.Postings(many, lambda ids: [dict(rows)[i] for i in ids])
+    ref, got = postings.Postings(one), postings.Postings(many)
+    texts = dict(rows)
+
+    def text(ids):
+        return [texts[i] for i in ids]
     ref.add(rows)
     step = len(rows) // (postings.FANOUT * 2) + 1
     for start in reversed(range(0, len(rows), step)):  # highest ids first
@@ -473,9 +476,9 @@ def test_postings_merge_segments_whose_chunk_ids_do_not_ascend(tmp_path: Path, d
     assert many.execute("SELECT MAX(level) FROM keyword_segments").fetchone()[0] >= 1
     for q in queries(docs, 40, seed=13):
         words = q.split()
-        assert got.search(words, 10) == ref.search(words, 10), q
+        assert got.search(words, 10, text) == ref.search(words, 10, text), q
     got.merge()
-    assert got.search(["lighthouse", "keeper"], 50) == ref.search(["lighthouse", "keeper"], 50)
+    assert got.search(["lighthouse", "keeper"], 50, text) == ref.search(["lighthouse", "keeper"], 50, text)
 
 
 def test_phrase_counts_of_ascii_text_equal_fts5_tokens() -> None:

@@ -66,10 +66,12 @@ def test_delta_vectors_are_mapped_in_place(tmp_path: Path) -> None:
 def test_mapped_parts_hold_no_file_descriptor(tmp_path: Path) -> None:
     """An open index maps one part per commit; a descriptor per mapping would cap the delta at
     the process's descriptor limit (often 1,024)."""
+    import gc
     import os
 
     vecs = np.ones((4, 8), np.float32)
     name = layout.write_delta_part(tmp_path, 0, np.arange(4), vecs)
+    gc.collect()  # earlier tests' unclosed catalogs (reference cycles) close their files now, not mid-count
     before = len(os.listdir("/proc/self/fd"))
     maps = [layout.map_delta_vectors(tmp_path / layout.DELTA / name) for _ in range(64)]
     assert len(os.listdir("/proc/self/fd")) == before and all(np.array_equal(m, vecs) for m in maps)

@@ -117,12 +117,11 @@ def _by_term(rank: np.ndarray, ids: np.ndarray) -> np.ndarray:
 # -- the index ------------------------------------------------------------------------------------
 class Postings:
     """The index in one catalog connection: writes (`add`, `merge`, `rebuild`) run inside the
-    caller's transaction; `search` reads. ``texts`` gives chunk texts by id (`Catalog.texts`),
-    which a query with a phrase needs."""
+    caller's transaction; `search` reads. It keeps no reference to its `Catalog` (which owns
+    it), so an unclosed catalog is freed, and its file closed, as soon as it is dropped."""
 
-    def __init__(self, db: sqlite3.Connection, texts: Callable[[Sequence[int]], list[str]]) -> None:
+    def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db
-        self._texts = texts
         self._tok: Tokenizer | None = None
         self._zc = zstandard.ZstdCompressor(level=LEVEL)
         self._zc_compact = zstandard.ZstdCompressor(level=LEVEL_COMPACT)
@@ -345,10 +344,12 @@ class Postings:
         keep = _alive(a, live)
         return a[keep], f[keep]
 
-    def search(self, words: Sequence[str], k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+    def search(self, words: Sequence[str], k: int, texts: Callable[[Sequence[int]], list[str]],
+               allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
         """The ``k`` best chunks for the query ``words`` (each a phrase of its tokens, all
-        OR-ed) by FTS5's BM25: (chunk_id, score) best first, ties by ascending id. ``allowed``:
-        sorted chunk ids the result may hold (the statistics still count every chunk)."""
+        OR-ed) by FTS5's BM25: (chunk_id, score) best first, ties by ascending id. ``texts``:
+        chunk texts by id (`Catalog.texts`), which a phrase needs. ``allowed``: sorted chunk ids
+        the result may hold (the statistics still count every chunk)."""
         version = int(self.db.execute("PRAGMA data_version").fetchone()[0])
         if version != self._version:  # another connection committed: what is cached may be stale
             self.forget()
@@ -373,10 +374,11 @@ class Postings:
             elif len(tokens) == 1:
                 hits.append(post(tokens[0]))
             else:
-                hits.append(self._phrase(tokens, [post(t)[0] for t in tokens]))
+                hits.append(self._phrase(tokens, [post(t)[0] for t in tokens], texts))
         return bm25.top_k(hits, live, int(nrow), int(ntok), k, allowed)
 
-    def _phrase(self, tokens: list[str], lists: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    def _phrase(self, tokens: list[str], lists: list[np.ndarray],
+                texts: Callable[[Sequence[int]], list[str]]) -> tuple[np.ndarray, np.ndarray]:
         """Chunks holding ``tokens`` as consecutive tokens, and how many times (FTS5 counts
         every start, overlaps included): candidates hold every token, then are re-tokenized."""
         cand = lists[0]
@@ -387,7 +389,7 @@ class Postings:
         ids, counts = [], []
         for start in range(0, len(cand), 512):
             part = cand[start: start + 512].tolist()
-            got = self.tokenizer.phrase_counts(self._texts(part), tokens)
+            got = self.tokenizer.phrase_counts(texts(part), tokens)
             ids += [cid for cid, c in zip(part, got, strict=True) if c]
             counts += [c for c in got if c]
         return np.array(ids, dtype=np.int64), np.array(counts, dtype=np.int64)

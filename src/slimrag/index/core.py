@@ -21,7 +21,9 @@ manifest.
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict
@@ -35,6 +37,7 @@ from slimrag.config import IndexConfig, SearchConfig
 from slimrag.embed.base import Embedder
 from slimrag.embed.registry import default_embedder, from_record
 from slimrag.errors import IndexFormatError
+from slimrag.files import fsync_dir
 from slimrag.index import layout
 from slimrag.index import manifest as manifest_file
 from slimrag.index.browse import IndexBrowse
@@ -82,24 +85,38 @@ class Index:
     def create(cls, out: str | Path, *, embedder: Embedder | None = None, config: IndexConfig | None = None,
                source_root: str | Path | None = None, overwrite: bool = False,
                slim: SlimConfig | None = None, wait: float | None = None) -> Index:
-        """Create an empty index folder. With ``overwrite``, an existing index there is deleted
-        first, under its writer lock (waiting up to ``wait`` seconds for a writer busy with it)."""
+        """Create an empty index folder. With ``overwrite``, an existing index there (recognised by
+        its manifest, `replaceable`) is replaced: the new one is made beside it and swapped in under
+        the old one's writer lock (waiting up to ``wait`` seconds for a writer busy with it), so a
+        failed create leaves the old index as it was."""
         out = Path(out)
-        if out.exists():
-            if not overwrite:
-                raise IndexFormatError(f"{out} already exists; use `add` to update it or overwrite=True")
-            if not (out / layout.MANIFEST).is_file() and not _unfinished_index(out):
-                raise IndexFormatError(f"{out} is a non-empty folder that is not an index; refusing to delete it")
-            if (out / layout.MANIFEST).is_file():
-                with WriterLock(out, wait):
-                    shutil.rmtree(out)
-            else:
-                shutil.rmtree(out)
+        if not out.exists():
+            return cls._create_at(out, embedder, config, source_root, slim, wait)
+        if not overwrite:
+            raise IndexFormatError(f"{out} already exists; use `add` to update it or overwrite=True")
+        fresh = replaceable(out)
+        if fresh is None:  # only what an interrupted create leaves: nothing to keep
+            shutil.rmtree(out)
+            return cls._create_at(out, embedder, config, source_root, slim, wait)
+        try:
+            idx = cls._create_at(fresh, embedder, config, source_root, slim, wait)
+            used = idx.embedder
+            idx.close()
+            _swap_in(fresh, out, wait)
+        except BaseException:
+            shutil.rmtree(fresh, ignore_errors=True)
+            raise
+        return cls(out, used, wait=wait)
+
+    @classmethod
+    def _create_at(cls, out: Path, embedder: Embedder | None, config: IndexConfig | None,
+                   source_root: str | Path | None, slim: SlimConfig | None, wait: float | None) -> Index:
+        """An empty index in ``out``, a folder that does not exist or is empty."""
         config = config or IndexConfig()
         embedder = embedder or default_embedder()
         if not embedder.dim:
             embedder.embed_batch(["dimension probe"])
-        out.mkdir(parents=True)
+        out.mkdir(parents=True, exist_ok=True)
         Catalog(out / layout.CATALOG).close()
         layout.write_generation(out, 0, {"ids": layout.narrow_ids(np.zeros(0, np.int64)),
                                          "vectors": np.zeros((0, embedder.dim), config.dtype)})
@@ -115,16 +132,39 @@ class Index:
         """Build an index at ``out`` from a folder, files, or ``(source, text)`` pairs, then compact it.
         storage: "flat" (exact vectors), "slim" (graph + PQ codes, embeddings recomputed at query
         time), or "auto" (slim from ``IndexConfig.auto_slim_chunks`` chunks on). The add and the
-        compaction run under one hold of the writer lock; ``wait``: see `Index`."""
+        compaction run under one hold of the writer lock; ``wait``: see `Index`.
+
+        overwrite: replace an index at ``out`` (only an index: `replaceable`). The new one is built
+        in a hidden sibling folder and swapped in when its build has succeeded; until then the old
+        index stays whole and searchable, and a build that fails (an embedder error, an
+        interrupt) is deleted, leaving the old one as it was."""
         config = config or IndexConfig(storage=storage or "flat")
         if storage is not None and storage != config.storage:
             config = IndexConfig(**{**asdict(config), "storage": storage})
         root = Path(source) if isinstance(source, (str, Path)) and Path(source).is_dir() else None
-        idx = cls.create(out, embedder=embedder, config=config, source_root=root, overwrite=overwrite, slim=slim,
-                         wait=wait)
-        with idx.locked():
-            idx.last_report = idx.add(source)
-            idx.compact()
+        out = Path(out)
+        fresh = replaceable(out) if overwrite and out.exists() else None
+        if fresh is None:
+            idx = cls.create(out, embedder=embedder, config=config, source_root=root, overwrite=overwrite,
+                             slim=slim, wait=wait)
+            with idx.locked():
+                idx.last_report = idx.add(source)
+                idx.compact()
+            return idx
+        try:
+            idx = cls._create_at(fresh, embedder, config, root, slim, wait)
+            try:
+                with idx.locked():
+                    report = idx.add(source)
+                    idx.compact()
+            finally:
+                idx.close()
+            _swap_in(fresh, out, wait)
+        except BaseException:
+            shutil.rmtree(fresh, ignore_errors=True)
+            raise
+        idx = cls(out, idx.embedder, wait=wait)
+        idx.last_report = report
         return idx
 
     @classmethod
@@ -282,9 +322,51 @@ class Index:
 #: What a create killed before its first manifest can leave in the folder: the catalog (and its
 #: WAL files), the empty generation or its temp folder, a temp manifest, the writer lock.
 _UNFINISHED = ("catalog.sqlite*", "gen-*", ".tmp-*", ".manifest.json.*", "delta", "writer.lock")
+#: infix of the hidden sibling folders of a replacement (``.NAME.new-XXXX``, ``.NAME.old-XXXX``); a
+#: crash can leave one beside the index, deleted by hand (it is never read)
+_NEW, _OLD = ".new-", ".old-"
 
 
 def _unfinished_index(folder: Path) -> bool:
     """True for an empty folder, or one holding only what an interrupted create leaves (no
     manifest yet), which ``overwrite`` may delete; anything else is someone's data."""
     return all(any(p.match(pat) for pat in _UNFINISHED) for p in folder.iterdir())
+
+
+def replaceable(out: Path) -> Path | None:
+    """Check that ``overwrite`` may replace the existing ``out``, and say how: None when it holds
+    only what an interrupted create leaves (deleted at once), else the empty hidden sibling folder
+    to build the replacement in. Raises `IndexFormatError` for anything that is not a slimrag
+    index: a file, a folder whose ``manifest.json`` does not parse as an index's (format and
+    required fields, not just the file name: a browser extension has a ``manifest.json`` too), or
+    a non-empty folder without one."""
+    if not out.is_dir():
+        raise IndexFormatError(f"{out} is a file, not an index; refusing to replace it. Give a folder for the index")
+    if not (out / layout.MANIFEST).is_file():
+        if _unfinished_index(out):
+            return None
+        raise IndexFormatError(f"{out} is a non-empty folder that is not an index; refusing to delete it. "
+                               "Choose another folder")
+    try:
+        manifest_file.read(out)
+    except (IndexFormatError, TypeError, ValueError, OSError) as e:
+        raise IndexFormatError(f"{out} holds a {layout.MANIFEST} that is not a slimrag index's ({e}); refusing "
+                               "to delete it. Choose another folder, or delete it yourself if it is an "
+                               "index of another slimrag version") from None
+    return Path(tempfile.mkdtemp(prefix=f".{out.name}{_NEW}", dir=out.resolve().parent))
+
+
+def _swap_in(fresh: Path, out: Path, wait: float | None) -> None:
+    """Put the finished index ``fresh`` in the place of the index ``out``: two renames under
+    ``out``'s writer lock (a writer busy with the old index finishes first), then the old folder
+    is deleted. A failure of the second rename puts the old one back."""
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}{_OLD}", dir=out.resolve().parent))
+    with WriterLock(out, wait):
+        os.replace(out, old)  # an empty folder is replaced by a rename
+        try:
+            os.rename(fresh, out)
+        except OSError:
+            os.rename(old, out)
+            raise
+    fsync_dir(out.resolve().parent)
+    shutil.rmtree(old)

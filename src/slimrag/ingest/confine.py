@@ -25,11 +25,14 @@ The rule (`AddRoots.check`), in order, for one path
     A refusal is an `AddRefused` (a `RequestError`, so an HTTP server answers it with 400) whose
     message names the roots and the flag that widens them.
 
-Folders
-    A folder that passes is walked by `slimrag.ingest.crawl`, which never leaves its walk root:
-    a symlink inside it that points outside is skipped (``symlink outside the folder``) and a
-    symlinked folder is not descended into. The walk root is the realpath of a folder inside an
-    allowed root, so the walk cannot leave the allowed roots either.
+Folders (`AddRoots.files`)
+    A folder that passes is walked by `slimrag.ingest.crawl`, which never leaves its walk root (a
+    symlink that points outside it is skipped as ``symlink outside the folder``; a symlinked folder
+    is not descended into) and skips hidden entries. But the crawl lets a visible link reach a
+    hidden file inside the walk root (``notes.md -> .env``), so every file it finds is checked
+    again by the rule above, by its real path, and one that fails is skipped (``ignored``: a
+    link to a hidden file; ``symlink outside the folder``), never read. The files are then
+    handed to the index by their real paths, each named directly.
 
 Limits (what this does not stop)
     The check is made when the path arrives, and the file is opened a moment later: someone who
@@ -47,6 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slimrag.errors import RequestError
+from slimrag.ingest.crawl import crawl
+from slimrag.ingest.outcome import IGNORED, OUTSIDE, Skipped
 
 __all__ = ["AddRefused", "AddRoots"]
 
@@ -93,6 +98,19 @@ class AddRoots:
         return AddRefused(f"{given!r} {why}; this server adds files only from {self.describe()} (hidden files "
                           f"and folders excluded). To allow another folder, restart the server with {self.flag}")
 
+    def _why_not(self, real: Path) -> tuple[str, str] | None:
+        """Why ``real`` (a real path) may not be read, as (the skip kind a crawl would give, a
+        reason); None when it may."""
+        root = next((r for r in self.roots if real == r or real.is_relative_to(r)), None)
+        if root is None:
+            return OUTSIDE, f"is outside the allowed folders (it is {real})"
+        if self.index is not None and (real == self.index or real.is_relative_to(self.index)):
+            return IGNORED, "is inside the index's own folder, which holds no documents"
+        hidden = next((part for part in real.relative_to(root).parts if part.startswith(".")), None)
+        if hidden is not None:
+            return IGNORED, f"is or lies in a hidden file or folder ({hidden!r})"
+        return None
+
     def check(self, path: str | Path) -> Path:
         """The real path a client's ``path`` means, when it may be read; `AddRefused` otherwise
         (a missing path inside a root too, saying so: callers need one exception to catch)."""
@@ -105,14 +123,8 @@ class AddRoots:
         if not os.path.isabs(raw):
             raw = os.path.join(self.roots[0], raw)
         real = Path(os.path.realpath(raw))
-        root = next((r for r in self.roots if real == r or real.is_relative_to(r)), None)
-        if root is None:
-            raise self._refuse(given, f"is outside the allowed folders (it is {real})")
-        if self.index is not None and (real == self.index or real.is_relative_to(self.index)):
-            raise self._refuse(given, "is inside the index's own folder, which holds no documents")
-        hidden = next((part for part in real.relative_to(root).parts if part.startswith(".")), None)
-        if hidden is not None:
-            raise self._refuse(given, f"is or lies in a hidden file or folder ({hidden!r})")
+        if (bad := self._why_not(real)) is not None:
+            raise self._refuse(given, bad[1])
         if not real.exists():
             raise AddRefused(f"{given!r}: no such file or folder (looked for {real}); give a path inside "
                              f"{self.describe()}, absolute or relative to {self.roots[0]}")
@@ -131,4 +143,24 @@ class AddRoots:
         if refused:
             raise AddRefused(refused[0] if len(refused) == 1 else
                              f"{len(refused)} paths refused: " + " | ".join(refused))
+        return out
+
+    def files(self, paths: Iterable[str | Path], ignore: tuple[str, ...], max_bytes: int,
+              skipped: list[Skipped]) -> list[Path]:
+        """The real paths of the files a client's ``paths`` may add: each checked (`check_all`:
+        one refused path refuses the call), folders walked by the crawl rules (``ignore``,
+        ``max_bytes``: the index's), and every file found checked again by its real path (see
+        the module header). Entries passed over are appended to ``skipped`` with their reason."""
+        out: list[Path] = []
+        for real in self.check_all(paths):
+            if not real.is_dir():
+                out.append(real)
+                continue
+            for found in crawl(real, ignore=ignore, max_bytes=max_bytes, skipped=skipped):
+                target = Path(os.path.realpath(found.path))
+                bad = self._why_not(target)
+                if bad is None:
+                    out.append(target)
+                    continue
+                skipped.append(Skipped.because(found.source, bad[0], f"a link to {target}, which {bad[1]}"))
         return out

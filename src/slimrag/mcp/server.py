@@ -52,7 +52,9 @@ from slimrag.config import SEARCH_MODES, GenerationConfig, SearchConfig
 from slimrag.errors import SlimragError
 from slimrag.index.browse import MAX_AROUND
 from slimrag.index.sources import match_one, source_glob
-from slimrag.ingest.confine import AddRefused, AddRoots
+from slimrag.ingest.confine import AddRoots
+from slimrag.ingest.outcome import Skipped
+from slimrag.mcp.http import HttpLimits, http_app, needs_key
 from slimrag.mcp.results import (
     AddResult,
     AnswerResult,
@@ -62,7 +64,6 @@ from slimrag.mcp.results import (
     PassageHit,
     SearchResult,
 )
-from slimrag.mcp.http import HttpLimits, http_app, needs_key
 from slimrag.mcp.worker import IndexWorker
 
 #: The most passages one search or ask returns: enough context for an agent, bounded output.
@@ -228,11 +229,14 @@ class SlimragTools:
         plus `files`: the sources behind each count. Files already indexed with the same content
         are not read again; a changed file's stored passages are replaced by its new text.
         Never removes a document."""
-        try:
-            real = self.roots.check_all(paths)
-        except AddRefused as exc:
-            raise ToolError(str(exc)) from exc
-        return self._call(lambda idx: AddResult.from_report(idx.add([str(p) for p in real])), writes=True)
+        def run(idx: Any) -> AddResult:
+            skipped: list[Skipped] = []
+            # an AddRefused is a SlimragError: `_call` makes it a tool error with its message
+            files = self.roots.files(paths, idx.config.ignore, idx.config.max_file_bytes, skipped)
+            report = idx.add([str(p) for p in files])
+            report.skipped[:0] = skipped  # the walk's skips first, as a folder's add lists them
+            return AddResult.from_report(report)
+        return self._call(run, writes=True)
 
     def add_paths_description(self) -> str:
         """The ``add_paths`` description the model reads: its docstring plus what it may read."""

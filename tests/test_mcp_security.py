@@ -221,6 +221,7 @@ def test_stdio_add_paths_is_confined(tree: dict[str, Path], index: Path) -> None
     async def scenario(s: ClientSession) -> dict[str, Any]:
         out: dict[str, Any] = {"tool": next(t for t in (await s.list_tools()).tools if t.name == "add_paths")}
         out.update({name: await s.call_tool("add_paths", {"paths": paths}) for name, paths in hostile.items()})
+        out["sub"] = await s.call_tool("add_paths", {"paths": ["sub"]})  # only a link out of sub/, nothing read
         out["docs"] = await s.call_tool("add_paths", {"paths": [str(docs)]})
         out["extra"] = await s.call_tool("add_paths", {"paths": [str(tree["extra"] / "owl.md")]})
         out["secret"] = await s.call_tool("search", {"query": "OPENSSH PRIVATE KEY zebra", "mode": "keyword"})
@@ -236,6 +237,8 @@ def test_stdio_add_paths_is_confined(tree: dict[str, Path], index: Path) -> None
         text = error_text(got[name])  # a tool error, and the session goes on
         assert "--allow-add PATH" in text, (name, text)
     assert "hidden" in error_text(got["hidden"]) and "hidden" in error_text(got["hidden_dir"])
+    sub = structured(got["sub"])
+    assert (sub["added"], [(s["source"], s["kind"]) for s in sub["skipped"]]) == (0, [("peek.md", OUTSIDE)])
     added = structured(got["docs"])
     assert sorted(added["files"]["added"]) == ["new.md"]  # out.md, outdir, .hidden.md: never read
     assert {s["source"] for s in added["skipped"] if s["kind"] == OUTSIDE} >= {"out.md", "outdir"}

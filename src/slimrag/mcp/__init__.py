@@ -2,6 +2,7 @@
 
 - `server`: the tools (search, ask, list_documents, get_passage, add_paths), `create_server`, `serve`;
 - `worker`: `IndexWorker`, the one thread that holds the open index and the RAG;
+- `http`: the ``--http`` app: its key (`BearerKey`), Host/Origin rule and bounds (`HttpLimits`);
 - `results`: the dataclasses the tools return (structured results).
 
 Imported only by ``slimrag mcp``: it needs the ``mcp`` SDK, which nothing else loads. The package is

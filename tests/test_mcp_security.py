@@ -93,6 +93,12 @@ def test_hidden_files_named_directly_are_refused(tree: dict[str, Path], given: s
         AddRoots.of([tree["docs"]]).check(given.format(**tree))
 
 
+@pytest.mark.parametrize("given", ["", "  ", "guide.md\x00../../secret/key.txt"])
+def test_what_is_no_path_is_refused(tree: dict[str, Path], given: str) -> None:
+    with pytest.raises(AddRefused, match="is not a path"):
+        AddRoots.of([tree["docs"]]).check(given)
+
+
 def test_a_refusal_does_not_say_whether_an_outside_path_exists(tree: dict[str, Path]) -> None:
     roots = AddRoots.of([tree["docs"]])
     for given in (tree["secret"] / "key.txt", tree["secret"] / "nothing.txt"):

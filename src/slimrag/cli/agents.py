@@ -75,7 +75,7 @@ def mcp(index: str, http: bool, host: str, port: int, allow_add: tuple[str, ...]
     limits = None
     if http:
         from slimrag.api.gate import check_api_key
-        from slimrag.mcp.http import HttpLimits, needs_key
+        from slimrag.mcp.http import HttpLimits, is_loopback, needs_key
 
         if key is not None:
             try:
@@ -84,6 +84,9 @@ def mcp(index: str, http: bool, host: str, port: int, allow_add: tuple[str, ...]
                 raise click.BadParameter(str(e), param_hint="--key") from e
         if (why := needs_key(host, key)) is not None:
             raise Failed(why, exit_code=2)
+        if not is_loopback(host):
+            click.echo(f"warning: the MCP server listens on {host}, beyond this machine, over plain HTTP: the key "
+                       "travels unencrypted; put a TLS proxy in front or reach it through an SSH tunnel.", err=True)
         limits = HttpLimits(max_sessions=max_sessions, session_idle_s=session_idle)
     hosts = host_rule(host, allow_host, allow_origin) if http else None
     sock = bind_port(host, port) if http else None  # before the index opens: a busy port is one line

@@ -4,7 +4,9 @@ Rules, in order, for each entry of a folder (sorted by name):
 - hidden files and folders (name starts with ``.``: ``.git``, ``.venv``, editor state) and entries
   matched by ignore patterns are ``ignored``. Patterns are in gitignore syntax: ``.gitignore`` and
   ``.slimragignore`` files at any level (each applies below its own folder, as git does), plus
-  patterns given by the caller. An ignored folder counts once and is not walked;
+  patterns given by the caller. An ignored folder counts once and is not walked. Patterns are
+  matched by `slimrag.ingest.ignore` in time linear in the path, so a hostile ``.gitignore``
+  cannot hang the walk; a pattern line too long or too complex to use is left out with a warning;
 - a file that is text for machines, not prose (`NOT_PROSE_PATTERNS`: stylesheets, SVG, source
   maps, minified scripts, lock files) is ``not prose``: a manual's ``stylesheet.css`` and its
   SVG figures would otherwise be indexed, and cited, as documents. A negated ignore pattern
@@ -42,8 +44,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pathspec
-
+from slimrag.ingest.ignore import IgnoreRules
 from slimrag.ingest.outcome import ENCODING, IGNORED, NOT_PROSE, OUTSIDE, UNSUPPORTED, SkipFile, Skipped
 from slimrag.ingest.rawfile import looks_like_text, not_regular, os_error, read_bounded, read_head, too_large
 from slimrag.ingest.readers import reader_for, refused_by_name
@@ -60,7 +61,7 @@ NOT_PROSE_PATTERNS = (
     "*.css", "*.scss", "*.sass", "*.less", "*.svg", "*.map", "*.min.js", "*.min.mjs", "*.min.css",
     "*.lock", "package-lock.json", "npm-shrinkwrap.json", "pnpm-lock.yaml", "go.sum",
 )
-_NOT_PROSE = pathspec.PathSpec.from_lines("gitwildmatch", NOT_PROSE_PATTERNS)
+_NOT_PROSE = IgnoreRules(NOT_PROSE_PATTERNS, "NOT_PROSE_PATTERNS")
 
 __all__ = ["IGNORE_FILES", "NOT_PROSE_PATTERNS", "FoundFile", "Skipped", "crawl", "printable"]
 
@@ -88,16 +89,12 @@ def _utf8(name: str) -> bool:
     return True
 
 
-def _spec(lines: list[str]) -> pathspec.PathSpec:
-    return pathspec.PathSpec.from_lines("gitwildmatch", lines)
-
-
 class _Walk:
     """One crawl's state: the root, the ignore specs met so far, and where skips go."""
 
     def __init__(self, root: Path, ignore: tuple[str, ...], max_bytes: int, skipped: list[Skipped] | None) -> None:
         self.root, self.max_bytes, self.skipped = root, max_bytes, skipped
-        self.specs: list[tuple[Path, pathspec.PathSpec]] = [(root, _spec(list(ignore)))] if ignore else []
+        self.specs: list[tuple[Path, IgnoreRules]] = [(root, IgnoreRules(ignore, "--ignore"))] if ignore else []
 
     def skip(self, source: str, kind: str, detail: str = "") -> None:
         s = Skipped.because(source, kind, detail)
@@ -114,7 +111,7 @@ class _Walk:
                 rel = path.relative_to(base).as_posix()
             except ValueError:
                 continue
-            if spec.match_file(rel + ("/" if is_dir else "")):
+            if spec.match(rel + ("/" if is_dir else "")):
                 return True
         return False
 
@@ -125,7 +122,7 @@ class _Walk:
                 rel = path.relative_to(base).as_posix()
             except ValueError:
                 continue
-            if spec.check_file(rel).include is False:
+            if spec.check(rel) is False:
                 return True
         return False
 
@@ -138,7 +135,8 @@ class _Walk:
             except SkipFile as e:
                 self.refuse((d / name).relative_to(self.root).as_posix(), e)
                 continue
-            self.specs.append((d, _spec(text.splitlines())))
+            origin = printable((d / name).relative_to(self.root).as_posix())
+            self.specs.append((d, IgnoreRules(text.splitlines(), origin)))
 
     def check_file(self, p: Path, source: str, st: os.stat_result) -> FoundFile | None:
         """The checks every file passes, walked or named directly: a regular file, under the
@@ -207,7 +205,7 @@ class _Walk:
                 if is_dir:
                     subdirs.append(p)
                     continue
-                if _NOT_PROSE.match_file(entry.name) and not self.included_again(p):
+                if _NOT_PROSE.match(entry.name) and not self.included_again(p):
                     self.skip(shown, NOT_PROSE, "a stylesheet, image, source map or lock file; "
                                                 "a '!' pattern in .slimragignore includes it")
                     continue

@@ -71,7 +71,7 @@ def mcp(index: str, http: bool, host: str, port: int, allow_add: tuple[str, ...]
              if ctx.get_parameter_source(p) == click.core.ParameterSource.COMMANDLINE]
     if given and not http:
         raise click.UsageError(f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} only with "
-                               "--http (stdio needs no address)")
+                               "--http (they set up the HTTP listener; stdio has none)")
     limits = None
     if http:
         from slimrag.api.gate import check_api_key

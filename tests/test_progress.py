@@ -45,13 +45,13 @@ def small_commits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Commit every 2 chunks; returns the list the chunks of each commit are appended to."""
     monkeypatch.setattr(writer, "COMMIT_CHUNKS", 2)
     commits: list[int] = []
-    real = writer.IndexWriter._commit
+    real = writer.IndexWriter._store
 
     def counting(self, docs, next_id, report):  # type: ignore[no-untyped-def]
         commits.append(sum(len(cs) for _, _, cs, _ in docs))
         return real(self, docs, next_id, report)
 
-    monkeypatch.setattr(writer.IndexWriter, "_commit", counting)
+    monkeypatch.setattr(writer.IndexWriter, "_store", counting)
     return commits
 
 
@@ -119,14 +119,17 @@ def test_bar_redraws_one_line_and_ends_it() -> None:
     clock = iter([0.0, 0.05, 1.0, 2.0, 3.0])
     bar = Bar(out, clock=lambda: next(clock))
     bar(AddProgress(0, 10, 0, 0, 0.0))
-    bar(AddProgress(1, 10, 4, 0, 0.05))  # within BAR_EVERY_S of the last draw: skipped
-    bar(AddProgress(5, 10, 20, 10, 1.0))
+    bar(AddProgress(1, 10, 4, 0, 0.05, chunks_stored=4))  # within BAR_EVERY_S of the last draw: skipped
+    # every file read and stored (40 chunks searchable), a quarter embedded
+    bar(AddProgress(10, 10, 40, 10, 1.0, chunks_stored=40, chunks_to_embed=40, embed_elapsed=1.0))
     assert "\n" not in out.getvalue() and out.getvalue().count("\r") == 2
-    assert "files 5/10 (50%), 10 chunks, 10.0 chunks/s, ETA 3s" in out.getvalue()
-    bar(AddProgress(10, 10, 40, 40, 3.0, final=True))
+    assert ("[######++++++++++++++++++] files 10/10 (100%), 40 chunks searchable, 10/40 embedded, "
+            "10.0 chunks/s, ETA 3s") in out.getvalue()
+    bar(AddProgress(10, 10, 40, 40, 4.0, final=True, chunks_stored=40, chunks_to_embed=40, embed_elapsed=3.0))
     text = out.getvalue()
     assert text.endswith("\n") and text.count("\n") == 1
-    assert "[########################] files 10/10 (100%), 40 chunks, 13.3 chunks/s, in 3s" in text
+    assert "[########################] files 10/10 (100%), 40 chunks searchable, 40 embedded, 13.3 chunks/s, in 4s" \
+        in text
 
 
 def test_log_lines_every_tenth_or_every_interval() -> None:
@@ -149,5 +152,8 @@ def test_log_lines_every_tenth_or_every_interval() -> None:
 def test_eta_from_the_chunks_per_file_so_far() -> None:
     p = AddProgress(files_done=5, files_total=10, chunks_seen=50, chunks_done=25, elapsed=5.0)
     assert (p.rate, p.chunks_expected, p.eta) == (5.0, 100, 15.0)
+    # embedding announced (an earlier run's 30 leftovers with this run's 50): the rate counts from its start
+    p = AddProgress(10, 10, 50, 40, 12.0, chunks_stored=50, chunks_to_embed=80, embed_elapsed=4.0)
+    assert (p.rate, p.chunks_expected, p.eta, p.searchable_share, p.embedded_share) == (10.0, 80, 4.0, 0.625, 0.5)
     assert AddProgress(0, None, 0, 0, 1.0).eta is None  # nothing to estimate from yet
     assert AddProgress(3, 3, 9, 9, 2.0, final=True).eta == 0.0

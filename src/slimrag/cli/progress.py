@@ -1,15 +1,17 @@
-"""One progress display for a whole build, add (or sync): files done of the total, chunks embedded,
-chunks per second and the time left, drawn from `slimrag.index.progress.AddProgress` snapshots.
+"""One progress display for a whole build, add (or sync): files done of the total, chunks searchable
+(their text stored: keyword search and evidence answers find them), chunks embedded, chunks per
+second and the time left, drawn from `slimrag.index.progress.AddProgress` snapshots.
 
 Two ways to draw, chosen by whether the stream (stderr) is a terminal:
 
 - `Bar` (a terminal): one line redrawn in place with ``\\r``, at most every ``BAR_EVERY_S``
   (0.1 s), ended with a newline by the final snapshot. One bar for the run: the writer's commit
-  transactions (2,048 chunks each) move it, they do not restart it.
+  transactions (2,048 chunks each) move it, they do not restart it. ``#`` is the embedded share of
+  the chunks, ``+`` the share searchable by keyword only (stored, awaiting vectors), ``.`` the rest.
 - `LogLines` (a pipe, a file, CI): a plain line when the first total is known, then whenever
   ``LOG_EVERY_S`` (10 s) have passed or the files done crossed another ``LOG_EVERY_SHARE`` (10%)
-  of the total, and a final line with every file counted. Nothing is redrawn, so a log stays
-  readable.
+  of the total or the chunks embedded another tenth, and a final line with every file counted.
+  Nothing is redrawn, so a log stays readable.
 
 Use: ``with show_progress(): Index.build(...)``; the report printed afterwards (`print_report`)
 is unchanged.
@@ -46,11 +48,16 @@ def duration(seconds: float) -> str:
 
 
 def describe(p: AddProgress) -> str:
-    """The words both displays print: ``files 412/1098 (38%), 5,120 chunks, 84.2 chunks/s, ETA 1m32s``."""
+    """The words both displays print: ``files 1098/1098 (100%), 5,120 chunks searchable, 1,024/5,120
+    embedded, 84.2 chunks/s, ETA 48s``: chunks searchable have their text stored (keyword search and
+    evidence answers find them); embedded ones are found by vector search too."""
     files = f"files {p.files_done}/{p.files_total}" if p.files_total is not None else f"files {p.files_done}"
     if p.files_total:
         files += f" ({100 * p.files_done // p.files_total}%)"
-    parts = [files, f"{p.chunks_done:,} chunks"]
+    expected = p.chunks_expected
+    embedded = (f"{p.chunks_done:,}/{expected:,} embedded" if expected and not p.final and p.chunks_done < expected
+                else f"{p.chunks_done:,} embedded")
+    parts = [files, f"{p.chunks_stored:,} chunks searchable", embedded]
     if p.chunks_done:
         parts.append(f"{p.rate:.1f} chunks/s")
     if p.final:
@@ -74,9 +81,9 @@ class Bar:
         if not p.final and now - self._last < BAR_EVERY_S:
             return
         self._last = now
-        share = min(1.0, p.files_done / p.files_total) if p.files_total else 0.0
-        filled = round(share * BAR_WIDTH)
-        line = f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {describe(p)}"
+        embedded = round(p.embedded_share * BAR_WIDTH)
+        searchable = max(0, round(max(p.searchable_share, p.embedded_share) * BAR_WIDTH) - embedded)
+        line = f"[{'#' * embedded}{'+' * searchable}{'.' * (BAR_WIDTH - embedded - searchable)}] {describe(p)}"
         pad = " " * max(0, self._width - len(line))  # wipe what a longer previous line left
         self._width = len(line)
         self.stream.write(f"\r{line}{pad}" + ("\n" if p.final else ""))
@@ -94,7 +101,8 @@ class LogLines:
 
     def __call__(self, p: AddProgress) -> None:
         now = self.clock()
-        step = int(p.files_done / p.files_total / LOG_EVERY_SHARE) if p.files_total else 0
+        step = (int(p.files_done / p.files_total / LOG_EVERY_SHARE) if p.files_total else 0) \
+            + int(p.embedded_share / LOG_EVERY_SHARE)
         due = (p.final or self._last_t is None or now - self._last_t >= LOG_EVERY_S or step > self._last_step)
         if not due:
             return

@@ -52,9 +52,11 @@ class IndexBrowse:
         disk), ``updated`` (Unix time of the last change: the newest mtime of the manifest, which
         every add and compact replaces, and of the catalog and its WAL, which a remove writes),
         ``storage`` (as configured: flat, slim or auto) and ``gen_kind`` (what the current
-        generation is), ``embedder`` (its id) and ``path``."""
+        generation is), ``embedder`` (its id), ``path``, and ``embedded`` (chunks with a vector;
+        the others await theirs: `slimrag.index.coverage`)."""
         st, m = self.state, self.state.manifest
         counts = st.catalog.counts()
+        cov = st.coverage()
         stamps = [t for p in (st.root / layout.MANIFEST, *st.root.glob(layout.CATALOG + "*"))
                   if (t := _mtime(p)) is not None]
         return {
@@ -66,10 +68,13 @@ class IndexBrowse:
             "storage": m.storage,
             "gen_kind": m.gen_kind,
             "embedder": m.embedder["id"],
+            "embedded": cov.embedded,
         }
 
     def stats(self) -> dict[str, Any]:
-        """Counts, bytes on disk per component, embedder and config."""
+        """Counts, bytes on disk per component, embedder and config, and ``coverage``: the live
+        chunks with a vector and those awaiting theirs (`Coverage.to_dict`; ``share`` is what
+        ``slimrag info`` prints as embedded)."""
         st, m = self.state, self.state.manifest
         gen = layout.gen_dir(st.root, m.generation)
         gen_files = {p.name: p.stat().st_size for p in sorted(gen.iterdir())}
@@ -86,6 +91,7 @@ class IndexBrowse:
             "bytes": {"catalog": cat, "generation": sum(gen_files.values()), "generation_files": gen_files,
                       "delta": layout.folder_bytes(delta) if delta.exists() else 0,
                       "total": layout.folder_bytes(st.root)},
+            "coverage": st.coverage().to_dict(),
             "embedder": m.embedder,
             "config": m["config"],
         }

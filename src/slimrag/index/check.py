@@ -8,14 +8,19 @@ already applied, see `IndexState.refresh`):
 - reads the chunk ids of every vector row: the generation's ``ids.npy`` and each delta part
   (a part that is missing or unreadable is listed in ``bad_parts``);
 - compares them with the catalog's live chunk ids and tombstones:
-  ``missing``: live chunks with no vector row (never found by vector search; what the race of two
-  unlocked writers left); ``duplicates``: live chunks with more than one row (returned twice);
+  ``missing``: live chunks with no vector row, *awaiting vectors* (`slimrag.index.coverage`): a
+  state, not a problem. A build stores all text before it embeds, and an interrupted write (Ctrl-C,
+  SIGKILL) leaves its stored chunks so; keyword search finds them, hybrid search covers them
+  (`slimrag.index.query`), and the next `add`, `sync`, ``build --resume`` or ``check --repair``
+  embeds them. (A bad part's chunks are awaiting vectors too, its part being the problem);
+  ``duplicates``: live chunks with more than one row (returned twice);
   ``orphans``: rows whose chunk is neither stored nor removed since the last compaction;
   ``tombstoned``: rows of removed chunks, masked, dropped by the next compaction (normal);
 - runs SQLite's ``integrity_check`` and the keyword index's own check (``sqlite_errors``).
 
-Repair (``repair=True``, still under the lock): bad parts leave the manifest; missing chunks are
-re-embedded from their stored text into a new delta part; duplicates and orphans are dropped by a
+Repair (``repair=True``, still under the lock; it also runs when the only finding is chunks
+awaiting vectors): bad parts leave the manifest; chunks awaiting vectors are embedded from their
+stored text into a new delta part; duplicates and orphans are dropped by a
 compaction (which keeps one row per live chunk); a disagreeing keyword index is rebuilt from the
 chunks table. Damage inside SQLite's own pages cannot be repaired here: rebuild the index. The
 report of the state found carries a `Repair` with what was done and the state after it.
@@ -75,8 +80,15 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
-        """Every live chunk has exactly one vector, no vector lacks its chunk, SQLite is sound."""
-        return not (self.missing or self.duplicates or self.orphans or self.bad_parts or self.sqlite_errors)
+        """No live chunk has two vectors, no vector lacks its chunk, every delta part reads, SQLite
+        is sound. Chunks awaiting vectors (``missing``) are a state, not a problem: see `awaiting`."""
+        return not (self.duplicates or self.orphans or self.bad_parts or self.sqlite_errors)
+
+    @property
+    def awaiting(self) -> int:
+        """Live chunks awaiting vectors (``len(missing)``): searchable by keyword, embedded by the
+        next add, sync, ``build --resume`` or ``check --repair``."""
+        return len(self.missing)
 
     def problems(self) -> list[str]:
         """One line per kind of problem, for people (empty when `ok`)."""
@@ -85,8 +97,6 @@ class CheckReport:
         out = []
         if self.bad_parts:
             out.append(f"{len(self.bad_parts)} delta part(s) missing or unreadable: {', '.join(self.bad_parts)}")
-        if self.missing:
-            out.append(f"{len(self.missing)} live chunk(s) without a vector: {ids(self.missing)}")
         if self.duplicates:
             out.append(f"{len(self.duplicates)} live chunk(s) with more than one vector: {ids(self.duplicates)}")
         if self.orphans:
@@ -104,14 +114,14 @@ class IndexChecker:
 
     def check(self, repair: bool = False) -> CheckReport:
         """Check that catalog and vectors agree (and SQLite's integrity); with ``repair``, fix what
-        was found (see the module header). Holds the writer lock, so it waits for a writer busy
+        was found and embed chunks awaiting vectors (see the module header). Holds the writer lock, so it waits for a writer busy
         with the index (`IndexBusyError` after ``lock_wait``). Returns the state found; with
         ``repair`` its ``repair.after`` is the state left."""
         st = self.state
         before = len(st.rolled_back)
         with st.locked():
             found = self._inspect(tuple(st.rolled_back[before:]))
-            if not repair or found.ok:
+            if not repair or (found.ok and not found.missing):
                 return found
             done = self._repair(found)
             return CheckReport(**{**found.__dict__, "repair": done})
@@ -154,7 +164,7 @@ class IndexChecker:
         if compacted:
             self.writer.compact()
         after = self._inspect()
-        log.warning("%s: repaired: %d part(s) dropped, %d chunk(s) re-embedded%s%s; %s", st.root,
+        log.warning("%s: repaired: %d part(s) dropped, %d chunk(s) embedded%s%s; %s", st.root,
                     len(found.bad_parts), len(missing), ", compacted" if compacted else "",
                     ", keyword index rebuilt" if rebuilt else "", "clean" if after.ok else "; ".join(after.problems()))
         return Repair(tuple(found.bad_parts), len(missing), compacted, rebuilt, after)

@@ -28,9 +28,16 @@ What a tracked run costs:
   2-core machine at load ~5): 279 s against 262 s in all, no cost above the noise; the vectors
   agree to 4e-8.
 
+A write runs in two phases (`slimrag.index.writer`): the text of every file is stored first
+(`AddTracker.stored`: those chunks are searchable by keyword from then on), then the chunks awaiting
+vectors are embedded (`AddTracker.embedding` announces how many, this run's and any an earlier,
+interrupted run left). A snapshot carries both counts, so a display can say what is searchable
+and how much of it vector search reaches.
+
 Chunks per second and the remaining time are derived from a snapshot (`AddProgress.rate`,
-`AddProgress.eta`): the total chunk count is unknown until every file is chunked, so it is
-estimated from the chunks per file read so far.
+`AddProgress.eta`): the rate counts from the start of embedding (the text phase embeds nothing),
+and until the embedding phase announces its count the total is estimated from the chunks per
+file read so far.
 """
 
 from __future__ import annotations
@@ -57,7 +64,10 @@ class AddProgress:
     """One snapshot of a run. files_done counts every input met (read, unchanged or skipped),
     as `AddReport.total` does; files_total is None until the crawl is listed. chunks_seen: chunks
     the files read so far were cut into; chunks_done: those embedded (or given with vectors) so far.
-    final: the run is over (the last snapshot)."""
+    final: the run is over (the last snapshot). chunks_stored: chunks whose text is committed,
+    searchable by keyword (and by evidence answers) from then on. chunks_to_embed: the chunks the
+    embedding phases of the run announced (None before the first), earlier runs' leftovers
+    included. embed_elapsed: seconds since the first embedding phase began (0.0 before)."""
 
     files_done: int
     files_total: int | None
@@ -65,21 +75,42 @@ class AddProgress:
     chunks_done: int
     elapsed: float
     final: bool = False
+    chunks_stored: int = 0
+    chunks_to_embed: int | None = None
+    embed_elapsed: float = 0.0
 
     @property
     def rate(self) -> float:
-        """Chunks embedded per second over the whole run so far (0.0 before any)."""
-        return self.chunks_done / self.elapsed if self.elapsed > 0 else 0.0
+        """Chunks embedded per second since embedding began (over the whole run when no
+        embedding phase was announced: vectors given by Ray ingest); 0.0 before any."""
+        seconds = self.embed_elapsed if self.embed_elapsed > 0 else self.elapsed
+        return self.chunks_done / seconds if seconds > 0 else 0.0
 
     @property
     def chunks_expected(self) -> int | None:
-        """The run's chunk count, estimated from the chunks per file read so far (exact once every
-        file is read); None before any file is read or while the total is unknown."""
+        """The run's chunk count: once every file is read and embedding was announced, what it
+        announced (plus chunks done otherwise); before, estimated from the chunks per file read so
+        far (exact once every file is read); None before any file is read or while the total is
+        unknown."""
         if self.files_total is None or self.files_done == 0:
-            return None
+            return self.chunks_to_embed
         if self.files_done >= self.files_total:
-            return self.chunks_seen
+            return max(self.chunks_seen, self.chunks_to_embed or 0)
         return max(self.chunks_seen, round(self.chunks_seen / self.files_done * self.files_total))
+
+    @property
+    def searchable_share(self) -> float:
+        """The share of the expected chunks whose text is stored (0.0 while unknown)."""
+        expected = self.chunks_expected
+        return min(1.0, self.chunks_stored / expected) if expected else 0.0
+
+    @property
+    def embedded_share(self) -> float:
+        """The share of the expected chunks embedded (0.0 while unknown; 1.0 when final)."""
+        if self.final:
+            return 1.0
+        expected = self.chunks_expected
+        return min(1.0, self.chunks_done / expected) if expected else 0.0
 
     @property
     def eta(self) -> float | None:
@@ -109,6 +140,12 @@ class NullTracker:
     def chunks(self, n: int) -> None:
         """Ignored."""
 
+    def stored(self, n: int) -> None:
+        """Ignored."""
+
+    def embedding(self, n: int) -> None:
+        """Ignored."""
+
     def embed(self, embedder: Embedder, texts: Sequence[str], batch_size: int) -> np.ndarray:
         """One `Embedder.embed` call (its own bar on a terminal, as before)."""
         return embedder.embed(texts, batch_size=batch_size)
@@ -131,11 +168,16 @@ class AddTracker(NullTracker):
         self.files_done = 0
         self.chunks_seen = 0
         self.chunks_done = 0
+        self.chunks_stored = 0
+        self.chunks_to_embed: int | None = None
+        self.embed_t0: float | None = None
 
     def snapshot(self, final: bool = False) -> AddProgress:
         """The counters now."""
+        now = self.clock()
         return AddProgress(self.files_done, self.files_total, self.chunks_seen, self.chunks_done,
-                           self.clock() - self.t0, final)
+                           now - self.t0, final, self.chunks_stored, self.chunks_to_embed,
+                           now - self.embed_t0 if self.embed_t0 is not None else 0.0)
 
     def _emit(self) -> None:
         self.fn(self.snapshot())
@@ -157,7 +199,22 @@ class AddTracker(NullTracker):
         """``n`` chunks stored with vectors computed elsewhere (Ray ingest): done without embedding."""
         if n:
             self.chunks_done += n
+            self.chunks_to_embed = (self.chunks_to_embed or 0) + n
             self._emit()
+
+    def stored(self, n: int) -> None:
+        """``n`` chunks' text committed: searchable by keyword from now on."""
+        if n:
+            self.chunks_stored += n
+            self._emit()
+
+    def embedding(self, n: int) -> None:
+        """An embedding phase begins, for ``n`` chunks awaiting vectors (totals add up over the
+        writes of one ``reporting`` block; the rate counts from the first)."""
+        if self.embed_t0 is None:
+            self.embed_t0 = self.clock()
+        self.chunks_to_embed = (self.chunks_to_embed or 0) + n
+        self._emit()
 
     def embed(self, embedder: Embedder, texts: Sequence[str], batch_size: int) -> np.ndarray:
         """`Embedder.embed` in steps of `STEP_BATCHES` batches, reporting after each; the same

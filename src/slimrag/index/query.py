@@ -19,6 +19,17 @@ it in the SQL ``WHERE`` before ``LIMIT``. A `SearchConfig` given per call sets `
 the fusion knobs and the slim index's walk and rerank knobs (ef, rerank, wave, early_stop) for
 that query alone.
 
+Chunks awaiting vectors (progressive indexing, `slimrag.index.coverage`): while a build embeds, or
+after an interrupted one, some live chunks have no vector row. Vector and hybrid search then use
+the vectors that exist, keyword search covers the rest, and the best `FILL` (default 8) keyword
+candidates (of ``SearchConfig.candidates``) that await vectors are embedded by the search itself
+and scored exactly, as if they had their rows, so the vector list (and the relevance floor's
+one-hit vector probe of `slimrag.rag.guards`) sees them. That costs `FILL` chunk embeddings per
+query at most (~0.7 s on two CPU cores for MiniLM at 256 tokens; nothing once every chunk has its
+vector), and they are kept for later queries of this handle (`FILL_CACHE` vectors, 4,096 by
+default, ~6 MB at d=384). Each search records what it covered in `IndexQuery.last_coverage`
+(chunks, embedded, filled: `Coverage`), which ``slimrag search --json`` reports.
+
 A part of `Index` built on its `IndexState` (`slimrag.index.state`): it reads the catalog, the
 embedder and the vector store from there and nothing else. Hybrid fusion is one call (`fuse`).
 """
@@ -33,11 +44,17 @@ import numpy as np
 
 from slimrag.config import SearchConfig
 from slimrag.errors import RequestError
-from slimrag.index.fusion import fuse
+from slimrag.index.coverage import Coverage
+from slimrag.index.fusion import Ranked, fuse
 from slimrag.types import Hit
 
 if TYPE_CHECKING:
     from slimrag.index.state import IndexState
+
+#: keyword candidates awaiting vectors that one search embeds and scores itself (module header)
+FILL = 8
+#: vectors of such candidates kept per handle, for later queries
+FILL_CACHE = 4096
 
 
 class IndexQuery:
@@ -45,6 +62,9 @@ class IndexQuery:
 
     def __init__(self, state: IndexState) -> None:
         self.state = state
+        #: what the last `search` covered (None before the first)
+        self.last_coverage: Coverage | None = None
+        self._filled: dict[int, np.ndarray] = {}  # chunk id -> vector, for chunks awaiting theirs
 
     def search(self, query: str, k: int = 5, mode: str | None = None, source: str | None = None,
                config: SearchConfig | None = None) -> list[Hit]:
@@ -60,41 +80,66 @@ class IndexQuery:
         if mode is not None and mode != cfg.mode:
             cfg = replace(cfg, mode=mode)  # validated again: an unknown mode raises ValueError
         catalog = self.state.catalog
+        cov = self.state.coverage()
         if cfg.mode == "keyword":
             ranked = catalog.keyword_search(query, cfg.k, source)
-        elif cfg.mode == "vector":
-            ranked = self._vectors([query], cfg.k, source, cfg)[0]
         else:
             n = max(cfg.candidates, cfg.k)
-            ranked = fuse(self._vectors([query], n, source, cfg)[0], catalog.keyword_search(query, n, source),
-                          cfg.rrf_k)[: cfg.k]
+            kv = cfg.k if cfg.mode == "vector" else n
+            q = self.state.embedder.embed([query])
+            vector = self._ranked(q, kv, source, cfg)[0]
+            keyword = catalog.keyword_search(query, n, source) if cfg.mode == "hybrid" or not cov.complete else []
+            if not cov.complete:
+                vector, filled = self._fill(q[0], vector, keyword, kv)
+                cov = Coverage(cov.chunks, cov.embedded, filled)
+            ranked = vector if cfg.mode == "vector" else fuse(vector, keyword, cfg.rrf_k)[: cfg.k]
+        self.last_coverage = cov
         return self._hits(ranked)
+
+    def _fill(self, q: np.ndarray, vector: Ranked, keyword: Ranked, n: int) -> tuple[Ranked, int]:
+        """``vector`` with the best `FILL` ``keyword`` candidates that await vectors scored
+        exactly against the query vector ``q`` (embedded now, or taken from this handle's cache),
+        merged in by score and cut to ``n``; and how many were scored."""
+        st = self.state
+        cands = np.asarray([i for i, _ in keyword], dtype=np.int64)
+        todo = cands[np.isin(cands, st.awaiting())][:FILL]
+        if not len(todo):
+            return vector, 0
+        new = [int(i) for i in todo if int(i) not in self._filled]
+        if new:
+            if len(self._filled) + len(new) > FILL_CACHE:
+                self._filled.clear()
+            self._filled.update(zip(new, st.recompute(np.asarray(new, dtype=np.int64)), strict=True))
+        scores = np.stack([self._filled[int(i)] for i in todo]).astype(np.float32) @ np.asarray(q, np.float32)
+        merged = {**dict(vector), **{int(i): float(x) for i, x in zip(todo, scores, strict=True)}}
+        return sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))[:n], len(todo)
 
     def search_batch(self, queries: Sequence[str], k: int = 5, source: str | None = None,
                      config: SearchConfig | None = None) -> list[list[Hit]]:
         """Vector search for many queries at once: one embedder call, and for a slim index one
         recomputation batch per rerank wave shared by all queries. ``config``, when given, sets
         ``k`` and the slim knobs as in `search`; its mode must be "vector" (ValueError otherwise:
-        `SearchConfig`'s default mode is hybrid, so a config built for this call names the mode)."""
+        `SearchConfig`'s default mode is hybrid, so a config built for this call names the mode).
+        Chunks awaiting vectors are not searched here (no keyword candidates to fill from).
+        """
         cfg = config or SearchConfig(k=k, mode="vector")
         if cfg.mode != "vector":
             raise ValueError(f"search_batch does vector search only, got mode={cfg.mode!r}; "
                              "call search() per query for keyword or hybrid")
         for query in queries:
             _check_query(query)
-        ranked = self._vectors(list(queries), cfg.k, source, cfg)
+        ranked = self._ranked(self.state.embedder.embed(list(queries)), cfg.k, source, cfg)
         return [self._hits(r) for r in ranked]
 
-    def _vectors(self, queries: list[str], k: int, source: str | None,
-                 cfg: SearchConfig) -> list[list[tuple[int, float]]]:
+    def _ranked(self, q: np.ndarray, k: int, source: str | None, cfg: SearchConfig) -> list[Ranked]:
+        """The vector store's top ``k`` for each embedded query (rows awaiting vectors have none)."""
         st = self.state
-        q = st.embedder.embed(queries)
         store = st.vectors
         allow = None
         if source is not None:
             allow = np.isin(store.ids, np.asarray(st.catalog.live_ids(source), dtype=np.int64))
         ids, scores = store.search(q, k, allow, cfg)
-        return [[(int(i), float(s)) for i, s in zip(ids[r], scores[r], strict=True)] for r in range(len(queries))]
+        return [[(int(i), float(s)) for i, s in zip(ids[r], scores[r], strict=True)] for r in range(len(q))]
 
     def _hits(self, ranked: list[tuple[int, float]]) -> list[Hit]:
         chunks = self.state.catalog.chunks([i for i, _ in ranked])

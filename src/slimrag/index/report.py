@@ -34,6 +34,11 @@ class AddReport:
     chunks: int = 0
     skipped: list[Skipped] = field(default_factory=list)
     seconds: float = 0.0
+    #: chunks embedded by this run: its own, and any an earlier, interrupted run left awaiting vectors
+    embedded: int = 0
+    #: seconds from the start of the write until every chunk's text was stored (keyword search and
+    #: evidence answers cover the input from then on; the rest of ``seconds`` is embedding)
+    searchable_s: float | None = None
     #: outcome (added / updated / unchanged) → sources, in the order they were written
     files: dict[str, list[str]] = field(default_factory=dict)
 
@@ -82,6 +87,7 @@ class AddReport:
         """The report as JSON-ready data: counts, skip counts by reason, every skip with its
         message, and the listing."""
         return {"added": self.added, "updated": self.updated, "unchanged": self.unchanged, "chunks": self.chunks,
-                "seconds": self.seconds, "skipped_by_reason": self.skipped_by_reason(),
+                "seconds": self.seconds, "embedded": self.embedded,
+                "searchable_s": self.searchable_s, "skipped_by_reason": self.skipped_by_reason(),
                 "skipped": [{"source": s.source, "reason": s.reason, "kind": s.kind} for s in self.skipped],
                 "files": self.listing()}

@@ -8,7 +8,9 @@ attributes. The state holds:
 - ``root``, the folder; ``manifest``, the typed `Manifest` in force; ``catalog``, the SQLite store;
   ``embedder``; ``vectors``, the `VectorStore` of the manifest's generation and delta parts;
 - the writer lock of this handle (`locked`), and what keeps the in-memory view current with the
-  folder (`refresh`, `reload`, `switch`, `committed`).
+  folder (`refresh`, `reload`, `switch`, `committed`, `stored_text`);
+- which live chunks await vectors (`awaiting`, `coverage`: derived from the catalog and the
+  vectors, see `slimrag.index.coverage`; cached until either changes).
 
 Keeping current with other writers (`refresh`, on entry to `locked`; see `slimrag.index.writer`):
 the manifest is re-read. When another process only appended delta parts (same generation, the
@@ -38,6 +40,7 @@ from slimrag.embed.base import Embedder
 from slimrag.errors import IndexFormatError
 from slimrag.index import layout, vectors
 from slimrag.index import manifest as manifest_file
+from slimrag.index.coverage import Coverage, awaiting_ids, counts_key
 from slimrag.index.lock import WriterLock
 from slimrag.index.manifest import Manifest
 from slimrag.index.vectors import VectorStore
@@ -74,6 +77,7 @@ class IndexState:
         self._lock: WriterLock | None = None
         self._verified_part: str | None = None  # the last delta part known to be committed in the catalog
         self._seen_data = 0  # the catalog's data_version when the liveness mask was last read
+        self._awaiting: tuple[tuple[int, ...], np.ndarray] | None = None  # (key, ids) of `awaiting`
         self.vectors: VectorStore
         self.reload()
 
@@ -102,6 +106,22 @@ class IndexState:
         return self.embedder.embed([embed_input(chunks[int(i)]) for i in chunk_ids],
                                    batch_size=self.config.embed_batch)
 
+    def awaiting(self) -> np.ndarray:
+        """Live chunk ids with no vector row yet, ascending (`slimrag.index.coverage`): what
+        `IndexWriter.embed_awaiting` embeds. Cached while the catalog's counts, its largest id,
+        the live rows and SQLite's ``data_version`` stay the same."""
+        counts = counts_key(self.catalog, self.vectors)
+        key = (*counts, self.catalog.data_version())
+        if self._awaiting is None or self._awaiting[0] != key:
+            self._awaiting = (key, awaiting_ids(self.catalog, self.vectors, counts))
+        return self._awaiting[1]
+
+    def coverage(self) -> Coverage:
+        """Live chunks and how many of them have a vector (`Coverage`)."""
+        awaiting = len(self.awaiting())
+        chunks = self._awaiting[0][0] if self._awaiting is not None else 0
+        return Coverage(chunks, chunks - awaiting)
+
     def switch(self, manifest: Manifest) -> None:
         """Make ``manifest`` the folder's (atomic replace) and this handle's, and reopen the
         vectors from it (a new generation, or parts dropped or added by a repair)."""
@@ -116,6 +136,13 @@ class IndexState:
         self.manifest = manifest
         self._verified_part = part
         vectors.append_part(self.vectors, self.root, part, ids)
+        self.vectors.kill(replaced)
+
+    def stored_text(self, manifest: Manifest, replaced: np.ndarray) -> None:
+        """After a text-only commit of this handle (chunks stored, no vectors: they await
+        them): ``manifest`` (already written) is in force, the rows of the ``replaced`` chunks
+        are masked."""
+        self.manifest = manifest
         self.vectors.kill(replaced)
 
     # -- the writer lock ------------------------------------------------------------------------

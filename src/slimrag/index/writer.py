@@ -1,10 +1,31 @@
 """The write path of an `Index`: add, write, remove, compact.
 
-Every write follows the same path (see `slimrag.index.layout` for the on-disk rules):
-read and hash files → skip unchanged ones → parse and chunk → embed in batches → in one SQLite
-transaction: replace changed documents, insert chunks → write a delta part → switch the manifest
-→ commit. `Index.build` is "create an empty index, add, compact", so a build and an incremental
-add share one code path and one set of tests. Everything from "skip unchanged" on is
+Every write follows the same path (see `slimrag.index.layout` for the on-disk rules), in two
+phases (progressive indexing: questions before the last vector):
+
+1. text: read and hash files → skip unchanged ones → parse and chunk → in one SQLite transaction
+   per `COMMIT_CHUNKS` chunks: replace changed documents, insert chunks and their keyword
+   postings (and, for chunks that came with vectors, write their delta part and switch the
+   manifest) → commit. From each commit on, keyword search finds those chunks; once the last
+   one is in, the whole folder is answerable by keyword search and evidence answers.
+2. vectors (`embed_awaiting`): every live chunk without a vector row (this write's, and any an
+   earlier, interrupted write left) is read back from the catalog in id order, embedded
+   `COMMIT_CHUNKS` at a time, and each batch written as a delta part and committed by the
+   manifest switch alone (no catalog change is needed: see `slimrag.index.coverage`).
+
+A write of at most one embedder batch (``IndexConfig.embed_batch`` chunks, 64) in all is
+embedded before its only commit instead, as chunks given with vectors are: storing its text
+first would make nothing searchable sooner than that one batch's embedding does, and the write
+stays all or nothing (a one-file edit seen by `watch` is never committed without its vectors).
+
+A crash or Ctrl-C anywhere leaves an index that answers: chunks committed in phase 1 and not yet
+embedded are "awaiting vectors" (`Index.coverage`, `check` reports them and `check(repair=True)`
+embeds them), hybrid search covers them by keyword (and embeds its best few candidates itself,
+`slimrag.index.query`), and the next `add`, `sync` or `build --resume` embeds them. The cost
+against embedding inside each transaction: each chunk's text is read back from the catalog once
+(decompressing a block, ~0.1 ms a chunk against ~90 ms to embed it on a CPU). `Index.build` is
+"create an empty index, add, compact", so a build and an incremental add share one code path and
+one set of tests. Everything from "skip unchanged" on is
 `IndexWriter.write`, which also takes documents chunked and embedded elsewhere
 (`slimrag.index.distributed` feeds it from a Ray cluster), so dedup, chunk ids and crash safety
 do not depend on where the work ran.
@@ -30,9 +51,10 @@ rebuilt (`slimrag.index.slim.update`: new rows inserted into the graph, few rows
 
 Knobs: `AUTO_COMPACT_SHARE` (default 0.05): a write compacts a slim index once its delta rows
 reach this share of its graph rows (see `_auto_compact`; 0 turns the policy off).
-`COMMIT_CHUNKS` (default 2048) chunks per transaction. It bounds the memory of an add over
-a big folder (texts and vectors of one transaction are held at once, ~3 MB of float32 at d=384)
-and how much an interrupted add loses; smaller values write more, smaller delta parts.
+`COMMIT_CHUNKS` (default 2048) chunks per text transaction and per embedded delta part. It
+bounds the memory of an add over a big folder (texts and vectors of one batch are held at once,
+~3 MB of float32 at d=384) and how much embedding an interrupted add loses; smaller values write
+more, smaller delta parts.
 
 A part of `Index` (see `slimrag.index.state`): built on the open index's `IndexState`, it reads
 and changes nothing else.
@@ -50,6 +72,7 @@ import numpy as np
 
 from slimrag.index import layout, vectors
 from slimrag.index import manifest as manifest_file
+from slimrag.index.coverage import Coverage
 from slimrag.index.progress import current_tracker
 from slimrag.index.report import AddReport
 from slimrag.index.sources import Removal, match_sources
@@ -171,6 +194,7 @@ class IndexWriter:
         dim = self.state.manifest.dim
         pending: list[_Pending] = []
         n_pending = 0
+        stored_any = False
         next_id = max(self.state.manifest.next_chunk_id, self.state.catalog.max_chunk_id() + 1)
         seen: set[str] = set()
         for d, old_id in docs:
@@ -192,47 +216,102 @@ class IndexWriter:
             pending.append((Document(d.doc_id, d.source, d.mtime, d.size), old_id is not None, chunks, d.vectors))
             n_pending += len(chunks)
             if n_pending >= COMMIT_CHUNKS:
-                self._commit(pending, next_id, report)
-                pending, n_pending = [], 0
+                self._store(pending, next_id, report)
+                pending, n_pending, stored_any = [], 0, True
+        here = 0
         if pending:
-            self._commit(pending, next_id, report)
+            if not stored_any and n_pending <= self.state.config.embed_batch:
+                pending, here = self._embedded(pending)  # a small write: all or nothing, in one commit
+            self._store(pending, next_id, report, here)
+        report.searchable_s = time.perf_counter() - t0
+        report.embedded += here + self._embed_awaiting()
         report.seconds += time.perf_counter() - t0
         return report
 
-    def _commit(self, docs: list[_Pending], next_id: int, report: AddReport) -> None:
-        """One transaction: embed what has no vectors, store documents and chunks, write a delta
-        part, switch the manifest, commit; then append the part to the open view. A failure rolls
-        the catalog back; the delta part it may leave is named by no manifest and collected later."""
+    def _store(self, docs: list[_Pending], next_id: int, report: AddReport, embedded_here: int = 0) -> None:
+        """Phase 1, one transaction: store documents and chunks (text and keyword postings); for
+        chunks that came with vectors (Ray ingest), write their delta part too; switch the
+        manifest (its ``next_chunk_id``, and that part); commit. The other chunks await vectors
+        (`embed_awaiting`). A failure rolls the catalog back; a delta part it may leave is named by
+        no manifest (or rolled back by `IndexState.refresh`) and collected later. ``embedded_here``:
+        how many of the given vectors `_embedded` computed (the progress display counted them)."""
         st = self.state
         chunks = [c for _, _, cs, _ in docs for c in cs]
-        todo = [embed_input(c) for _, _, cs, v in docs if v is None for c in cs]
-        tracker = current_tracker()
-        fresh = tracker.embed(st.embedder, todo, st.config.embed_batch) if todo else None
-        tracker.chunks(len(chunks) - len(todo))  # given vectors (Ray ingest): done without embedding
-        parts, used = [], 0
-        for _, _, cs, v in docs:  # given vectors where a document has them, fresh ones in order otherwise
-            if v is None:
-                assert fresh is not None
-                v, used = fresh[used: used + len(cs)], used + len(cs)
-            parts.append(v)
-        vecs = np.concatenate(parts)
-        ids = np.array([c.chunk_id for c in chunks], dtype=np.int64)
+        given = [(c.chunk_id, v[i]) for _, _, cs, v in docs if v is not None for i, c in enumerate(cs)]
         replaced: list[int] = []
+        part = None
         with st.catalog.transaction():
             for doc, is_update, _, _ in docs:
                 if is_update:
                     replaced += st.catalog.delete_document(doc.source)
                 st.catalog.put_document(doc)
             st.catalog.put_chunks(chunks)
-            seq = layout.next_part(st.root, st.manifest.next_part)
-            part = layout.write_delta_part(st.root, seq, ids, vecs.astype(st.config.dtype))
-            manifest = st.manifest.changed(delta_parts=(*st.manifest.delta_parts, part), next_part=seq + 1,
-                                           next_chunk_id=next_id)
+            manifest = st.manifest.changed(next_chunk_id=next_id)
+            if given:
+                ids = np.array([i for i, _ in given], dtype=np.int64)
+                vecs = np.stack([v for _, v in given]).astype(st.config.dtype)
+                seq = layout.next_part(st.root, st.manifest.next_part)
+                part = layout.write_delta_part(st.root, seq, ids, vecs)
+                manifest = manifest.changed(delta_parts=(*manifest.delta_parts, part), next_part=seq + 1)
             manifest_file.write(st.root, manifest)  # inside the transaction: see slimrag.index.layout
-        st.committed(manifest, part, ids, np.asarray(replaced, dtype=np.int64))
+        dead = np.asarray(replaced, dtype=np.int64)
+        if part is not None:
+            st.committed(manifest, part, ids, dead)
+        else:
+            st.stored_text(manifest, dead)
+        tracker = current_tracker()
+        tracker.stored(len(chunks))
+        tracker.chunks(len(given) - embedded_here)  # given vectors: done without embedding
         for doc, is_update, _, _ in docs:
             report.note(UPDATED if is_update else ADDED, doc.source)
         report.chunks += len(chunks)
+
+    def _embedded(self, docs: list[_Pending]) -> tuple[list[_Pending], int]:
+        """``docs`` with vectors computed for those that have none (one embedder call), and how
+        many chunks that embedded."""
+        todo = [embed_input(c) for _, _, cs, v in docs if v is None for c in cs]
+        if not todo:
+            return docs, 0
+        tracker = current_tracker()
+        tracker.embedding(len(todo))
+        fresh = tracker.embed(self.state.embedder, todo, self.state.config.embed_batch)
+        out, used = [], 0
+        for doc, is_update, cs, v in docs:
+            if v is None:
+                v, used = fresh[used: used + len(cs)], used + len(cs)
+            out.append((doc, is_update, cs, v))
+        return out, len(todo)
+
+    def coverage(self) -> Coverage:
+        """`IndexState.coverage`: live chunks, and how many have a vector."""
+        return self.state.coverage()
+
+    def embed_awaiting(self) -> int:
+        """Phase 2 on its own (`build --resume`, `check(repair=True)`, a server catching up):
+        embed every live chunk that has no vector yet, `COMMIT_CHUNKS` at a time, each batch a
+        delta part committed by a manifest switch; returns the chunks embedded. Interrupted, it
+        keeps the batches committed so far. Holds the writer lock."""
+        with self.locked():
+            return self._embed_awaiting()
+
+    def _embed_awaiting(self) -> int:
+        st = self.state
+        todo = st.awaiting()
+        if not len(todo):
+            return 0
+        tracker = current_tracker()
+        tracker.embedding(len(todo))
+        none = np.zeros(0, np.int64)
+        for s in range(0, len(todo), COMMIT_CHUNKS):
+            ids = todo[s: s + COMMIT_CHUNKS]
+            chunks = st.catalog.chunks(ids)
+            vecs = tracker.embed(st.embedder, [embed_input(chunks[int(i)]) for i in ids], st.config.embed_batch)
+            seq = layout.next_part(st.root, st.manifest.next_part)
+            part = layout.write_delta_part(st.root, seq, ids, vecs.astype(st.config.dtype))
+            manifest = st.manifest.changed(delta_parts=(*st.manifest.delta_parts, part), next_part=seq + 1)
+            manifest_file.write(st.root, manifest)  # the commit: the chunks are in the catalog already
+            st.committed(manifest, part, ids, none)
+        return len(todo)
 
     def remove(self, paths: str | Sequence[str], *, cwd: Path | None = None) -> int:
         """Remove documents; returns the number of chunks removed. ``paths`` are read as a user

@@ -14,7 +14,13 @@ Capabilities
     ``thread_safe``                False   True              True
     ``default_repetition_penalty`` 1.0     1.1               1.0
     ``shadows_prefix_cache``       False   False             True
+    ``default_answer_mode``        free    grounded          free
     ============================== ======= ================= ==================
+
+    ``default_answer_mode``: how a `RAG` makes answers with this generator unless told
+    (`slimrag.config.ANSWER_MODES`): a small local model gets the grounded mode, the passages'
+    sentences first and its one short sentence after them; a capable remote model writes freely,
+    and its answer is checked all the same (`slimrag.rag.grounded`).
 
     :meth:`Generator.load` loads what the generator needs before the first request (the local
     engine's weights); it does nothing, and returns None, where nothing loads.
@@ -84,6 +90,8 @@ class Generator(ABC):
     #: The generator sits behind a prefix cache it cannot show (a remote server's), so the pipeline
     #: should plan against a shadow of what it sent (`slimrag.rag.shadow`).
     shadows_prefix_cache: bool = False
+    #: How a `RAG` answers with this generator by default: "free" or "grounded" (module header).
+    default_answer_mode: str = "free"
 
     def load(self) -> LoadReport | None:
         """Load what generation needs now (idempotent), so the first request does not wait;

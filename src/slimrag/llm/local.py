@@ -93,6 +93,7 @@ class LocalGenerator(Generator):
 
     thread_safe = True
     default_repetition_penalty = LOCAL_REPETITION_PENALTY
+    default_answer_mode = "grounded"  # a 135M model chooses and shortens well, reasons badly (issue 29)
 
     def __init__(
         self,

@@ -119,7 +119,7 @@ def test_chatter_claims_nothing_and_markers_go_where_none_are(idx: Index) -> Non
     check = attribute(QUESTION, text, hits, idx.embedder)
     assert [s.supported for s in check.support] == [True, False]
     assert with_markers(text, check) == ("Sure! Simmer the lentils with onion and cumin for half an hour "
-                                         "[notes/recipes.rst#0]. Chef Ramsay says so.")
+                                         "[notes/recipes.rst#0]. Chef Ramsay says so [not in the passages].")
     cited = "Simmer the lentils for half an hour with cumin [notes/recipes.rst#0]."
     assert with_markers(cited, attribute(QUESTION, cited, hits, idx.embedder)) == cited
 

@@ -104,6 +104,12 @@ class RayIngestConfig:
         return n
 
 
+#: How an answer is made (`slimrag.rag.grounded`): ``"free"``, the model writes it over the passages;
+#: ``"grounded"``, the passages' best sentences first and the model's one short sentence after them.
+#: Each generator names its default (`Generator.default_answer_mode`); ``--answer`` overrides it.
+ANSWER_MODES = ("free", "grounded")
+
+
 @dataclass(frozen=True, slots=True)
 class SearchConfig:
     """How a query is answered; every field may change from one query to the next.

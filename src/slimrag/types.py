@@ -157,6 +157,16 @@ class Answer:
     sentence, a subset of ``sources``' labels (`slimrag.rag.attribution`); the other sources were
     only retrieved. ``marked``: ``text`` with ``[label]`` after each supported sentence that cites
     nothing itself (empty when attribution did not run); ``text`` stays what was streamed.
+
+    ``mode``: how the answer was made, ``"free"`` (the model over the passages) or ``"grounded"``
+    (the passages' best sentences first, the model's one sentence after them; `slimrag.rag.grounded`).
+    ``verdict``: what the check decided the reader sees (`slimrag.rag.verdict`): ``"supported"``
+    (every claim backed, and one answers the question), ``"partial"`` (some claims backed, the
+    others marked where they stand), ``"not_backed"`` (no sentence backs an answer: it is not
+    shown as one; ``shown`` says so and quotes the passages, cited), ``""`` when no check ran
+    (an abstention, or attribution off). ``shown``: the text a shell presents once the answer is
+    complete (``text`` marked and cited, or the not-backed notice and the passages' sentences);
+    empty when no check ran.
     """
 
     text: str
@@ -169,6 +179,9 @@ class Answer:
     support: tuple[Support, ...] = ()
     used: tuple[str, ...] = ()
     marked: str = ""
+    mode: str = "free"
+    verdict: str = ""
+    shown: str = ""
 
     @property
     def notice(self) -> str | None:
@@ -176,6 +189,11 @@ class Answer:
         token limit, stopped in a loop), else None. Kept out of ``text`` so the answer stays what
         the model wrote (an OpenAI client gets the same through ``finish_reason``)."""
         return FINISH_NOTICES.get(self.finish_reason)
+
+    @property
+    def backed(self) -> bool:
+        """Whether the check presents this answer as an answer (verdict supported or partial)."""
+        return self.verdict in ("supported", "partial")
 
     @property
     def also_retrieved(self) -> list[Hit]:

@@ -37,7 +37,7 @@ import click
 from slimrag.cli.base import SEARCH, cli, open_index
 from slimrag.cli.feedback import StatusLine, print_answer_end, until_first_piece
 from slimrag.cli.options import llm_options, llm_spec, non_blank, source_filter
-from slimrag.config import SEARCH_MODES
+from slimrag.config import ANSWER_MODES, SEARCH_MODES
 
 SOURCE_HELP = "Only sources under this stored name, folder (e.g. 'guide') or glob ('docs/*.md')."
 
@@ -63,9 +63,42 @@ def search(index: str, query: str, k: int, mode: str, source: str | None, as_jso
         click.echo("   " + " ".join(h.text.split())[:300])
 
 
+ANSWER_HELP = ("How the answer is made: 'grounded' streams the passages' best sentences with their labels, "
+               "then the model's one short sentence over them; 'free' lets the model write over the passages. "
+               "Either is checked against the passages. Default: the model's own (embedded SmolLM2: grounded; "
+               "a remote --llm: free).")
+
+
+def answer_option(func: Any) -> Any:
+    """``--answer free|grounded`` (`slimrag.config.ANSWER_MODES`), received as ``answer``; None
+    when not given, which leaves the choice to the generator's ``default_answer_mode``."""
+    return click.option("--answer", "answer", type=click.Choice(ANSWER_MODES), default=None,
+                        help=ANSWER_HELP)(func)
+
+
+def print_verdict(answer: Any) -> None:
+    """After a streamed answer, what the check decided (`slimrag.rag.verdict`), so the last thing the
+    reader is left with is never an unmarked unsupported claim: for a free answer no passage backs,
+    that it is not the answer and what the passages say, cited; for a grounded one, that the model's
+    sentence (already marked where it stands) is not backed and the sentences above it are the
+    passages' own. Nothing for a backed answer: its unsupported sentences are listed by
+    `print_answer_end`."""
+    if answer.verdict != "not_backed":
+        return
+    click.echo()
+    if answer.mode == "grounded":
+        click.echo(click.style("The model's sentence is not backed by the passages; the sentences above, "
+                               "with their labels, are what the passages say.", fg="yellow"))
+        return
+    click.echo(click.style(answer.shown, fg="yellow"))
+
+
 def print_sources(answer: Any) -> None:
-    """The end of an answer: notice, invented citations, sources, usage (`slimrag demo` uses it)."""
-    print_answer_end(answer)
+    """The end of an answer: its verdict, notice, invented citations, evidence, sources and usage
+    (`slimrag demo` uses it). A grounded answer streamed its evidence already, so it is not
+    listed twice."""
+    print_verdict(answer)
+    print_answer_end(replace(answer, evidence=()) if answer.mode == "grounded" else answer)
 
 
 T = TypeVar("T")
@@ -124,18 +157,19 @@ def open_for_answers(index: str, spec: dict[str, Any]) -> tuple[Any, Background[
     return idx, pending
 
 
-def rag_for(idx: Any, llm: Any, max_tokens: int, mode: str | None = None) -> Any:
-    """A `RAG` over ``idx`` with ``llm`` (a generator, or its spec), ``max_tokens`` per answer and
-    retrieval ``mode``."""
-    from slimrag.rag.pipeline import RAG
+def rag_for(idx: Any, llm: Any, max_tokens: int, mode: str | None = None, answer: str | None = None) -> Any:
+    """A `RAG` over ``idx`` with ``llm`` (a generator, or its spec), ``max_tokens`` per answer,
+    retrieval ``mode`` and ``answer`` mode (None: the generator's default)."""
+    from slimrag.llm.backends import make_generator
+    from slimrag.rag.pipeline import RAG, default_generation
 
-    rag = RAG(idx, llm, mode=mode)
-    rag.generation = replace(rag.generation, max_new_tokens=max_tokens)
-    return rag
+    gen = make_generator(llm)
+    return RAG(idx, gen, mode=mode, answer=answer, generation=default_generation(gen, max_tokens))
 
 
 @contextmanager
-def answering(index: str, spec: dict[str, Any], max_tokens: int, mode: str | None) -> Iterator[tuple[Any, StatusLine]]:
+def answering(index: str, spec: dict[str, Any], max_tokens: int, mode: str | None,
+              answer: str | None = None) -> Iterator[tuple[Any, StatusLine]]:
     """What `ask` and `chat` share: a status line from the start ("loading", then the RAG's stages
     until the first token), the index and the generator loaded side by side, and a `RAG` over them;
     the index is closed and the status line cleared however the command ends."""
@@ -144,7 +178,7 @@ def answering(index: str, spec: dict[str, Any], max_tokens: int, mode: str | Non
     try:
         idx, generator = open_for_answers(index, spec)
         with idx:
-            rag = rag_for(idx, generator.result(), max_tokens, mode)
+            rag = rag_for(idx, generator.result(), max_tokens, mode, answer)
             rag.progress = status.show
             yield rag, status
     finally:
@@ -159,17 +193,18 @@ def answering(index: str, spec: dict[str, Any], max_tokens: int, mode: str | Non
 @click.option("--mode", type=click.Choice(SEARCH_MODES), default=SEARCH["mode"], show_default=True,
               help="How passages are retrieved for the answer.")
 @llm_options
+@answer_option
 @click.option("--no-llm", "no_llm", is_flag=True,
               help="Answer with the evidence alone (the passage sentences that best answer the question), "
                    "without loading or calling a model.")
 @click.option("--json", "as_json", is_flag=True)
 def ask(index: str, question: str, k: int, source: str | None, mode: str, llm: str | None, llm_model: str | None,
-        api_key: str | None, max_tokens: int, no_llm: bool, as_json: bool) -> None:
-    """Answer a question from the index, streaming, then the evidence and the sources."""
+        api_key: str | None, max_tokens: int, answer: str | None, no_llm: bool, as_json: bool) -> None:
+    """Answer a question from the index, streaming, then the check's verdict, the evidence and the sources."""
     if no_llm:
         evidence_only(index, question, k, source, mode, as_json)
         return
-    with answering(index, llm_spec(llm, llm_model, api_key), max_tokens, mode) as (rag, status):
+    with answering(index, llm_spec(llm, llm_model, api_key), max_tokens, mode, answer) as (rag, status):
         pattern = source_filter(rag.index, source)
         for piece in until_first_piece(rag.stream_answer(question, k, source=pattern), status):
             if isinstance(piece, str):
@@ -178,7 +213,7 @@ def ask(index: str, question: str, k: int, source: str | None, mode: str, llm: s
             elif as_json:
                 click.echo(json.dumps({**asdict(piece), "notice": piece.notice}))
             else:
-                print_answer_end(piece)
+                print_sources(piece)
 
 
 def evidence_only(index: str, question: str, k: int, source: str | None, mode: str, as_json: bool) -> None:
@@ -204,10 +239,11 @@ def evidence_only(index: str, question: str, k: int, source: str | None, mode: s
               help="Show the model its earlier answers too, as a chat transcript: follow-ups reuse the whole "
                    "previous turn's KV (faster), but a small model tends to repeat its last answer.")
 @llm_options
+@answer_option
 def chat(index: str, k: int, mode: str, replay: bool, llm: str | None, llm_model: str | None, api_key: str | None,
-         max_tokens: int) -> None:
+         max_tokens: int, answer: str | None) -> None:
     """Multi-turn chat over an index (empty line or Ctrl-D to quit)."""
-    with answering(index, llm_spec(llm, llm_model, api_key), max_tokens, mode) as (rag, status):
+    with answering(index, llm_spec(llm, llm_model, api_key), max_tokens, mode, answer) as (rag, status):
         conv = rag.chat(replay=replay)
         status.clear()
         while True:
@@ -221,4 +257,4 @@ def chat(index: str, k: int, mode: str, replay: bool, llm: str | None, llm_model
                 if isinstance(piece, str):
                     click.echo(piece, nl=False)
                 else:
-                    print_answer_end(piece)
+                    print_sources(piece)

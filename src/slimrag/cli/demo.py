@@ -6,14 +6,15 @@ import time
 
 import click
 
-from slimrag.cli.asking import print_sources, rag_for
+from slimrag.cli.asking import answer_option, print_sources, rag_for
 from slimrag.cli.base import cli, print_report
 
 
 @cli.command()
 @click.option("--llm", help="OpenAI-compatible base URL; default: embedded SmolLM2.")
 @click.option("--rebuild", is_flag=True, help="Rebuild the demo index.")
-def demo(llm: str | None, rebuild: bool) -> None:
+@answer_option
+def demo(llm: str | None, rebuild: bool, answer: str | None) -> None:
     """Index the standard library's documentation and answer two questions with sources."""
     from slimrag.demo import QUESTIONS, home, write_corpus
     from slimrag.index.core import Index
@@ -30,7 +31,7 @@ def demo(llm: str | None, rebuild: bool) -> None:
         idx = Index.open(path)
         click.echo(f"Reusing the index at {path}")
     with idx:
-        rag = rag_for(idx, llm, 96)
+        rag = rag_for(idx, llm, 96, answer=answer)
         t1 = time.perf_counter()
         loaded = rag.llm.load()  # before the questions, so their timings are the answers' own
         if loaded is not None:

@@ -20,7 +20,16 @@ Algorithm
       neighbour's number (a heading between two recipes would otherwise lend one's time to the
       other).
 
-    ``a`` is *supported* when some ``s`` that can back it has ``match >= SUPPORT`` (0.55); its
+    - pairing: a number or name of ``a`` that the question also holds (the answer's subject: "crate 2"
+      in "Crate 2 holds 3 gears") must be in ``s`` too, unless ``s`` opens with a pronoun and names
+      nothing but ``a``'s other numbers and names ("It holds 17 gears."): "Crate 1 holds 3 gears"
+      cannot back "Crate 2 holds 3 gears" although it holds the 3 and the question holds the 2;
+    - code: the identifiers of ``a`` (dotted names and calls, ``json.loads``, ``median(``) must be
+      in some passage, like numbers and names; a fenced code block of the answer is checked as
+      one unit, its identifiers and calls against the passages' text (`code_support`): a block
+      that calls what no passage shows is unsupported, whatever its prose.
+
+    ``a`` is *supported* when some ``s`` that can back it has ``match >= SUPPORT`` (0.4); its
     supporting passages are those of such sentences, best first. Separately, a number or name of
     ``a`` found in no passage and not in the question is an *unknown term*: the model invented it
     or brought it from memory. A sentence with an unknown term is never supported.
@@ -43,14 +52,15 @@ Results
     `Support` per answer sentence; ``used`` = the labels backing at least one sentence, in source
     order: always a subset of the retrieved labels, by construction. `with_markers` appends
     ``[label]`` (the citation form answers use, which the CLI and the web page already resolve) to
-    each supported sentence that cites nothing itself.
+    each supported sentence that cites nothing itself, and `UNSUPPORTED_MARK` after each sentence
+    no passage backs, where it stands.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -62,6 +72,14 @@ from slimrag.types import Evidence, Hit, Support
 SUPPORT = 0.4
 
 _CITATION = re.compile(r"\s*\[[^\[\]\n]*#\d+[^\[\]\n]*\]")
+_FENCE = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.S)
+#: Identifiers that code states: dotted names (``json.loads``) and calls (``median(``).
+_IDENT = re.compile(r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_]+(?:\.[A-Za-z_][A-Za-z0-9_]+)+(?![A-Za-z0-9_])"
+                    r"|(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_]*(?=\((?!s\)))")
+#: Names any Python snippet may use without a passage showing them.
+_BUILTIN_CALLS = frozenset("print len str int float list dict set tuple open range isinstance type repr sorted".split())
+#: What marks an unsupported sentence where it stands (`with_markers`).
+UNSUPPORTED_MARK = "[not in the passages]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,17 +116,54 @@ def _claims(sentence: str) -> bool:
     return bool(content_words(sentence) - {stem(w) for w in CHATTER} or key_terms(sentence))
 
 
+def identifiers(text: str) -> set[str]:
+    """The dotted names and called names of ``text`` (``json.loads``, ``median``), less Python's
+    common built-ins: what code states and a passage must show."""
+    return {m.group(0) for m in _IDENT.finditer(text)} - _BUILTIN_CALLS
+
+
+def _shown(ident: str, passages: str) -> bool:
+    """Whether a passage shows ``ident``: the dotted name itself, or its last part where the
+    passage documents a module's function by its bare name (pydoc's ``loads(s, ...)``)."""
+    if re.search(rf"(?<![A-Za-z0-9_]){re.escape(ident)}(?![A-Za-z0-9_])", passages):
+        return True
+    last = ident.rsplit(".", 1)[-1]
+    head = ident.split(".", 1)[0]
+    return ("." in ident and bool(re.search(rf"(?<![A-Za-z0-9_.]){re.escape(last)}\(", passages))
+            and head.lower() in passages.lower())
+
+
+def _code_text(hits: Sequence[Hit]) -> str:
+    """The passages as code is looked up in: each one's source name (``json.txt`` documents the
+    module ``json``) and text."""
+    return "\n".join(f"{h.source}\n{h.text}" for h in hits)
+
+
+def code_support(block: str, hits: Sequence[Hit]) -> Support:
+    """A fenced code block of an answer checked as one unit: supported when every identifier and
+    call it states (`identifiers`) is in some passage; the missing ones are its unknown terms. A
+    block that states none (plain values) is supported only when its text is in a passage."""
+    passages = _code_text(hits)
+    idents = identifiers(block)
+    missing = tuple(sorted(i for i in idents if not _shown(i, passages)))
+    labels = tuple(h.label for h in hits if idents and any(_shown(i, _code_text([h])) for i in idents))
+    ok = not missing if idents else " ".join(block.split()) in " ".join(passages.split())
+    return Support(block.strip(), labels if ok else (), (), ok, missing)
+
+
 def attribute(question: str, answer: str, hits: Sequence[Hit], embedder: Embeds,
               threshold: float = SUPPORT) -> Attribution:
     """Check ``answer`` against the passages of ``hits`` (module header)."""
-    plain = _CITATION.sub("", answer)
+    blocks = [m.group(1) for m in _FENCE.finditer(answer) if m.group(1).strip()]
+    plain = _CITATION.sub("", _FENCE.sub("\n\n", answer))
     sents = [s for s in split_sentences(plain) if _claims(s.text)]
+    code = tuple(code_support(b, hits) for b in blocks)
     cands = Candidates.of(hits)
     if not sents:
-        return Attribution((), ())
+        return Attribution(code, tuple(dict.fromkeys(lab for c in code for lab in c.labels)))
     if not cands.at:
         return Attribution(tuple(Support(s.text, (), (), False, tuple(sorted(key_terms(s.text))))
-                                 for s in sents), ())
+                                 for s in sents) + code, ())
     vecs = np.asarray(embedder.embed([s.text for s in sents] + cands.texts), dtype=np.float64)
     a_vecs, s_vecs = vecs[: len(sents)], vecs[len(sents):]
     cos = np.clip(a_vecs @ s_vecs.T, 0.0, 1.0)
@@ -116,9 +171,15 @@ def attribute(question: str, answer: str, hits: Sequence[Hit], embedder: Embeds,
     around = [set().union(*(own[j] for j in cands.neighbours(i))) for i in range(len(own))]
     sent_terms = [_terms_in(t) for t in cands.texts]
     known = set().union(*sent_terms) | _terms_in(question)
+    passages = _code_text(hits)
     support: list[Support] = []
     for i, s in enumerate(sents):
-        support.append(_support(s, cos[i], hits, cands, own, around, sent_terms, known, question, threshold))
+        one = _support(s, cos[i], hits, cands, own, around, sent_terms, known, question, threshold)
+        missing = tuple(sorted(x for x in identifiers(s.text) if not _shown(x, passages)))
+        if missing:  # code it names that no passage shows (item 3 of issue 29)
+            one = replace(one, supported=False, unknown_terms=tuple(sorted({*one.unknown_terms, *missing})))
+        support.append(one)
+    support += code
     used = [h.label for h in hits if any(h.label in s.labels for s in support)]
     return Attribution(tuple(support), tuple(dict.fromkeys(used)))
 
@@ -130,9 +191,14 @@ def _support(s: Sentence, cos: np.ndarray, hits: Sequence[Hit], cands: Candidate
     asked = _terms_in(question)
     unknown = tuple(sorted(t for t in terms if t not in known and _core(t) not in known))
     backing: list[tuple[float, int]] = []
+    subject = {t for t in terms if t in asked}
     for j in range(len(cands.at)):
-        if not all(t in sent_terms[j] or _core(t) in sent_terms[j] or t in asked for t in terms):
+        here = sent_terms[j]
+        if not all(t in here or _core(t) in here or t in subject for t in terms):
             continue
+        if any(t not in here and _core(t) not in here for t in subject) and not _refers_back(
+                cands.at[j][1].text, terms - subject):
+            continue  # the value is not stated with the answer's subject here: maybe another's
         inside = words_a & own[j]
         overlap = (len(inside) + 0.5 * len((words_a - inside) & around[j])) / len(words_a) if words_a else 1.0
         score = (float(cos[j]) + overlap) / 2
@@ -148,17 +214,34 @@ def _support(s: Sentence, cos: np.ndarray, hits: Sequence[Hit], cands: Candidate
     return Support(s.text, labels, tuple(evidence), bool(backing) and not unknown, unknown)
 
 
+_PRONOUN = re.compile(r"(it|its|they|their|this|these|he|she|his|her)\b", re.I)
+
+
+def _refers_back(sentence: str, values: set[str]) -> bool:
+    """Whether a passage ``sentence`` that lacks the answer's subject may still back it: it opens
+    with a pronoun (its subject is the sentence before) and names nothing but the answer's
+    ``values`` ("It holds 17 gears.")."""
+    cores = {_core(x) for x in values}
+    return bool(_PRONOUN.match(sentence)) and all(t in values or _core(t) in cores for t in key_terms(sentence))
+
+
 def with_markers(answer: str, attribution: Attribution) -> str:
     """``answer`` with ``[label]`` after each supported sentence that carries no citation of its own
-    (the best supporting passage's label)."""
+    (the best supporting passage's label), and `UNSUPPORTED_MARK` after each unsupported one."""
     out = answer
     for s in attribution.support:
-        if not s.supported or not s.labels:
-            continue
         at = out.find(s.sentence)
         if at < 0:
             continue
         end = at + len(s.sentence)
+        if not s.supported:
+            if UNSUPPORTED_MARK not in out[end - 1 : end + len(UNSUPPORTED_MARK) + 2]:
+                if out[end - 1] in ".!?" and "\n" not in s.sentence:  # "... so [not in the passages]."
+                    end -= 1
+                out = f"{out[:end]} {UNSUPPORTED_MARK}{out[end:]}"
+            continue
+        if not s.labels:
+            continue
         if _CITATION.match(out[end:]) or _CITATION.search(s.sentence):
             continue
         if out[end - 1] in ".!?":  # "... 128MB [label]." as answers cite

@@ -139,7 +139,9 @@ def answer_type(question: str) -> str | None:
     return None
 
 
-def _has_type(kind: str | None, sentence: str, q_terms: set[str]) -> float:
+def has_type(kind: str | None, sentence: str, q_terms: set[str]) -> float:
+    """1.0 when ``sentence`` holds a value of the ``kind`` a question asks for (`answer_type`) that
+    ``q_terms`` (the question's numbers and names) does not already state, else 0.0."""
     if kind is None:
         return 0.0
     if kind == "when":
@@ -197,7 +199,7 @@ def features(question: str, hits: Sequence[Hit], cands: Candidates, q_vec: np.nd
         if q_terms:
             low = sent.text.lower().replace(",", "")
             out[i, 2] = sum(t in low for t in q_terms) / len(q_terms)
-        out[i, 3] = _has_type(kind, sent.text, q_terms)
+        out[i, 3] = has_type(kind, sent.text, q_terms)
         out[i, 4] = 1.0 / (1.0 + rank)
     base = (out[:, 0] + out[:, 1]) / 2
     for i in range(n):

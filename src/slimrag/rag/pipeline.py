@@ -36,27 +36,32 @@ guard has no token counts (the generator's final piece never came), only the tim
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from slimrag.config import GenerationConfig, SearchConfig
+from slimrag.config import ANSWER_MODES, GenerationConfig, SearchConfig
 from slimrag.llm.backends import make_generator
 from slimrag.llm.base import Delta, Generator
 from slimrag.llm.decoding import LoopGuard
 from slimrag.prompt import DEFAULT_SYSTEM, Passage, Prompt
-from slimrag.rag.attribution import attribute, with_markers
+from slimrag.rag.attribution import UNSUPPORTED_MARK, Attribution, attribute, with_markers
 from slimrag.rag.condense import CONDENSERS
 from slimrag.rag.evidence import EvidenceConfig, Memo, evidence_answer, rank_sentences
+from slimrag.rag.grounded import CONTEXT, IN_SHORT, LEAD, MAX_TOKENS, context_prompt, lead_text
 from slimrag.rag.guards import NO_ANSWER, CitationCheck, Guards, answerable
 from slimrag.rag.plan import PlanningCache, plan_prompt
 from slimrag.rag.shadow import ShadowCache
+from slimrag.rag.verdict import judge
 from slimrag.types import Answer, Hit, Usage
 
 if TYPE_CHECKING:
     from slimrag.index.core import Index
     from slimrag.rag.chat import Chat
+
+_CITED = re.compile(r"\[[^\[\]\n]*#\d+[^\[\]\n]*\]")
 
 #: Called with the name of each stage before it starts (see the module header).
 Progress = Callable[[str], None]
@@ -117,7 +122,9 @@ class RAG:
     (`slimrag.rag.evidence`); attribution: check each answer sentence against the passages after
     generation (`slimrag.rag.attribution`; False leaves ``support``, ``used`` and ``marked`` empty).
     condense: how a follow-up's retrieval query is made (`slimrag.rag.condense.CONDENSERS`:
-    ``"words"``, the default, ``"rewrite"`` by the generator, or ``"off"``).
+    ``"words"``, the default, ``"rewrite"`` by the generator, or ``"off"``). answer: how answers
+    are made, ``"free"`` or ``"grounded"`` (`slimrag.config.ANSWER_MODES`, `slimrag.rag.grounded`);
+    None takes the generator's ``default_answer_mode`` (the embedded model: grounded).
 
     Thread-safety: `ask`/`stream` may be called from several threads when the generator's
     ``thread_safe`` is True (both built-in generators); the index should then be opened per thread.
@@ -127,7 +134,7 @@ class RAG:
                  generation: GenerationConfig | None = None, mode: str | None = None, shadow: bool = True,
                  guards: Guards | None = None, progress: Progress | None = None,
                  evidence: EvidenceConfig | None = None, attribution: bool = True,
-                 condense: str = "words") -> None:
+                 condense: str = "words", answer: str | None = None) -> None:
         self.index = index
         self.llm = make_generator(llm)
         self.system = system
@@ -141,6 +148,9 @@ class RAG:
         if condense not in CONDENSERS:
             raise ValueError(f"condense must be one of {sorted(CONDENSERS)}, got {condense!r}")
         self.condense = condense
+        self.answer_mode = answer or self.llm.default_answer_mode
+        if self.answer_mode not in ANSWER_MODES:
+            raise ValueError(f"answer must be one of {ANSWER_MODES}, got {self.answer_mode!r}")
 
     def _stage(self, name: str) -> None:
         if self.progress is not None:
@@ -207,13 +217,19 @@ class RAG:
                 self.shadow.record(prompt)
 
     def answer(self, turn: Turn, config: GenerationConfig | None = None) -> Iterator[str | Answer]:
-        """Generate the answer of a planned `Turn`: text pieces, then the `Answer` (module header).
-        A turn below the relevance floor yields the fixed reply without calling the model."""
+        """Generate the answer of a planned `Turn` in this RAG's answer mode: text pieces, then the
+        checked `Answer` (module header). A turn below the relevance floor yields the fixed reply
+        without calling the model."""
         if turn.prompt is None:
             elapsed = time.perf_counter() - turn.t0
             yield NO_ANSWER
             yield Answer(NO_ANSWER, [], Usage(ttft_s=elapsed, total_s=elapsed), "stop", abstained=True)
             return
+        yield from ANSWERERS[self.answer_mode](self, turn, config)
+
+    def _free(self, turn: Turn, config: GenerationConfig | None = None) -> Iterator[str | Answer]:
+        """The free-form answer: the model over the planned passages, streamed, then checked."""
+        assert turn.prompt is not None
         self._stage("prefilling")
         check = CitationCheck({p.label for p in turn.prompt.passages}, self.guards.citations)
         loop = LoopGuard() if self.guards.stop_loops else None
@@ -243,9 +259,78 @@ class RAG:
         yield self.checked(Answer("".join(parts).strip(), turn.hits, usage, reason, tuple(check.unknown)),
                            turn.question)
 
+    def _grounded(self, turn: Turn, config: GenerationConfig | None = None) -> Iterator[str | Answer]:
+        """The grounded answer (`slimrag.rag.grounded`): the best evidence sentences streamed at
+        once with their labels, then the model's one sentence over them, then its citation or
+        its mark; checked like a free answer, the lead being the passages' own words."""
+        embedder = Memo(self.index.embedder)
+        evidence = rank_sentences(turn.question, turn.hits, embedder,
+                                  replace(self.evidence, top=max(self.evidence.top, CONTEXT, LEAD)))
+        lead = lead_text(evidence)
+        first = time.perf_counter()
+        yield lead
+        self._stage("prefilling")
+        base = config or self.generation
+        short = replace(base, max_new_tokens=min(base.max_new_tokens, MAX_TOKENS), stop=(*base.stop, "\n"))
+        prompt = context_prompt(turn.question, evidence)
+        check = CitationCheck({h.label for h in turn.hits}, self.guards.citations)
+        parts: list[str] = []
+        usage, reason = Usage(), "stop"
+        stream = self._run(prompt, turn.t0, short)
+        try:
+            for delta in stream:
+                shown = check.feed(delta.text) if delta.text else ""
+                if shown:
+                    if not parts:
+                        yield IN_SHORT
+                    parts.append(shown)
+                    yield shown
+                usage = delta.usage or usage
+                reason = delta.finish_reason or reason
+        finally:
+            stream.close()
+        rest = check.flush()
+        if rest:
+            parts.append(rest)
+            yield rest
+        said = "".join(parts).strip()
+        ranked = tuple(evidence[: self.evidence.top])
+        quoted = [e.label for e in evidence[:LEAD]]
+        if not self.attribution:
+            text = lead + (IN_SHORT + said if said else "")
+            end = time.perf_counter()
+            yield Answer(text.strip(), turn.hits, replace(usage, ttft_s=first - turn.t0, total_s=end - turn.t0),
+                         reason, tuple(check.unknown), evidence=ranked, used=tuple(dict.fromkeys(quoted)),
+                         mode="grounded")
+            return
+        attribution = attribute(turn.question, said, turn.hits, embedder)
+        verdict = judge(turn.question, said, attribution, evidence)
+        tail = self._tail(said, attribution, verdict.kind)
+        if said:
+            yield tail
+        text = (lead + (IN_SHORT + said + tail if said else "")).strip()
+        shown = (lead + IN_SHORT + with_markers(said, attribution)).strip() if verdict.kind != "not_backed" else verdict.shown
+        used = tuple(dict.fromkeys([*quoted, *attribution.used]))
+        end = time.perf_counter()
+        yield Answer(text, turn.hits, replace(usage, ttft_s=first - turn.t0, total_s=end - turn.t0), reason,
+                     tuple(check.unknown), evidence=ranked, support=attribution.support, used=used, marked=text,
+                     mode="grounded", verdict=verdict.kind, shown=shown)
+
+    @staticmethod
+    def _tail(said: str, attribution: Attribution, kind: str) -> str:
+        """What follows the model's streamed sentence in grounded mode: the label backing it when it
+        cites none itself, and `UNSUPPORTED_MARK` when any of it is not backed (the mark in place
+        is in `Answer.shown`)."""
+        labels = [] if _CITED.search(said) else [lab for s in attribution.support if s.supported for lab in s.labels[:1]]
+        tail = "".join(f" [{lab}]" for lab in dict.fromkeys(labels)) if kind != "not_backed" else ""
+        if kind != "supported":
+            tail += f" {UNSUPPORTED_MARK}"
+        return tail
+
     def checked(self, answer: Answer, question: str) -> Answer:
         """``answer`` with its evidence (the passage sentences that best answer ``question``) and,
-        with ``attribution``, each sentence's support, the sources used and the marked text."""
+        with ``attribution``, each sentence's support, the sources used, the marked text and the
+        verdict with what to show (`slimrag.rag.verdict`)."""
         if answer.abstained or not answer.sources:
             return answer
         embedder = Memo(self.index.embedder)  # the passage sentences are embedded once for both
@@ -253,8 +338,9 @@ class RAG:
         if not self.attribution:
             return replace(answer, evidence=evidence)
         check = attribute(question, answer.text, answer.sources, embedder)
+        verdict = judge(question, answer.text, check, evidence)
         return replace(answer, evidence=evidence, support=check.support, used=check.used,
-                       marked=with_markers(answer.text, check))
+                       marked=with_markers(answer.text, check), verdict=verdict.kind, shown=verdict.shown)
 
     def evidence_answer(self, question: str, k: int = 4, *, source: str | None = None) -> Answer:
         """Answer with evidence alone, without calling the model (`slimrag.rag.evidence.evidence_answer`,
@@ -291,3 +377,10 @@ class RAG:
         from slimrag.rag.chat import Chat
 
         return Chat(self, replay=replay)
+
+
+#: answer mode (`slimrag.config.ANSWER_MODES`) -> how a `RAG` answers a planned turn in it.
+ANSWERERS: dict[str, Callable[[RAG, Turn, GenerationConfig | None], Iterator[str | Answer]]] = {
+    "free": RAG._free,
+    "grounded": RAG._grounded,
+}

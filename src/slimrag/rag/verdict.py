@@ -1,0 +1,81 @@
+"""The verdict: what the check of an answer lets the reader see.
+
+Attribution (`slimrag.rag.attribution`) says, sentence by sentence, whether a passage backs an
+answer. The verdict turns that into what is presented (issue 29, "every answer is checked before
+it is presented"):
+
+=============== ========================================================================================
+``supported``   every claiming sentence is backed, and at least one of them answers the question: the
+                answer is shown, each sentence cited
+``partial``     at least one backed sentence answers the question, others are not backed: the answer
+                is shown, each unbacked sentence marked where it stands (`UNSUPPORTED_MARK`)
+``not_backed``  no backed sentence answers the question (all unbacked, or nothing claimed, or only the
+                question restated): the model's text is not shown as the answer; `NOT_BACKED` and
+                the passages' best sentences, cited, are
+=============== ========================================================================================
+
+A backed sentence *answers* the question (`answers`) when it states something the question does not
+(a content word or a number or name the question lacks) and, for a question that asks for a kind of
+value (when, how many, who/where/which: `slimrag.rag.evidence.answer_type`), holds a value of that
+kind that the question does not already state. "Warsaw is a city in Poland." backs nothing of
+"How many people live in Warsaw?" however true it is; without this rule a true restatement would
+count as a supported answer.
+
+The verdict is a pure function of the attribution, the question, the answer text and the evidence;
+`judge` returns it with the text a shell shows once the answer is complete (`Answer.shown`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from slimrag.rag.attribution import Attribution, with_markers
+from slimrag.rag.evidence import has_type, answer_type, evidence_text
+from slimrag.rag.sentences import content_words, key_terms
+from slimrag.types import Evidence, Support
+
+#: What a shell says in place of an answer that no passage backs.
+NOT_BACKED = "The model's answer is not backed by the passages, so it is not shown as the answer. The passages say:"
+
+#: Evidence sentences quoted under `NOT_BACKED`.
+QUOTED = 2
+
+#: The verdicts, in order from best to worst.
+VERDICTS = ("supported", "partial", "not_backed")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The check's decision (module header) and the text to present with it."""
+
+    kind: str
+    shown: str
+
+
+def answers(question: str, sentence: str) -> bool:
+    """Whether ``sentence`` states something ``question`` asks for (module header)."""
+    q_words, q_terms = content_words(question), key_terms(question)
+    new = (content_words(sentence) - q_words) | (key_terms(sentence) - q_terms)
+    if not new:
+        return False
+    kind = answer_type(question)
+    return kind is None or bool(has_type(kind, sentence, q_terms))
+
+
+def kind_of(question: str, support: Sequence[Support]) -> str:
+    """``supported``, ``partial`` or ``not_backed`` for an answer whose sentences are ``support``."""
+    responsive = [s for s in support if s.supported and answers(question, s.sentence)]
+    if not responsive:
+        return "not_backed"
+    return "supported" if all(s.supported for s in support) else "partial"
+
+
+def judge(question: str, text: str, check: Attribution, evidence: Sequence[Evidence]) -> Verdict:
+    """The verdict on ``text`` and what to show: ``text`` with citations and marks when it is backed,
+    else `NOT_BACKED` and the first `QUOTED` evidence sentences, each with its label."""
+    kind = kind_of(question, check.support)
+    if kind != "not_backed":
+        return Verdict(kind, with_markers(text, check))
+    quoted = evidence_text(evidence[:QUOTED]) if evidence else "(no sentence of the passages answers it)"
+    return Verdict(kind, f"{NOT_BACKED}\n{quoted}")

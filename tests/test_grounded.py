@@ -1,0 +1,138 @@
+"""Grounded answers and the verdict (issue 29): `slimrag.rag.grounded`, `slimrag.rag.verdict` and the
+pairing and code checks of `slimrag.rag.attribution`, against a real index built by the real embedder
+and real `Generator` subclasses that stream a fixed reply and record their prompts (no mock library)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slimrag.config import GenerationConfig
+from slimrag.embed.local import LocalEmbedder
+from slimrag.index.core import Index
+from slimrag.llm.base import Delta, Generator
+from slimrag.prompt import Prompt
+from slimrag.rag.attribution import UNSUPPORTED_MARK, attribute, identifiers
+from slimrag.rag.grounded import IN_SHORT, LEAD
+from slimrag.rag.pipeline import RAG
+from slimrag.rag.verdict import NOT_BACKED, answers
+from slimrag.types import Answer, Usage
+
+DOCS = {
+    "store/crates.md": "# Crates\n\nCrate 1 holds 3 gears. Crate 2 holds 17 gears. Crate 3 is empty.\n",
+    "lib/json.txt": "loads(s, *, cls=None) Deserialize s (a str instance containing a JSON document) to a "
+                    "Python object.\n\ndumps(obj) Serialize obj to a JSON formatted str.\n",
+    "lib/statistics.txt": "median(data) Return the median (middle value) of numeric data. "
+                          "median([1, 3, 5]) is 3. When the number of data points is even, the median is "
+                          "interpolated by taking the average of the two middle values.\n",
+    "notes/recipes.rst": "Soup\n====\n\nSimmer lentils with onion and cumin for half an hour.\n",
+}
+
+
+class Fixed(Generator):
+    """Streams ``reply`` in pieces of 4 characters and records the prompts it was given."""
+
+    thread_safe = True
+
+    def __init__(self, reply: str, answer_mode: str = "free") -> None:
+        self.reply = reply
+        self.default_answer_mode = answer_mode
+        self.prompts: list[Prompt] = []
+        self.configs: list[GenerationConfig | None] = []
+
+    def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:
+        self.prompts.append(prompt)
+        self.configs.append(config)
+        for i in range(0, len(self.reply), 4):
+            yield Delta(self.reply[i : i + 4])
+        yield Delta("", finish_reason="stop", usage=Usage(prompt_tokens=10, completion_tokens=5))
+
+
+@pytest.fixture(scope="module")
+def idx(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder) -> Iterator[Index]:
+    root: Path = tmp_path_factory.mktemp("grounded")
+    index = Index.build(list(DOCS.items()), root / "g.slimrag", embedder=embedder, storage="flat")
+    yield index
+    index.close()
+
+
+CRATE = "How many gears does crate 2 hold?"
+
+
+@pytest.mark.parametrize(("answer", "supported"), [
+    ("Crate 2 holds 17 gears.", True),
+    ("Crate 2 holds 3 gears.", False),  # 3 is crate 1's: the term check alone passed it (2 is asked)
+    ("It holds 17 gears.", True),
+])
+def test_a_value_must_stand_with_its_subject(idx: Index, answer: str, supported: bool) -> None:
+    check = attribute(CRATE, answer, idx.search(CRATE, k=4), idx.embedder)
+    assert [s.supported for s in check.support] == [supported]
+
+
+def test_code_must_be_in_the_passages(idx: Index) -> None:
+    q = "How do I parse a JSON string into a Python object?"
+    hits = idx.search(q, k=4)
+    assert identifiers("Call json.loads(s) or median(data), e.g. for the file(s).") == {"json.loads", "median"}
+    good = attribute(q, "Use json.loads:\n```python\nobj = json.loads(text)\n```\n", hits, idx.embedder)
+    assert [s.supported for s in good.support][-1] is True
+    bad = attribute(q, "Use a decoder:\n```python\nobj = json.JSONDecoder(strict=False).decode(text)\n```\n",
+                    hits, idx.embedder)
+    block = bad.support[-1]
+    assert "JSONDecoder" in block.sentence and not block.supported and block.unknown_terms == ("json.JSONDecoder",)
+    prose = attribute(q, "Call json.JSONEncoder(indent=4) on the string.", hits, idx.embedder)
+    assert not prose.support[0].supported and "json.JSONEncoder" in prose.support[0].unknown_terms
+
+
+def test_restating_the_question_is_no_answer() -> None:
+    assert not answers("How many gears does crate 2 hold?", "Crate 2 holds gears.")
+    assert answers("How many gears does crate 2 hold?", "Crate 2 holds 17 gears.")
+    assert not answers("When was the bridge opened?", "The bridge was opened by the mayor.")
+
+
+def test_free_answer_no_passage_backs_is_not_shown_as_the_answer(idx: Index) -> None:
+    rag = RAG(idx, Fixed("Crate 2 holds 3 gears."), answer="free")
+    ans = rag.ask(CRATE)
+    assert ans.mode == "free" and ans.verdict == "not_backed" and not ans.backed
+    assert ans.shown.startswith(NOT_BACKED) and "[store/crates.md#0]" in ans.shown and "3 gears" not in ans.shown.split(
+        "\n", 1)[0]
+    right = RAG(idx, Fixed("Crate 2 holds 17 gears."), answer="free").ask(CRATE)
+    assert right.verdict == "supported" and right.shown == "Crate 2 holds 17 gears [store/crates.md#0]."
+
+
+def test_an_unsupported_sentence_inside_a_backed_answer_is_marked_where_it_stands(idx: Index) -> None:
+    text = "Crate 2 holds 17 gears. Crate 2 was built by Chef Ramsay. That is all."
+    ans = RAG(idx, Fixed(text), answer="free").ask(CRATE)
+    assert ans.verdict == "partial"
+    assert ans.shown == ("Crate 2 holds 17 gears [store/crates.md#0]. Crate 2 was built by Chef Ramsay "
+                         f"{UNSUPPORTED_MARK}. That is all.")
+
+
+def test_grounded_streams_the_passages_first_and_marks_the_models_sentence(idx: Index) -> None:
+    gen = Fixed("Crate 2 holds 3 gears.", answer_mode="grounded")  # the generator's default decides
+    pieces = list(RAG(idx, gen).stream_answer(CRATE, 4))
+    ans = pieces[-1]
+    assert isinstance(ans, Answer) and ans.mode == "grounded"
+    text = [p for p in pieces if isinstance(p, str)]
+    lead = text[0]
+    assert lead.splitlines()[0].endswith("[store/crates.md#0]") and "17 gears" in lead
+    assert len(lead.splitlines()) == LEAD
+    assert text[1] == IN_SHORT and text[-1] == f" {UNSUPPORTED_MARK}"  # the last thing streamed is the mark
+    assert ans.text == "".join(text).strip() and ans.verdict == "not_backed" and ans.shown.startswith(NOT_BACKED)
+    # the model read a few evidence sentences, not the passages, and wrote one short line
+    prompt = gen.prompts[0]
+    assert sum(len(p.text) for p in prompt.passages) < sum(len(h.text) for h in ans.sources)
+    assert gen.configs[0] is not None and "\n" in gen.configs[0].stop and gen.configs[0].max_new_tokens <= 48
+    assert ans.usage.ttft_s <= ans.usage.total_s
+
+
+def test_grounded_backed_sentence_is_cited_and_free_overrides_the_default(idx: Index) -> None:
+    gen = Fixed("Crate 2 holds 17 gears.", answer_mode="grounded")
+    ans = RAG(idx, gen).ask(CRATE)
+    assert ans.verdict == "supported" and ans.text.endswith("Crate 2 holds 17 gears. [store/crates.md#0]")
+    assert ans.shown.endswith("Crate 2 holds 17 gears [store/crates.md#0].") and "store/crates.md#0" in ans.used
+    free = RAG(idx, gen, answer="free").ask(CRATE)
+    assert free.mode == "free" and free.text == "Crate 2 holds 17 gears."
+    with pytest.raises(ValueError, match="answer must be one of"):
+        RAG(idx, gen, answer="quoted")

@@ -42,8 +42,10 @@ def corpus(root: Path, n: int = 12) -> Path:
 
 @pytest.fixture()
 def small_commits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Commit every 2 chunks; returns the list the chunks of each commit are appended to."""
+    """Commit every 2 chunks (text, and embedded parts); returns the list the chunks of each text
+    commit are appended to."""
     monkeypatch.setattr(writer, "COMMIT_CHUNKS", 2)
+    monkeypatch.setattr(writer, "EMBED_PART_CHUNKS", 2)
     commits: list[int] = []
     real = writer.IndexWriter._store
 

@@ -45,6 +45,7 @@ def vectors_by_chunk(idx: Index) -> dict[tuple[str, int], np.ndarray]:
 def small_commits(monkeypatch: pytest.MonkeyPatch) -> None:
     """16 chunks per transaction and per embedded part: a 120-document build takes many of each."""
     monkeypatch.setattr(writer, "COMMIT_CHUNKS", 16)
+    monkeypatch.setattr(writer, "EMBED_PART_CHUNKS", 16)
 
 
 class FailingEmbedder(HashEmbedder):
@@ -174,7 +175,7 @@ class Slow(HashEmbedder):
         time.sleep(0.15)
         return super().embed_batch(texts)
 
-writer.COMMIT_CHUNKS = 16
+writer.COMMIT_CHUNKS = writer.EMBED_PART_CHUNKS = 16
 Index.build(docs("doc", 120, 7), Path({out!r}), embedder=Slow())
 print("finished", flush=True)
 """

@@ -10,7 +10,7 @@ phases (progressive indexing: questions before the last vector):
    one is in, the whole folder is answerable by keyword search and evidence answers.
 2. vectors (`embed_awaiting`): every live chunk without a vector row (this write's, and any an
    earlier, interrupted write left) is read back from the catalog in id order, embedded
-   `COMMIT_CHUNKS` at a time, and each batch written as a delta part and committed by the
+   `EMBED_PART_CHUNKS` at a time, and each batch written as a delta part and committed by the
    manifest switch alone (no catalog change is needed: see `slimrag.index.coverage`).
 
 A write of at most one embedder batch (``IndexConfig.embed_batch`` chunks, 64) in all is
@@ -51,10 +51,14 @@ rebuilt (`slimrag.index.slim.update`: new rows inserted into the graph, few rows
 
 Knobs: `AUTO_COMPACT_SHARE` (default 0.05): a write compacts a slim index once its delta rows
 reach this share of its graph rows (see `_auto_compact`; 0 turns the policy off).
-`COMMIT_CHUNKS` (default 2048) chunks per text transaction and per embedded delta part. It
-bounds the memory of an add over a big folder (texts and vectors of one batch are held at once,
-~3 MB of float32 at d=384) and how much embedding an interrupted add loses; smaller values write
-more, smaller delta parts.
+`COMMIT_CHUNKS` (default 2048) chunks per text transaction. It bounds the memory of an add over a
+big folder (the chunks of one transaction are held at once) and how much text an interrupted add
+loses. `EMBED_PART_CHUNKS` (default 512, `STEP_BATCHES` embedder batches of 64) chunks per delta
+part of the embedding phase: an interrupted add loses at most that much embedding (~45 s of a
+MiniLM on two CPU cores at ~11 chunks/s; with 2048, measured on the Python docs, a kill in the
+first 3 minutes of embedding kept nothing), and a big build writes N / 512 parts (40 for the
+Python docs' 20,582 chunks), which its compaction merges; smaller values write more, smaller
+parts.
 
 A part of `Index` (see `slimrag.index.state`): built on the open index's `IndexState`, it reads
 and changes nothing else.
@@ -85,8 +89,10 @@ from slimrag.types import Chunk, Document
 
 log = logging.getLogger("slimrag.index")
 
-#: chunks embedded and committed per transaction during add/build; bounds memory for big folders
+#: chunks stored per text transaction during add/build; bounds memory for big folders
 COMMIT_CHUNKS = 2048
+#: chunks embedded per delta part of the embedding phase: what a kill can lose (module header)
+EMBED_PART_CHUNKS = 512
 #: a write compacts a slim index once its delta holds this share of the graph's rows (0: never)
 AUTO_COMPACT_SHARE = 0.05
 
@@ -288,7 +294,7 @@ class IndexWriter:
 
     def embed_awaiting(self) -> int:
         """Phase 2 on its own (`build --resume`, `check(repair=True)`, a server catching up):
-        embed every live chunk that has no vector yet, `COMMIT_CHUNKS` at a time, each batch a
+        embed every live chunk that has no vector yet, `EMBED_PART_CHUNKS` at a time, each batch a
         delta part committed by a manifest switch; returns the chunks embedded. Interrupted, it
         keeps the batches committed so far. Holds the writer lock."""
         with self.locked():
@@ -302,8 +308,8 @@ class IndexWriter:
         tracker = current_tracker()
         tracker.embedding(len(todo))
         none = np.zeros(0, np.int64)
-        for s in range(0, len(todo), COMMIT_CHUNKS):
-            ids = todo[s: s + COMMIT_CHUNKS]
+        for s in range(0, len(todo), EMBED_PART_CHUNKS):
+            ids = todo[s: s + EMBED_PART_CHUNKS]
             chunks = st.catalog.chunks(ids)
             vecs = tracker.embed(st.embedder, [embed_input(chunks[int(i)]) for i in ids], st.config.embed_batch)
             seq = layout.next_part(st.root, st.manifest.next_part)

@@ -17,6 +17,20 @@ and search mode.
   containing the gold answer, with the default system prompt and with each candidate of
   `PROMPTS`, and its latency per question.
 
+- with ``--reader N`` (hybrid, the first N questions): what the reader sees, per answer mode (issue 29),
+  every mode over the same questions in the same run (`reader_rows`). Modes: ``grounded`` (the
+  default for the embedded model: the evidence lead, then the model's sentence, checked), ``free``
+  (the model over the passages, checked: the baseline), and two candidates read off the same runs
+  without another model call: ``phrase`` (extract-then-phrase: the grounded run's model sentence
+  alone, without the lead, under the same verdict) and ``evidence`` (the evidence-only answer, the
+  top sentences presented as the answer, no check). Per mode: ``shown_gold_retrieved`` (the shown
+  answer, `Answer.shown`, contains the gold answer, among questions whose gold passage was
+  retrieved), ``shown_gold`` (the same over all), ``confidently_wrong`` (presented as backed,
+  verdict supported or partial, and the gold answer absent from what is shown), ``withheld_or_marked``
+  (verdict not_backed or partial), ``check_precision`` (of those, the share whose model text truly
+  lacks the gold answer), ``abstained`` (below the relevance floor), the median first byte
+  (``ttfb_s``: the first text piece a reader sees, from the call) and total time (``total_s``).
+
 ``--tune`` chooses the evidence weights instead: it computes the features once for the questions
 of the first set (disfl_qa) in hybrid mode, scores every weight vector of a small grid (cosine
 fixed at 1, the others in `GRID`), and prints the best ones with their top-2 figure on that set and
@@ -173,6 +187,107 @@ def llm_rows(idx: Any, items: list[Item], k: int, n: int, llm: str | None = None
     return out
 
 
+def _median(xs: list[float]) -> float:
+    return float(np.median(xs)) if xs else 0.0
+
+
+def _timed(pieces: Any) -> tuple[Any, float, float | None, float]:
+    """Run an answer stream: the `Answer`, the seconds to its first text piece, to the grounded
+    model's first piece (after `IN_SHORT`; None in free mode) and to its end."""
+    from slimrag.rag.grounded import IN_SHORT
+
+    t0 = time.perf_counter()
+    first = model = None
+    answer = None
+    for piece in pieces:
+        now = time.perf_counter() - t0
+        if isinstance(piece, str):
+            first = now if first is None else first
+            if piece == IN_SHORT and model is None:
+                model = now
+        else:
+            answer = piece
+    return answer, first or 0.0, model, time.perf_counter() - t0
+
+
+def _model_text(answer: Any) -> str:
+    """What the model wrote: a free answer's text, a grounded answer's sentence after the lead."""
+    from slimrag.rag.grounded import IN_SHORT
+
+    if answer.mode == "grounded":
+        return answer.text.split(IN_SHORT, 1)[1] if IN_SHORT in answer.text else ""
+    return answer.text
+
+
+def _phrase_view(answer: Any) -> tuple[str, str]:
+    """Extract-then-phrase read off a grounded answer: (verdict, shown) of its model sentence alone."""
+    from slimrag.rag.grounded import IN_SHORT
+    from slimrag.rag.verdict import NOT_BACKED
+
+    if answer.verdict == "not_backed" or not answer.verdict:
+        return answer.verdict or "not_backed", answer.shown or NOT_BACKED
+    return answer.verdict, answer.shown.split(IN_SHORT, 1)[1] if IN_SHORT in answer.shown else answer.shown
+
+
+def reader_rows(idx: Any, items: list[Item], k: int, n: int, llm: str | None = None,
+                modes: str = "grounded,free") -> dict[str, Any]:
+    """What the reader sees per answer mode on the first ``n`` items (module header)."""
+    from slimrag.llm.backends import make_generator
+    from slimrag.rag.evidence import evidence_answer
+    from slimrag.rag.pipeline import RAG, default_generation
+
+    gen = make_generator(llm)
+    gen.load()
+    rags = {m: RAG(idx, gen, mode="hybrid", answer=m, generation=default_generation(gen, 64)) for m in modes.split(",")}
+    records: list[dict[str, Any]] = []
+    for i, it in enumerate(items[:n]):
+        gold = normalize(it.answer)
+        rec: dict[str, Any] = {"question": it.question, "gold": it.answer}
+        for m, rag in rags.items():
+            ans, first, model, total = _timed(rag.stream_answer(it.question, k))
+            rec["retrieved"] = it.source in {h.source for h in ans.sources}
+            said = _model_text(ans)
+            rec[m] = {"verdict": ans.verdict, "abstained": ans.abstained, "shown": ans.shown or ans.text,
+                      "model": said, "model_gold": gold in normalize(said), "ttfb_s": first, "total_s": total}
+            if m == "grounded":
+                verdict, shown = _phrase_view(ans)
+                rec["phrase"] = {"verdict": verdict, "abstained": ans.abstained, "shown": shown, "model": said,
+                                 "model_gold": gold in normalize(said), "ttfb_s": model or total, "total_s": total}
+            for view in (m, "phrase") if m == "grounded" else (m,):
+                rec[view]["shown_gold"] = gold in normalize(rec[view]["shown"])
+        t = time.perf_counter()
+        ev = evidence_answer(idx, it.question, k, mode="hybrid")
+        rec["evidence"] = {"verdict": "" if ev.abstained else "supported", "abstained": ev.abstained,
+                           "shown": ev.text, "model": "", "model_gold": False, "shown_gold": gold in normalize(ev.text),
+                           "ttfb_s": time.perf_counter() - t, "total_s": time.perf_counter() - t}
+        records.append(rec)
+        print(i, json.dumps({v: (r["verdict"], r["shown_gold"]) for v, r in rec.items() if isinstance(r, dict)}),
+              flush=True)
+    return {"summary": summarize(records), "records": records}
+
+
+def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The reader-view figures of each mode over ``records`` (module header)."""
+    out: dict[str, Any] = {}
+    views = [v for v in ("grounded", "phrase", "free", "evidence") if records and v in records[0]]
+    for v in views:
+        rows = [(r["retrieved"], r[v]) for r in records]
+        ret = [x for got, x in rows if got]
+        flagged = [x for _, x in rows if x["verdict"] in ("not_backed", "partial") and not x["abstained"]]
+        out[v] = {
+            "n": len(rows), "retrieved": len(ret),
+            "shown_gold_retrieved": sum(x["shown_gold"] for x in ret) / len(ret) if ret else 0.0,
+            "shown_gold": sum(x["shown_gold"] for _, x in rows) / len(rows),
+            "confidently_wrong": sum(x["verdict"] in ("supported", "partial") and not x["shown_gold"]
+                                     for _, x in rows) / len(rows),
+            "withheld_or_marked": len(flagged) / len(rows),
+            "check_precision": sum(not x["model_gold"] for x in flagged) / len(flagged) if flagged else None,
+            "abstained": sum(x["abstained"] for _, x in rows) / len(rows),
+            "ttfb_s": _median([x["ttfb_s"] for _, x in rows]), "total_s": _median([x["total_s"] for _, x in rows]),
+        }
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sets", default=",".join(SETS))
@@ -184,6 +299,8 @@ def main() -> None:
     ap.add_argument("--llm-only", action="store_true", help="only the model rows (with --llm-questions)")
     ap.add_argument("--llm", default=None, help="the generator: None for the embedded model, or a URL")
     ap.add_argument("--prompts", default="default,quote,short-first", help="system prompts to compare")
+    ap.add_argument("--reader", type=int, default=0, help="what the reader sees, per answer mode, on N questions")
+    ap.add_argument("--answer-modes", default="grounded,free", help="answer modes compared by --reader")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     res: dict[str, Any] = {"args": vars(args), "machine": platform.platform(), "load_before": os.getloadavg()}
@@ -193,7 +310,9 @@ def main() -> None:
         res["sets"] = {}
         for name in args.sets.split(","):
             idx, items = load(name, args.questions, args.seed)
-            res["sets"][name] = {} if args.llm_only else {"evidence": evidence_rows(idx, items, args.k)}
+            res["sets"][name] = {} if args.llm_only or args.reader else {"evidence": evidence_rows(idx, items, args.k)}
+            if args.reader:
+                res["sets"][name]["reader"] = reader_rows(idx, items, args.k, args.reader, args.llm, args.answer_modes)
             if args.llm_questions:
                 res["sets"][name]["llm"] = llm_rows(idx, items, args.k, args.llm_questions, args.llm, args.prompts)
             idx.close()
@@ -208,6 +327,12 @@ def main() -> None:
             for mode, m in r.get("evidence", {}).items():
                 print(f"{name:13} {mode:8} {m['n']:>4} {m['retrieved']:9.3f} {m['ev1']:6.3f} {m['ev2']:6.3f} "
                       f"{m['cos2']:6.3f} {m['evidence_ms']:8.1f} {m.get('evidence_cpu_ms', 0):7.1f}")
+            for v, m in r.get("reader", {}).get("summary", {}).items():
+                prec = "-" if m["check_precision"] is None else f"{m['check_precision']:.3f}"
+                print(f"{name:13} reader:{v:9} n={m['n']} retrieved={m['retrieved']} shown gold (retrieved) "
+                      f"{m['shown_gold_retrieved']:.3f}, all {m['shown_gold']:.3f}, confidently wrong "
+                      f"{m['confidently_wrong']:.3f}, withheld/marked {m['withheld_or_marked']:.3f}, precision {prec}, "
+                      f"abstained {m['abstained']:.3f}, first byte {m['ttfb_s']:.2f} s, total {m['total_s']:.2f} s")
             for p, m in r.get("llm", {}).items():
                 if p == "answers":
                     continue

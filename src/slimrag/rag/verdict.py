@@ -39,7 +39,7 @@ from slimrag.types import Evidence, Support
 NOT_BACKED = "The model's answer is not backed by the passages, so it is not shown as the answer. The passages say:"
 
 #: Evidence sentences quoted under `NOT_BACKED`.
-QUOTED = 2
+QUOTED = 3
 
 #: The verdicts, in order from best to worst.
 VERDICTS = ("supported", "partial", "not_backed")

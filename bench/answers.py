@@ -246,6 +246,8 @@ def reader_rows(idx: Any, items: list[Item], k: int, n: int, llm: str | None = N
         for m, rag in rags.items():
             ans, first, model, total = _timed(rag.stream_answer(it.question, k))
             rec["retrieved"] = it.source in {h.source for h in ans.sources}
+            rec["hits"] = [{"chunk_id": h.chunk_id, "score": h.score, "text": h.text, "source": h.source,
+                            "metadata": h.metadata} for h in ans.sources]  # to re-check offline
             said = _model_text(ans)
             rec[m] = {"verdict": ans.verdict, "abstained": ans.abstained, "shown": ans.shown or ans.text,
                       "model": said, "model_gold": gold in normalize(said), "ttfb_s": first, "total_s": total}

@@ -31,6 +31,7 @@ from hostile import Hostile, remove_deep, write_hostile_tree
 from slimrag.cli import cli
 from slimrag.embed.local import LocalEmbedder, default_model_dir
 from slimrag.index.core import Index
+from slimrag.ingest.bounds import Budget
 from slimrag.ingest.chunker import MAX_CHARS_PER_TOKEN, PIECE_CHARS, Chunker, load_tokenizer
 from slimrag.ingest.crawl import crawl
 from slimrag.ingest.html import defuse
@@ -154,6 +155,10 @@ def test_inline_text_that_is_not_unicode_is_skipped(chunker: Chunker) -> None:
     assert isinstance(out, Skipped) and out.kind == ENCODING
 
 
+#: a budget no test document here comes near (the bounds have their own tests: test_hostile_bounds.py)
+_ROOMY = Budget("JSON", 10**6, 16)
+
+
 def test_json_depth_and_long_numbers() -> None:
     from slimrag.ingest.readers import read_json, read_jsonl
 
@@ -164,7 +169,7 @@ def test_json_depth_and_long_numbers() -> None:
     deep: Any = "bottom"
     for i in range(900):
         deep = {"k": [deep, i]} if i % 2 else [deep]
-    lines = _json_sections(deep)[0].text.splitlines()
+    lines = _json_sections(deep, _ROOMY)[0].text.splitlines()
     assert lines[0].endswith(": bottom") and len(lines) == 1 + 450
     assert read_jsonl(b'{"a": "x"}\n{"b": [1, {"c": "y"}]}\n', Path("l.jsonl"))[1].text == "b[0]: 1\nb[1].c: y"
 
@@ -202,7 +207,7 @@ def test_iterative_json_walk_matches_the_recursive_one() -> None:
 
     for _ in range(300):
         obj = gen(0)
-        secs = _json_sections(obj)
+        secs = _json_sections(obj, _ROOMY)
         assert (secs[0].text.splitlines() if secs else []) == _json_reference(obj), obj
 
 

@@ -5,8 +5,11 @@ embedder truncates at (MiniLM reads 256 word pieces): a chunk counted in charact
 silently by the model. Token offsets map every chunk back to an exact slice of the original text,
 so the stored passage is the author's text, not a detokenized approximation.
 
-Sections (headings) are kept as metadata. Consecutive short sections are merged up to the chunk
-size, so a page of tiny headings does not become a hundred three-word chunks; a long section is cut
+Sections (headings) are kept as metadata, each cut to `slimrag.ingest.bounds.HEADING_CHARS` (200)
+characters: the heading goes into every chunk of its section and before each chunk's text for
+the embedder, so a heading line of a megabyte would otherwise be copied into every chunk.
+Consecutive short sections are merged up to the chunk size, so a page of tiny headings does not
+become a hundred three-word chunks; a long section is cut
 into windows of ``size`` tokens that overlap by ``overlap`` tokens, so a sentence split at a
 boundary is still whole in one of the two neighbours.
 
@@ -54,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from slimrag.ingest.bounds import HEADING_CHARS, head_of
 from slimrag.ingest.readers import Section
 from slimrag.ingest.wordcount import WORD_CACHE, RunSpans, WordCounts, splits_at_whitespace
 
@@ -161,7 +165,7 @@ class Chunker:
             if pending:
                 first = pending[0][0]
                 text = "\n\n".join(s.text.strip() for s, _ in pending)
-                meta = {"heading": first.heading, "tokens": pending_tokens}
+                meta = {"heading": head_of(first.heading, HEADING_CHARS), "tokens": pending_tokens}
                 if first.page is not None:
                     meta["page"] = first.page
                 out.append(ChunkText(text, meta))
@@ -201,6 +205,7 @@ class Chunker:
 
     def _windows(self, sec: Section, offsets: TokenSpans) -> list[ChunkText]:
         step = self.size - self.overlap
+        heading = head_of(sec.heading, HEADING_CHARS)
         chunks = []
         n = len(offsets)
         for start in range(0, n, step):
@@ -209,7 +214,7 @@ class Chunker:
             # Extend the slice to the end of the last word piece's word (offsets are exact already)
             text = sec.text[lo:hi].strip()
             if text:
-                meta: dict[str, Any] = {"heading": sec.heading, "tokens": end - start, "char_start": lo}
+                meta: dict[str, Any] = {"heading": heading, "tokens": end - start, "char_start": lo}
                 if sec.page is not None:
                     meta["page"] = sec.page
                 chunks.append(ChunkText(text, meta))

@@ -3,8 +3,13 @@ python-pptx).
 
 - docx: paragraphs and tables in document order. A paragraph styled ``Title`` or ``Heading N``
   starts a section headed by its text, so an answer cites "report.docx › Results"; a table row is
-  one line of its cells joined by `` | `` (a merged cell, which python-docx repeats in every grid
-  column it spans, is written once). Headers, footers, comments and text boxes are not read.
+  one line of its cells joined by `` | ``. A merged cell is written once: in its first row, and
+  once across the columns it spans. The rows are read from the table's XML cells (``w:tc``), not
+  from python-docx's ``row.cells``, which repeats a vertically merged cell in every row below it
+  (a one-line continuation cell in the XML, so a small file could ask for its top cell's text
+  thousands of times) and finds it by recursion through the rows above (quadratic, and a
+  RecursionError past about a thousand rows). Headers, footers, comments and text boxes are not
+  read.
 - pptx: one section per slide, headed ``slide N: title``, holding the text of every shape with
   text (shapes inside groups included), table rows as in docx, and the speaker notes, which are
   often where a deck says what it means. A slide is a page (a deck prints one slide a page): its
@@ -12,7 +17,9 @@ python-pptx).
   citation reads ``deck.pptx#1 (p. 2)``, as for a PDF.
 
 Both libraries read every part of the package into memory, so the zip is checked first
-(`slimrag.ingest.rawfile.open_zip`: no bomb, no password-protected file). A corrupt document
+(`slimrag.ingest.rawfile.open_zip`: no bomb, no XML member over its bound, no password-protected
+file), and the text written is counted against `slimrag.ingest.bounds.PACKED_EXPANSION` (100)
+times the file's size as it is written (`Budget`): over it, the file is skipped as too large. A corrupt document
 (bad XML, a missing part, a zip that is not an Office package) raises `SkipFile` with a parse
 error, one warning, like a corrupt PDF. The libraries are imported inside the readers, so
 ``import slimrag`` does not pay for them.
@@ -25,6 +32,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from slimrag.ingest.bounds import PACKED_EXPANSION, Budget
 from slimrag.ingest.outcome import PARSE_ERROR, SkipFile
 from slimrag.ingest.rawfile import open_zip
 from slimrag.ingest.text import Section
@@ -35,10 +43,9 @@ def _failed(what: str, e: Exception) -> SkipFile:
 
 
 def _row_lines(rows: Iterable[Any]) -> Iterator[str]:
-    """One line per table row: its cells' text joined by `` | ``, empty rows dropped (and empty
-    cells at a row's end). A merged
-    cell is written once: python-docx repeats it in each grid column it spans (equal proxies),
-    python-pptx marks the covered cells ``is_spanned``."""
+    """One line per PowerPoint table row: its cells' text joined by `` | ``, empty rows dropped
+    (and empty cells at a row's end). A merged cell is written once: python-pptx marks the cells
+    it covers ``is_spanned``."""
     for row in rows:
         cells: list[str] = []
         last = None
@@ -48,6 +55,19 @@ def _row_lines(rows: Iterable[Any]) -> Iterator[str]:
             last = cell
             cells.append(" ".join(cell.text.split()))
         while cells and not cells[-1]:  # trailing empty cells say nothing
+            cells.pop()
+        if cells:
+            yield " | ".join(cells)
+
+
+def _docx_row_lines(table: Any) -> Iterator[str]:
+    """One line per row of a Word table, from its XML cells: a vertically merged cell only in its
+    first row, a horizontally merged one once (module header)."""
+    from docx.table import _Cell
+
+    for tr in table._tbl.tr_lst:
+        cells = [" ".join(_Cell(tc, table).text.split()) for tc in tr.tc_lst if tc.vMerge != "continue"]
+        while cells and not cells[-1]:
             cells.pop()
         if cells:
             yield " | ".join(cells)
@@ -65,20 +85,26 @@ def read_docx(data: bytes, path: Path) -> list[Section]:
 
     sections: list[Section] = []
     heading, lines = "", []
+    budget = Budget("Word document", len(data), PACKED_EXPANSION)
     # python-docx raises a zoo on a damaged package (KeyError for a missing part, ValueError for
     # a wrong content type, lxml's XMLSyntaxError, PackageNotFoundError): each means "unreadable"
     try:
         for block in Document(io.BytesIO(data)).iter_inner_content():
             if hasattr(block, "rows"):  # a table
-                lines.extend(_row_lines(block.rows))
+                for line in _docx_row_lines(block):
+                    budget.take(len(line) + 1)
+                    lines.append(line)
                 continue
             text = block.text.strip()
+            budget.take(len(text) + 1)
             if text and _is_heading(block):
                 if any(line.strip() for line in lines):
                     sections.append(Section(heading, "\n".join(lines)))
                 heading, lines = " ".join(text.split()), [text]
             elif text:
                 lines.append(text)
+    except SkipFile:
+        raise
     except Exception as e:  # noqa: BLE001
         raise _failed("Word document", e) from e
     if any(line.strip() for line in lines):
@@ -110,6 +136,7 @@ def read_pptx(data: bytes, path: Path) -> list[Section]:
     from pptx import Presentation
 
     sections: list[Section] = []
+    budget = Budget("PowerPoint presentation", len(data), PACKED_EXPANSION)
     try:
         for n, slide in enumerate(Presentation(io.BytesIO(data)).slides, 1):
             title_shape = slide.shapes.title
@@ -119,9 +146,12 @@ def read_pptx(data: bytes, path: Path) -> list[Section]:
                 notes = slide.notes_slide.notes_text_frame.text.strip()
                 if notes:
                     lines.append(notes)
+            budget.take(sum(len(line) + 1 for line in lines))
             if lines:
                 heading = f"slide {n}: {title}" if title else f"slide {n}"
                 sections.append(Section(heading, "\n".join(lines), page=n))
+    except SkipFile:
+        raise
     except Exception as e:  # noqa: BLE001  (as in read_docx: any failure means unreadable)
         raise _failed("PowerPoint presentation", e) from e
     return sections

@@ -8,9 +8,19 @@
   output. The inner name (``README.gz`` → ``README``, ``page.html.gz`` → ``page.html``) picks the
   reader.
 - Zip-based documents (docx, pptx, epub) are opened through `open_zip`, which refuses a zip
-  whose members would unzip past `MAX_UNZIPPED_BYTES` (a zip bomb) or that holds more than
-  `MAX_ZIP_ENTRIES` members, judged from the central directory before anything is inflated;
-  Python's zipfile never returns more than a member's declared size, so the check holds.
+  (a zip bomb, as ``too large``) whose members would unzip to more than `MAX_UNZIP_RATIO` (100)
+  times the document's size plus `UNZIP_SLACK_BYTES` (1 MiB), or past `MAX_UNZIPPED_BYTES`
+  (256 MiB) whatever its size; one whose XML member (``.xml``, ``.rels``, ``.xhtml``, ``.html``,
+  ``.opf``, ``.ncx``) would unzip past `MAX_XML_MEMBER_BYTES` (32 MiB); or one that holds more
+  than `MAX_ZIP_ENTRIES` members. All is judged from the central directory before anything is
+  inflated; Python's zipfile never returns more than a member's declared size, so the check
+  holds. Why per member and in proportion: python-docx and python-pptx parse each XML part into
+  an lxml tree several times the XML's size, so 256 MiB of XML in one 2 MiB file (XML of
+  repeated elements compresses about 1,000 times) meant gigabytes of memory. Measured: the
+  templates python-docx and python-pptx start every document from unzip to 24x and 2.8x their
+  size (the docx's styles part compresses well), their largest member is 438 KiB; an Office
+  document of text runs 3-25x, far from 100x. A member of pictures is stored compressed
+  already and is not parsed, so only the total bounds it.
 - Text is recognised without a suffix: no NUL byte in the first `SNIFF_BYTES` and valid UTF-8
   there, or a declared charset (XML declaration, HTML ``<meta charset>``, an Emacs/Vim/PEP 263
   ``coding:`` line) that Python knows.
@@ -39,10 +49,19 @@ SNIFF_BYTES = 8192
 #: decompression step: output produced per call, so a bomb is stopped after one step past the limit
 _GZ_STEP = 1 << 20
 
-#: the most a zip-based document may unzip to, all members together. A 20 MiB docx of text and
-#: pictures unzips to a little more than its size (pictures are stored compressed already); a
-#: bomb declares gigabytes. Bigger means more memory per document while it is read.
+#: the most a zip-based document may unzip to, all members together, whatever its size. A 20 MiB
+#: docx of text and pictures unzips to a little more than its size (pictures are stored
+#: compressed already); a bomb declares gigabytes. Bigger means more memory per document.
 MAX_UNZIPPED_BYTES = 256 * 2**20
+#: the most a zip-based document may unzip to per byte of the document (plus `UNZIP_SLACK_BYTES`)
+MAX_UNZIP_RATIO = 100
+#: what any zip-based document may unzip to on top of its ratio, so a small one is never refused
+UNZIP_SLACK_BYTES = 2**20
+#: the most one XML member (the parts python-docx, python-pptx and the EPUB reader parse) may
+#: unzip to: an lxml tree is several times its XML
+MAX_XML_MEMBER_BYTES = 32 * 2**20
+#: member name endings parsed as XML by the readers of zip-based documents
+XML_MEMBER_SUFFIXES = (".xml", ".rels", ".xhtml", ".html", ".htm", ".opf", ".ncx")
 #: the most members a zip-based document may hold (a long EPUB has a few thousand)
 MAX_ZIP_ENTRIES = 20_000
 #: the first bytes of an OLE compound file: a password-protected Office file, or a .doc/.ppt
@@ -141,8 +160,9 @@ def gunzip_bounded(raw: bytes, max_bytes: int) -> bytes:
 
 def open_zip(data: bytes, what: str) -> zipfile.ZipFile:
     """The zip archive of a document (``what`` names its format in messages), its members checked
-    against `MAX_UNZIPPED_BYTES` and `MAX_ZIP_ENTRIES`; raises `SkipFile`: unreadable for an
-    encrypted Office file, parse error for data that is not a zip, too large for a bomb."""
+    against the bounds of the module header before anything is inflated; raises `SkipFile`:
+    unreadable for an encrypted Office file, parse error for data that is not a zip, too large
+    for a bomb."""
     import io
     import zipfile
 
@@ -157,9 +177,20 @@ def open_zip(data: bytes, what: str) -> zipfile.ZipFile:
     if len(members) > MAX_ZIP_ENTRIES:
         raise SkipFile(TOO_LARGE, f"{what} holds {len(members)} zip members, over the {MAX_ZIP_ENTRIES} limit")
     unzipped = sum(m.file_size for m in members)
-    if unzipped > MAX_UNZIPPED_BYTES:
-        raise SkipFile(TOO_LARGE, f"{what} would unzip to {mib(unzipped)}, over the "
-                                  f"{mib(MAX_UNZIPPED_BYTES)} limit of zip-based documents")
+    limit = min(MAX_UNZIPPED_BYTES, MAX_UNZIP_RATIO * len(data) + UNZIP_SLACK_BYTES)
+    if unzipped > limit:
+        archive.close()
+        raise SkipFile(TOO_LARGE, f"{what} would unzip to {mib(unzipped)}, over the {mib(limit)} limit of a "
+                                  f"zip-based document of {mib(len(data))} ({MAX_UNZIP_RATIO}x its size + "
+                                  f"{mib(UNZIP_SLACK_BYTES)}, at most {mib(MAX_UNZIPPED_BYTES)}): a zip bomb, "
+                                  "or a document to save as PDF or text to include")
+    big = next((m for m in members if m.file_size > MAX_XML_MEMBER_BYTES
+                and m.filename.lower().endswith(XML_MEMBER_SUFFIXES)), None)
+    if big is not None:
+        archive.close()
+        raise SkipFile(TOO_LARGE, f"{what} part {big.filename} would unzip to {mib(big.file_size)} of XML, over "
+                                  f"the {mib(MAX_XML_MEMBER_BYTES)} limit per part; split the document, or "
+                                  "save it as PDF or text to include it")
     return archive
 
 

@@ -34,14 +34,31 @@ content, its navigation, sidebars and footers left out) and `slimrag.ingest.html
 the markup CPython's `HTMLParser` would be quadratic on.
 JSON nesting is bounded by the C parser's recursion limit (refused, not a crash), and its walk is
 iterative.
+
+Bounded output (`slimrag.ingest.bounds`): `read_bytes` checks every reader's sections against
+its multiple of the input in `EXPANSION` (4 for the text formats, 16 for JSON, 32 for tables,
+100 for the compressed containers), and a file over it is skipped as ``too large``. JSON key
+paths are cut to their last `KEY_PATH_CHARS` characters, and the JSON walk counts what it writes
+as it goes, so a hostile file stops one leaf past its bound.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+from slimrag.ingest.bounds import (
+    JSON_EXPANSION,
+    KEY_PATH_CHARS,
+    PACKED_EXPANSION,
+    TABLE_EXPANSION,
+    TEXT_EXPANSION,
+    Budget,
+    check_output,
+    tail_of,
+)
 from slimrag.ingest.epub import read_epub
 from slimrag.ingest.mail import read_eml, read_mbox
 from slimrag.ingest.mainhtml import main_sections
@@ -143,38 +160,63 @@ def read_pdf(data: bytes, path: Path) -> list[Section]:
 
 def read_json(data: bytes, path: Path) -> list[Section]:
     """JSON: strings are collected with their key path as heading, so records stay searchable."""
-    return _json_sections(load_json(decode(data)))
+    return _json_sections(load_json(decode(data)), Budget("JSON", len(data), JSON_EXPANSION))
 
 
 def read_jsonl(data: bytes, path: Path) -> list[Section]:
     """JSON Lines: one section per record; bad lines raise (a half-read file would mislead)."""
     sections: list[Section] = []
+    budget = Budget("JSON Lines", len(data), JSON_EXPANSION)
     for n, line in enumerate(decode(data).splitlines(), 1):
         if not line.strip():
             continue
         obj = load_json(line, n)
-        text = "\n".join(s.text for s in _json_sections(obj))
+        text = "\n".join(s.text for s in _json_sections(obj, budget))
         if text.strip():
             sections.append(Section(f"line {n}", text))
     return sections
 
 
-def _json_sections(obj: object) -> list[Section]:
+def _json_sections(obj: object, budget: Budget) -> list[Section]:
     """One section of ``key.path[i]: value`` lines, in document order. The walk keeps its own
-    stack, so any depth the parser accepted is walked without recursion."""
+    stack of iterators, so any depth the parser accepted is walked without recursion, and a
+    container's children get their key paths one at a time (a list of a million leaves holds one
+    pending path, not a million). A key path keeps its last `KEY_PATH_CHARS` characters (a key is
+    cut before it is joined, so no longer path is ever built), and each line is counted against
+    ``budget``."""
     lines: list[str] = []
-    stack: list[tuple[object, str]] = [(obj, "")]
+    stack: list[Iterator[tuple[object, str]]] = [iter([(obj, "")])]
     while stack:
-        o, key = stack.pop()
-        if isinstance(o, dict):
-            stack.extend(reversed([(v, f"{key}.{k}" if key else str(k)) for k, v in o.items()]))
-        elif isinstance(o, list):
-            stack.extend(reversed([(v, f"{key}[{i}]") for i, v in enumerate(o)]))
+        item = next(stack[-1], None)
+        if item is None:
+            stack.pop()
+            continue
+        o, key = item
+        if isinstance(o, (dict, list)):
+            stack.append(_children(o, key))
         elif isinstance(o, str) and o.strip():
             lines.append(f"{key}: {o}" if key else o)
+            budget.take(len(lines[-1]) + 1)
         elif isinstance(o, (int, float, bool)) and key:
             lines.append(f"{key}: {o}")
+            budget.take(len(lines[-1]) + 1)
     return [Section("", "\n".join(lines))] if lines else []
+
+
+def _children(o: dict[Any, Any] | list[Any], key: str) -> Iterator[tuple[object, str]]:
+    """The children of a JSON object or array with their key paths, made as they are asked for."""
+    if isinstance(o, dict):
+        sep = "." if key else ""
+        for k, v in o.items():
+            yield v, _child(key, sep, str(k))
+    else:
+        for i, v in enumerate(o):
+            yield v, _child(key, "", f"[{i}]")
+
+
+def _child(key: str, sep: str, part: str) -> str:
+    """The key path of a child: ``key`` + ``sep`` + ``part``, cut to its last `KEY_PATH_CHARS`."""
+    return tail_of(key + sep + tail_of(part, KEY_PATH_CHARS), KEY_PATH_CHARS)
 
 
 Reader = Callable[[bytes, Path], list[Section]]
@@ -209,6 +251,19 @@ READERS: dict[str, Reader] = {
     ".csv": read_table,
     ".tsv": read_table,
     **{s: read_plain for s in CODE_SUFFIXES},
+}
+
+#: reader → the multiple of its input its sections may cost (`slimrag.ingest.bounds`); a reader
+#: not listed gets `TEXT_EXPANSION`
+EXPANSION: dict[Reader, int] = {
+    read_json: JSON_EXPANSION,
+    read_jsonl: JSON_EXPANSION,
+    read_notebook: JSON_EXPANSION,
+    read_table: TABLE_EXPANSION,
+    read_docx: PACKED_EXPANSION,
+    read_pptx: PACKED_EXPANSION,
+    read_epub: PACKED_EXPANSION,
+    read_pdf: PACKED_EXPANSION,
 }
 
 #: suffixes of formats slimrag cannot read (images, archives, other office files, media, compiled code):
@@ -266,6 +321,7 @@ def read_bytes(path: Path, data: bytes) -> list[Section]:
     sections = reader(data, path)
     if not any(s.text.strip() for s in sections):
         raise SkipFile(EMPTY)
+    check_output(sections, len(data), EXPANSION.get(reader, TEXT_EXPANSION))
     return sections
 
 

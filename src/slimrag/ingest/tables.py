@@ -6,7 +6,11 @@ A row of a CSV means nothing without its header: ``1987,Oslo,4.2`` answers no qu
 - the first row is the header (a column without a name is called ``column N``, N from 1; a row
   longer than the header names its extra cells the same way);
 - each later row becomes lines of ``name: value``, empty cells left out, rows apart by a blank
-  line;
+  line. A column name is written before every cell of its column, so it is cut to its first
+  `HEADER_NAME_CHARS` (64) characters, and the rows written are counted against
+  `TABLE_EXPANSION` (32) times the file's size (`slimrag.ingest.bounds`): a header of long names
+  over rows of one-character cells is skipped as ``too large`` one row past the bound, before
+  its text is built;
 - rows are grouped into sections of at most `GROUP_CHARS` characters (a row longer than that is
   a section alone), headed ``rows A-B`` by the file lines the rows start on (the header is line 1),
   so a citation says where in the table to look. At 1,000 characters a group is about 200-300
@@ -31,6 +35,7 @@ import io
 from collections.abc import Iterator
 from pathlib import Path
 
+from slimrag.ingest.bounds import HEADER_NAME_CHARS, TABLE_EXPANSION, Budget, head_of
 from slimrag.ingest.outcome import PARSE_ERROR, SkipFile
 from slimrag.ingest.text import Section, decode
 
@@ -90,12 +95,14 @@ def read_table(data: bytes, path: Path) -> list[Section]:
         header = next(reader, None)
         if header is None:
             return []
-        header = [" ".join(h.split()) or f"column {i}" for i, h in enumerate(header, 1)]
+        header = [head_of(" ".join(h.split()), HEADER_NAME_CHARS) or f"column {i}" for i, h in enumerate(header, 1)]
+        budget = Budget("table", len(data), TABLE_EXPANSION)
 
         def rows() -> Iterator[tuple[int, str]]:
             start = reader.line_num + 1
             for row in reader:
                 if (body := _row_text(header, row)):
+                    budget.take(len(body) + 2)
                     yield start, body
                 start = reader.line_num + 1
 

@@ -9,7 +9,9 @@ query and a word that finds each.
 from __future__ import annotations
 
 import gzip
+import io
 import os
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,6 +75,17 @@ def write_hostile_tree(root: Path) -> Hostile:
     h.good["lt.html"] = ("penguins huddle polar winter", "Penguins")
     put("notes.txt.gz", gzip.compress(b"Saffron is the dried stigma of the crocus flower.\n"))
     h.good["notes.txt.gz"] = ("saffron crocus stigma", "Saffron")
+    # issue 27: a 100 KB heading, cut to 200 characters in each chunk's metadata
+    put("longheading.md", "# Tides " + "tide " * 20_000 + "\n\nThe moon pulls the oceans into two bulges of high tide.\n")
+    h.good["longheading.md"] = ("moon pulls oceans high tide", "bulges")
+    # issue 27: a .gitignore of patterns Python's regex engine backtracks on, over a deep path
+    put("repo/.gitignore", "*a*a*a*a*a*a*a*a*a*a*b\n**/a/**/a/**/a/**/a/**/a/**/a/**/a/**/c\n")
+    h.quiet["repo/.gitignore"] = IGNORED
+    deep_a = "repo/" + "a/" * 60
+    put(deep_a + "c", "ignored by the second pattern\n")
+    h.quiet[deep_a + "c"] = IGNORED
+    put(deep_a + "a" * 200 + ".txt", "The walrus hauls out on the ice floe to rest.\n")  # the first pattern fails on it
+    h.good[deep_a + "a" * 200 + ".txt"] = ("walrus ice floe", "walrus")
 
     # -- bad files: one warning each ----------------------------------------------------------
     bad_name = os.fsencode(root) + b"/bad\xffname.txt"
@@ -106,6 +119,12 @@ def write_hostile_tree(root: Path) -> Hostile:
     h.loud["bomb.txt.gz"] = TOO_LARGE
     put("broken.md.gz", b"\x1f\x8b\x08\x00not really gzip")
     h.loud["broken.md.gz"] = UNREADABLE
+    # issue 27: readers bounded by a multiple of their input (slimrag.ingest.bounds)
+    leaves = "[" + ",".join(["0"] * 100_000) + "]"  # 100,000 leaves under a 20 KB key path
+    put("amplify.json", '{"' + '": {"'.join("k" * 1000 for _ in range(20)) + '": ' + leaves + "}" * 20)
+    h.loud["amplify.json"] = TOO_LARGE
+    put("xmlbomb.docx", _xml_bomb())
+    h.loud["xmlbomb.docx"] = TOO_LARGE
 
     # -- counted, not warned about -------------------------------------------------------------
     put("image.png", b"\x89PNG\r\n\x1a\n" + bytes(100))
@@ -115,6 +134,15 @@ def write_hostile_tree(root: Path) -> Hostile:
     put(".hidden.txt", "hidden")
     h.quiet[".hidden.txt"] = IGNORED
     return h
+
+
+def _xml_bomb() -> bytes:
+    """A docx-shaped zip whose document part unzips to 40 MiB of XML from about 40 KiB."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("[Content_Types].xml", "<Types/>")
+        z.writestr("word/document.xml", b"<w:p/>" * (40 * 2**20 // 6))
+    return buf.getvalue()
 
 
 def remove_deep(root: Path) -> None:

@@ -234,3 +234,24 @@ def test_every_reader_keeps_ordinary_files_within_its_multiple(tmp_path: Path) -
         p = tmp_path / name
         p.write_text(text)
         _within_multiple(p)
+
+
+def test_an_epub_spine_repeating_one_chapter_reads_it_once(tmp_path: Path) -> None:
+    """10,000 spine references to one chapter of 200 KB: a 300 KB book the old reader turned into
+    2 GB of text."""
+    body = "<p>" + "The narwhal surfaced beside the lighthouse. " * 4500 + "</p>"
+    refs = "".join('<itemref idref="c"/>' for _ in range(10_000))
+    opf = ('<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" version="3.0"><manifest>'
+           '<item id="c" href="c.xhtml" media-type="application/xhtml+xml"/></manifest>'
+           f"<spine>{refs}</spine></package>")
+    container = ('<?xml version="1.0"?><container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:'
+                 'container"><rootfiles><rootfile full-path="OEBPS/content.opf" '
+                 'media-type="application/oebps-package+xml"/></rootfiles></container>')
+    p = tmp_path / "spine.epub"
+    p.write_bytes(_zip({"mimetype": b"application/epub+zip", "META-INF/container.xml": container.encode(),
+                        "OEBPS/content.opf": opf.encode(),
+                        "OEBPS/c.xhtml": f"<html><body><h1>Ice</h1>{body}</body></html>".encode()},
+                       stored=("mimetype",)))
+    used, size, _ = _within_multiple(p)
+    assert sum(s.text.count("narwhal") for s in read_file(p)) == 4500
+    assert used < 250_000

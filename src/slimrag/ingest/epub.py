@@ -9,8 +9,11 @@ An EPUB (2 or 3) is found through three files, all plain XML inside the zip:
    (`slimrag.ingest.html.page_sections`), so chapters split at their ``<h1>``..``<h6>`` as web
    pages do, and the sections come in reading order, not in zip order.
 
-Spine items missing from the zip are passed over (sloppy books exist); a book none of whose
-chapters can be read is a parse error. A book whose chapters are listed in
+Spine items missing from the zip are passed over (sloppy books exist), and a chapter the spine
+lists twice is read once (a spine of 10,000 references to one large chapter would otherwise ask
+for 10,000 copies of it); the text is counted against `slimrag.ingest.bounds.PACKED_EXPANSION`
+(100) times the book's size as it is read. A book none of whose chapters can be read is a parse
+error. A book whose chapters are listed in
 ``META-INF/encryption.xml`` is DRM-protected: refused as unreadable, not indexed as ciphertext
 (font obfuscation lists only fonts and does not count). Navigation documents, images and styles
 are not read.
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
+from slimrag.ingest.bounds import PACKED_EXPANSION, Budget
 from slimrag.ingest.html import page_sections
 from slimrag.ingest.outcome import PARSE_ERROR, UNREADABLE, SkipFile
 from slimrag.ingest.rawfile import open_zip
@@ -99,8 +103,9 @@ def read_epub(data: bytes, path: Path) -> list[Section]:
                                        "only DRM-free books can be read")
         names = set(archive.namelist())
         sections: list[Section] = []
+        budget = Budget("EPUB", len(data), PACKED_EXPANSION)
         read = 0
-        for name in chapters:
+        for name in dict.fromkeys(chapters):  # each chapter once, in spine order
             if name not in names:
                 continue
             # a damaged member: a CRC mismatch, bad deflate data, an unknown compression method
@@ -108,7 +113,9 @@ def read_epub(data: bytes, path: Path) -> list[Section]:
                 raw = archive.read(name)
             except (zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError, EOFError) as e:
                 raise SkipFile(PARSE_ERROR, f"corrupt EPUB: cannot unzip {name} ({e})") from e
-            sections.extend(page_sections(decode(raw)))
+            chapter = page_sections(decode(raw))
+            budget.take(sum(len(s.text) + len(s.heading) for s in chapter))
+            sections.extend(chapter)
             read += 1
     if not read:
         raise SkipFile(PARSE_ERROR, "EPUB spine lists no chapter found in the book")

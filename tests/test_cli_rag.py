@@ -111,3 +111,36 @@ def test_cli_ask_no_llm_answers_with_evidence_alone(index: Index) -> None:
     ans = json.loads(r.output)
     assert ans["evidence"][0]["label"] == "notes/recipes.rst#0" and ans["usage"]["completion_tokens"] == 0
     assert set(ans["used"]) <= {s["source"] + "#" + str(s["metadata"].get("ordinal", 0)) for s in ans["sources"]}
+
+
+def test_cli_ask_says_when_the_answer_is_not_backed(index: Index) -> None:
+    """A remote model answers freely by default; an answer no passage backs is followed by the
+    verdict and the passages' sentences, cited, so it is not the last thing the reader sees."""
+    from slimrag.rag.verdict import NOT_BACKED
+
+    index.close()
+    with OpenAIServer() as srv:
+        r = CliRunner().invoke(cli, ["ask", str(index.root), "How do I bake bread?", "--llm", srv.base_url])
+        assert r.exit_code == 0, r.output
+        after = r.output.split("echo: Question: How do I bake bread?", 1)[1]
+        assert NOT_BACKED in after and "Bake at 230 degrees" in after.split(NOT_BACKED)[1].split("Evidence:")[0]
+        r = CliRunner().invoke(cli, ["ask", str(index.root), "How do I bake bread?", "--llm", srv.base_url, "--json"])
+        ans = json.loads(r.output)
+        assert ans["mode"] == "free" and ans["verdict"] == "not_backed" and ans["shown"].startswith(NOT_BACKED)
+
+
+def test_cli_ask_grounded_streams_the_passages_first(index: Index) -> None:
+    from slimrag.rag.attribution import UNSUPPORTED_MARK
+    from slimrag.rag.grounded import IN_SHORT
+
+    index.close()
+    with OpenAIServer() as srv:
+        r = CliRunner().invoke(cli, ["ask", str(index.root), "How do I bake bread?", "--llm", srv.base_url,
+                                     "--answer", "grounded"])
+        assert r.exit_code == 0, r.output
+        lead, rest = r.output.split(IN_SHORT, 1)
+        assert "Bake at 230 degrees" in lead and lead.splitlines()[0].endswith("]")
+        assert rest.splitlines()[0].endswith(UNSUPPORTED_MARK)  # the echo is no answer: marked where it stands
+        assert "is not backed by the passages" in rest and "Evidence:" not in r.output  # the lead was the evidence
+        asked = srv.requests[-1]["body"]["messages"][-1]["content"]
+        assert "Bake at 230 degrees" in asked and "Soup" not in asked  # evidence sentences, not whole passages

@@ -133,19 +133,24 @@ def read_html(data: bytes, path: Path) -> list[Section]:
 
 
 def read_pdf(data: bytes, path: Path) -> list[Section]:
-    """PDF via pypdf: one section per page with text. Encrypted or corrupt files raise `SkipFile`."""
+    """PDF via pypdf: one section per page with text, counted against `PACKED_EXPANSION` times the
+    file as pages are read. Encrypted, corrupt or over-expanding files raise `SkipFile`."""
     import io
 
     from pypdf import PdfReader
 
+    budget = Budget("PDF", len(data), PACKED_EXPANSION)  # Flate streams: pypdf inflates each to 75 MB at most
+    sections: list[Section] = []
     try:
         reader = PdfReader(io.BytesIO(data))
         encrypted = reader.is_encrypted
-        sections = [] if encrypted else [
-            Section(f"page {i + 1}", text, page=i + 1)
-            for i, page in enumerate(reader.pages)
-            if (text := (page.extract_text() or "")).strip()
-        ]
+        for i, page in enumerate([] if encrypted else reader.pages):
+            text = page.extract_text() or ""
+            budget.take(len(text))
+            if text.strip():
+                sections.append(Section(f"page {i + 1}", text, page=i + 1))
+    except SkipFile:
+        raise
     # pypdf on a malformed file raises far more than PdfReadError: RecursionError on a content
     # stream nested 20,000 deep, AttributeError, IndexError, AssertionError, ZeroDivisionError...
     # Every one of them means "this PDF cannot be read"; none may end the build.

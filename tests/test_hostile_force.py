@@ -135,3 +135,19 @@ def test_cli_force_failing_rebuild_keeps_the_old_index(tmp_path: Path, server: O
     again = CliRunner().invoke(cli, ["build", str(docs), "-o", str(out), "--force", *_remote(server)])
     assert again.exit_code == 0, again.output
     assert _siblings(out) == ["docs"]
+
+
+def test_create_with_overwrite_replaces_only_after_it_succeeds(tmp_path: Path, server: OpenAIServer) -> None:
+    """`Index.create(overwrite=True)` follows the same rule: a create that fails (the embedder's
+    dimension probe answered 500) leaves the old index; one that succeeds replaces it."""
+    out = tmp_path / "idx.slimrag"
+    Index.build([("old.txt", "the lighthouse keeper")], out, embedder=RemoteEmbedder(server.base_url, MODEL)).close()
+    before = _files(out)
+    server.fail_status = 500
+    with pytest.raises(SlimragError):
+        Index.create(out, embedder=RemoteEmbedder(server.base_url, MODEL), overwrite=True)  # dim unknown: probes
+    assert _files(out) == before and _siblings(out) == []
+    server.fail_status = None
+    with Index.create(out, embedder=RemoteEmbedder(server.base_url, MODEL), overwrite=True) as idx:
+        assert idx.documents() == []
+    assert _siblings(out) == []

@@ -136,3 +136,19 @@ def test_grounded_backed_sentence_is_cited_and_free_overrides_the_default(idx: I
     assert free.mode == "free" and free.text == "Crate 2 holds 17 gears."
     with pytest.raises(ValueError, match="answer must be one of"):
         RAG(idx, gen, answer="quoted")
+
+
+def test_the_answer_stream_is_text_then_the_checked_answer(idx: Index) -> None:
+    import json
+
+    from slimrag.rag.wire import answer_json
+
+    stream = RAG(idx, Fixed("Crate 2 holds 17 gears."), answer="free").respond(CRATE)
+    text = "".join(stream)
+    assert all(isinstance(p, str) for p in stream) and text == "Crate 2 holds 17 gears."
+    ans = stream.answer
+    assert ans.text == text and stream.text() == text
+    wire = json.loads(json.dumps(answer_json(ans)))
+    assert wire["verdict"] == "supported" and wire["backed"] and wire["mode"] == "free"
+    assert wire["sources"][0]["label"] == ans.sources[0].label and wire["used"] == ["store/crates.md#0"]
+    assert wire["support"][0]["supported"] and wire["usage"]["completion_tokens"] == 5

@@ -29,7 +29,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any, Generic, TypeVar
 
 import click
@@ -55,7 +55,9 @@ def search(index: str, query: str, k: int, mode: str, source: str | None, as_jso
     with open_index(index) as idx:
         hits = idx.search(query, k=k, mode=mode, source=source_filter(idx, source))
     if as_json:
-        click.echo(json.dumps([{**asdict(h), "page": h.page} for h in hits]))
+        from slimrag.rag.wire import hit_json
+
+        click.echo(json.dumps([hit_json(h) for h in hits]))
         return
     for i, h in enumerate(hits, 1):
         head = h.metadata.get("heading") or ""
@@ -204,27 +206,29 @@ def ask(index: str, question: str, k: int, source: str | None, mode: str, llm: s
     if no_llm:
         evidence_only(index, question, k, source, mode, as_json)
         return
+    from slimrag.rag.wire import answer_json
+
     with answering(index, llm_spec(llm, llm_model, api_key), max_tokens, mode, answer) as (rag, status):
-        pattern = source_filter(rag.index, source)
-        for piece in until_first_piece(rag.stream_answer(question, k, source=pattern), status):
-            if isinstance(piece, str):
-                if not as_json:
-                    click.echo(piece, nl=False)
-            elif as_json:
-                click.echo(json.dumps({**asdict(piece), "notice": piece.notice}))
-            else:
-                print_sources(piece)
+        stream = rag.respond(question, k, source=source_filter(rag.index, source))
+        for piece in until_first_piece(stream, status):
+            if not as_json:
+                click.echo(piece, nl=False)
+        if as_json:
+            click.echo(json.dumps(answer_json(stream.answer)))
+        else:
+            print_sources(stream.answer)
 
 
 def evidence_only(index: str, question: str, k: int, source: str | None, mode: str, as_json: bool) -> None:
     """``ask --no-llm``: the evidence-only answer (`slimrag.rag.evidence.evidence_answer`); the LLM
     stack is never imported."""
     from slimrag.rag.evidence import evidence_answer
+    from slimrag.rag.wire import answer_json
 
     with open_index(index) as idx:
         answer = evidence_answer(idx, question, k, mode=mode, source=source_filter(idx, source))
     if as_json:
-        click.echo(json.dumps({**asdict(answer), "notice": answer.notice}))
+        click.echo(json.dumps(answer_json(answer)))
         return
     click.echo(answer.text, nl=False)
     print_answer_end(answer, evidence_only=True)
@@ -253,8 +257,7 @@ def chat(index: str, k: int, mode: str, replay: bool, llm: str | None, llm_model
                 break
             if not q.strip():
                 break
-            for piece in until_first_piece(conv.stream(q, k), status):
-                if isinstance(piece, str):
-                    click.echo(piece, nl=False)
-                else:
-                    print_sources(piece)
+            stream = conv.respond(q, k)
+            for piece in until_first_piece(stream, status):
+                click.echo(piece, nl=False)
+            print_sources(stream.answer)

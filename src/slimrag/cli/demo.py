@@ -39,10 +39,9 @@ def demo(llm: str | None, rebuild: bool, answer: str | None) -> None:
         for q in QUESTIONS:
             click.echo(click.style(f"\nQ: {q}", bold=True))
             click.echo("A: ", nl=False)
-            for piece in rag.stream_answer(q, 4):
-                if isinstance(piece, str):
-                    click.echo(piece, nl=False)
-                else:
-                    print_sources(piece)
+            stream = rag.respond(q, 4)
+            for piece in stream:
+                click.echo(piece, nl=False)
+            print_sources(stream.answer)
     click.echo(f"\ndemo finished in {time.perf_counter() - t0:.1f}s")
 

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field, replace
 
 from slimrag.prompt import Exchange, Passage, Prompt, Segment
 from slimrag.rag.pipeline import RAG
+from slimrag.rag.stream import AnswerStream
 from slimrag.types import Answer
 
 
@@ -117,6 +118,10 @@ class Chat:
                                    if replayed and turn.prompt is not None else None)
         if replayed:
             self.rag.llm.keep(self.prefix())
+
+    def respond(self, question: str, k: int = 4) -> AnswerStream:
+        """`stream` as one object: iterate it for the text, then read its ``answer``."""
+        return AnswerStream(self.stream(question, k))
 
     def ask(self, question: str, k: int = 4) -> Answer:
         """Answer a question in the context of the conversation so far."""

@@ -54,6 +54,7 @@ from slimrag.rag.grounded import CONTEXT, IN_SHORT, LEAD, MAX_TOKENS, context_pr
 from slimrag.rag.guards import NO_ANSWER, CitationCheck, Guards, answerable
 from slimrag.rag.plan import PlanningCache, plan_prompt
 from slimrag.rag.shadow import ShadowCache
+from slimrag.rag.stream import AnswerStream
 from slimrag.rag.verdict import judge
 from slimrag.types import Answer, Hit, Usage
 
@@ -370,6 +371,13 @@ class RAG:
         reason, unknown citations). ``history``: earlier (role, content) turns from a caller (the
         OpenAI-compatible server's messages), shown to the model and used for retrieval."""
         yield from self.answer(self.turn(question, k, source=source, history=history), config)
+
+    def respond(self, question: str, k: int = 4, *, source: str | None = None,
+                config: GenerationConfig | None = None,
+                history: tuple[tuple[str, str], ...] = ()) -> AnswerStream:
+        """`stream_answer` as one object: iterate it for the text, then read its ``answer``
+        (`slimrag.rag.stream.AnswerStream`)."""
+        return AnswerStream(self.stream_answer(question, k, source=source, config=config, history=history))
 
     def chat(self, *, replay: bool = False) -> Chat:
         """Start a multi-turn conversation; ``replay`` shows the model its earlier answers (see

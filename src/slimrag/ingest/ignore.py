@@ -124,7 +124,7 @@ class Automaton:
             for e in reversed(entries[:-1]):
                 entry = self._add(("split", e, entry))
             return entry
-        if op in (_c.MAX_REPEAT, _c.MIN_REPEAT, getattr(_c, "POSSESSIVE_REPEAT", None)) and op is not None:
+        if op in (_c.MAX_REPEAT, _c.MIN_REPEAT):  # greedy or lazy: the same set of matches
             return self._repeat(arg, nxt)  # type: ignore[arg-type]
         if op is _c.AT and arg in (_c.AT_BEGINNING, _c.AT_BEGINNING_STRING, _c.AT_END, _c.AT_END_STRING):
             return self._add(("at", arg, nxt))

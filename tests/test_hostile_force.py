@@ -151,3 +151,14 @@ def test_create_with_overwrite_replaces_only_after_it_succeeds(tmp_path: Path, s
     with Index.create(out, embedder=RemoteEmbedder(server.base_url, MODEL), overwrite=True) as idx:
         assert idx.documents() == []
     assert _siblings(out) == []
+
+
+def test_a_replaced_index_keeps_the_folder_mode(tmp_path: Path, server: OpenAIServer) -> None:
+    """The replacement is built in a temporary folder (mode 0700): it gets the old index's mode, so
+    a server reading the index as another user still can."""
+    out = tmp_path / "idx.slimrag"
+    embedder = RemoteEmbedder(server.base_url, MODEL)
+    Index.build([("a.txt", "the lighthouse keeper")], out, embedder=embedder).close()
+    out.chmod(0o750)
+    Index.build([("b.txt", "penguins nest on the ice")], out, embedder=embedder, overwrite=True).close()
+    assert out.stat().st_mode & 0o777 == 0o750

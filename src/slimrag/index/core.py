@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
@@ -353,7 +354,9 @@ def replaceable(out: Path) -> Path | None:
         raise IndexFormatError(f"{out} holds a {layout.MANIFEST} that is not a slimrag index's ({e}); refusing "
                                "to delete it. Choose another folder, or delete it yourself if it is an "
                                "index of another slimrag version") from None
-    return Path(tempfile.mkdtemp(prefix=f".{out.name}{_NEW}", dir=out.resolve().parent))
+    fresh = Path(tempfile.mkdtemp(prefix=f".{out.name}{_NEW}", dir=out.resolve().parent))
+    os.chmod(fresh, stat.S_IMODE(out.stat().st_mode))  # the old index's mode, not mkdtemp's 0700
+    return fresh
 
 
 def _swap_in(fresh: Path, out: Path, wait: float | None) -> None:

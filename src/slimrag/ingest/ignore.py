@@ -47,6 +47,8 @@ import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from pathspec.util import normalize_file
+
 log = logging.getLogger("slimrag.ingest")
 
 try:  # the standard library's regular-expression parser: `re._parser` from 3.11, `sre_parse` before
@@ -334,7 +336,9 @@ class IgnoreRules:
 
     def check(self, path: str) -> bool | None:
         """True when the last pattern matching ``path`` ignores it, False when it is a ``!``
-        pattern, None when none matches. ``path`` is relative, with ``/``; a folder ends in ``/``."""
+        pattern, None when none matches. ``path`` is relative, with ``/``; a folder ends in ``/``
+        (normalised as `pathspec` does: a leading ``/`` or ``./`` dropped)."""
+        path = normalize_file(path)
         for rule in reversed(self.rules):
             if rule.search(path):
                 return rule.include

@@ -136,6 +136,8 @@ def test_grounded_backed_sentence_is_cited_and_free_overrides_the_default(idx: I
     assert free.mode == "free" and free.text == "Crate 2 holds 17 gears."
     with pytest.raises(ValueError, match="answer must be one of"):
         RAG(idx, gen, answer="quoted")
+    per_request = RAG(idx, Fixed("Crate 2 holds 17 gears.")).respond(CRATE, answer="grounded").answer
+    assert per_request.mode == "grounded" and per_request.text.startswith("Crate 2 holds 17 gears.")
 
 
 def test_the_answer_stream_is_text_then_the_checked_answer(idx: Index) -> None:

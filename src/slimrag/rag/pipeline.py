@@ -217,7 +217,8 @@ class RAG:
             if self.shadow is not None and sent:
                 self.shadow.record(prompt)
 
-    def answer(self, turn: Turn, config: GenerationConfig | None = None) -> Iterator[str | Answer]:
+    def answer(self, turn: Turn, config: GenerationConfig | None = None,
+               mode: str | None = None) -> Iterator[str | Answer]:
         """Generate the answer of a planned `Turn` in this RAG's answer mode: text pieces, then the
         checked `Answer` (module header). A turn below the relevance floor yields the fixed reply
         without calling the model."""
@@ -226,7 +227,10 @@ class RAG:
             yield NO_ANSWER
             yield Answer(NO_ANSWER, [], Usage(ttft_s=elapsed, total_s=elapsed), "stop", abstained=True)
             return
-        yield from ANSWERERS[self.answer_mode](self, turn, config)
+        chosen = mode or self.answer_mode
+        if chosen not in ANSWERERS:
+            raise ValueError(f"answer must be one of {ANSWER_MODES}, got {chosen!r}")
+        yield from ANSWERERS[chosen](self, turn, config)
 
     def _free(self, turn: Turn, config: GenerationConfig | None = None) -> Iterator[str | Answer]:
         """The free-form answer: the model over the planned passages, streamed, then checked."""
@@ -366,18 +370,21 @@ class RAG:
 
     def stream_answer(self, question: str, k: int = 4, *, source: str | None = None,
                       config: GenerationConfig | None = None,
-                      history: tuple[tuple[str, str], ...] = ()) -> Iterator[str | Answer]:
+                      history: tuple[tuple[str, str], ...] = (), answer: str | None = None,
+                      ) -> Iterator[str | Answer]:
         """Yield text pieces, then one final `Answer` (text, sources by relevance, usage, finish
         reason, unknown citations). ``history``: earlier (role, content) turns from a caller (the
-        OpenAI-compatible server's messages), shown to the model and used for retrieval."""
-        yield from self.answer(self.turn(question, k, source=source, history=history), config)
+        OpenAI-compatible server's messages), shown to the model and used for retrieval. ``answer``:
+        this request's answer mode (``"free"`` or ``"grounded"``), None for the RAG's."""
+        yield from self.answer(self.turn(question, k, source=source, history=history), config, answer)
 
     def respond(self, question: str, k: int = 4, *, source: str | None = None,
                 config: GenerationConfig | None = None,
-                history: tuple[tuple[str, str], ...] = ()) -> AnswerStream:
+                history: tuple[tuple[str, str], ...] = (), answer: str | None = None) -> AnswerStream:
         """`stream_answer` as one object: iterate it for the text, then read its ``answer``
         (`slimrag.rag.stream.AnswerStream`)."""
-        return AnswerStream(self.stream_answer(question, k, source=source, config=config, history=history))
+        return AnswerStream(self.stream_answer(question, k, source=source, config=config, history=history,
+                                               answer=answer))
 
     def chat(self, *, replay: bool = False) -> Chat:
         """Start a multi-turn conversation; ``replay`` shows the model its earlier answers (see

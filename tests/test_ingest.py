@@ -87,6 +87,20 @@ def test_crawl_skips_hidden_ignored_and_outside_symlinks(tmp_path: Path) -> None
         "link.txt": OUTSIDE, "linkdir": OUTSIDE}
 
 
+def test_crawl_never_reads_a_hidden_file_through_a_visible_link(tmp_path: Path) -> None:
+    """``notes.md -> .env`` inside the root: the link's visible name must not carry the hidden
+    file's text into the index (the hidden rule holds for what is read, not only for names)."""
+    root = write_tree(tmp_path / "root", {"a.md": "a", ".env": "TOKEN=1", ".keys/id": "key"})
+    os.symlink(root / ".env", root / "notes.md")
+    os.mkdir(root / "sub")
+    os.symlink(root / ".keys" / "id", root / "sub" / "peek.txt")
+    skipped: list[Skipped] = []
+    assert [f.source for f in crawl(root, skipped=skipped)] == ["a.md"]
+    kinds = {s.source: (s.kind, s.reason) for s in skipped}
+    assert kinds["notes.md"] == (IGNORED, "ignored: link to a hidden file or folder")
+    assert kinds["sub/peek.txt"] == (IGNORED, "ignored: link to a hidden file or folder")
+
+
 def test_crawl_skips_huge_file_without_reading_it(tmp_path: Path) -> None:
     root = write_tree(tmp_path / "r", {"ok.txt": "fine"})
     with open(root / "huge.txt", "wb") as f:

@@ -16,7 +16,8 @@ Rules, in order, for each entry of a folder (sorted by name):
 - a symlink whose target leaves the root is skipped (``symlink outside the folder``), so indexing a
   folder never reads ``/etc``. A symlinked folder is never descended into: inside the root its
   files are indexed under their real path once (the link itself counts as ``ignored``), so loops
-  cannot happen; a symlinked file inside the root is read, and one that loops is ``unreadable``;
+  cannot happen; a symlinked file inside the root is read (unless its target is hidden: then it is
+  ``ignored`` too, so a visible link never reads ``.env``), and one that loops is ``unreadable``;
 - only regular files are read: a FIFO, socket or device is ``unreadable`` and never opened (an
   open FIFO would block the build forever);
 - a file larger than ``max_bytes`` is ``too large`` (judged by ``stat``, never read);
@@ -198,6 +199,10 @@ class _Walk:
                     target = Path(os.path.realpath(p))
                     if not target.is_relative_to(self.root):
                         self.skip(source, OUTSIDE, f"points to {printable(str(target))}")
+                        continue
+                    if any(part.startswith(".") for part in target.relative_to(self.root).parts):
+                        # a visible name must not read a hidden file's text (``notes.md -> .env``)
+                        self.skip(source, IGNORED, "link to a hidden file or folder")
                         continue
                     if target.is_dir():
                         self.skip(source + "/", IGNORED, "link to a folder inside the root (indexed there)")

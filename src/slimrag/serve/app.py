@@ -38,7 +38,9 @@ Clients that leave
     A chat's generation stops when its client disconnects, streamed or not: a streamed answer is
     closed by the response when it sees the disconnect; a non-streamed one races its generation
     against the disconnect (`slimrag.api.disconnect.until_gone`) and, when the client wins, stops the worker at its next
-    piece (`Workers.stream`). The request is counted with status 499.
+    piece (`Workers.stream`). Embeddings and searches race the same way: a queued job is dropped,
+    a running embedding stops at its next batch (`Workers.run`). The request is counted with
+    status 499.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ from slimrag.api.schemas import (
 from slimrag.rag.pipeline import RAG
 from slimrag.serve.chat import answer_pieces, conversation, extension, generation_config, sse_chunks
 from slimrag.serve.web import add_browse_routes
-from slimrag.serve.workers import Worker, Workers
+from slimrag.serve.workers import Abandoned, Worker, Workers
 from slimrag.types import Answer
 
 T = TypeVar("T")
@@ -168,28 +170,39 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
                                           "finish_reason": final.finish_reason}],
                              "usage": usage_json(final.usage), "slimrag": extension(final)})
 
-    @app.post("/v1/embeddings", responses=error_responses(400, 413, 500, 502))
-    async def embeddings(req: EmbeddingsRequest) -> dict[str, Any]:
+    @app.post("/v1/embeddings", response_model=dict[str, Any], responses=error_responses(400, 413, 500, 502))
+    async def embeddings(req: EmbeddingsRequest, request: Request) -> Any:
         texts = [req.input] if isinstance(req.input, str) else req.input
         if req.dimensions is not None and req.dimensions != embedder.dim:
             raise APIError(400, f"{embedder.model_id} gives {embedder.dim} dimensions, not {req.dimensions}",
                            param="dimensions", code="invalid_value")
 
         def embed(w: Worker) -> tuple[np.ndarray, int]:
-            vecs = w.index.embedder.embed(texts, batch_size=w.index.config.embed_batch, progress=False)
-            return vecs, sum(w.index.chunker.count(t) for t in texts)
+            step = w.index.config.embed_batch
+            parts = []
+            for start in range(0, len(texts), step):  # a batch at a time: an abandoned request stops here
+                if w.stop.is_set():
+                    raise Abandoned
+                parts.append(w.index.embedder.embed(texts[start:start + step], batch_size=step, progress=False))
+            return np.concatenate(parts), sum(w.index.chunker.count(t) for t in texts)
 
-        vectors, tokens = await embeds.run(embed)
+        try:
+            vectors, tokens = await until_gone(request, embeds.run(embed))
+        except ClientGone:
+            return Response(status_code=499)  # nobody reads it; counted as the client leaving
         data = [{"object": "embedding", "index": i,
                  "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode()
                  if req.encoding_format == "base64" else v.tolist()} for i, v in enumerate(vectors)]
         return {"object": "list", "data": data, "model": embedder.model_id,
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
-    @app.post("/v1/search", responses=error_responses(400, 413, 500, 502))
-    async def search(req: SearchRequest) -> dict[str, Any]:
-        hits = await searches.run(lambda w: w.index.search(req.query, k=req.k, mode=req.mode or rag.mode,
-                                                           source=req.source))
+    @app.post("/v1/search", response_model=dict[str, Any], responses=error_responses(400, 413, 500, 502))
+    async def search(req: SearchRequest, request: Request) -> Any:
+        try:
+            hits = await until_gone(request, searches.run(
+                lambda w: w.index.search(req.query, k=req.k, mode=req.mode or rag.mode, source=req.source)))
+        except ClientGone:
+            return Response(status_code=499)
         return {"object": "list", "data": [hit_json(h) for h in hits]}
 
     add_browse_routes(app, searches, rag.mode)

@@ -25,6 +25,13 @@ Generators
     under its model lock). Any other runs one generation at a time: the workers share it wrapped by
     :func:`shared`, whose streams take turns through one lock.
 
+Abandoned jobs
+    `Workers.run` awaited by a request whose client left (`slimrag.api.disconnect.until_gone`)
+    is cancelled: a job still queued never runs, and a running one finds `Worker.stop` set and
+    stops at its next step if it checks (embeddings check between batches of the index's
+    ``embed_batch`` texts; a search is one step and runs to its end). So 20 abandoned embeddings
+    requests leave at most one batch of work behind, not 20 requests' worth.
+
 Streaming
     `Workers.stream` moves an iterator's items from a worker thread onto the event loop one at a
     time; when the request leaves early (a client disconnect) the worker stops at its next item
@@ -38,7 +45,7 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from slimrag.config import GenerationConfig
@@ -85,6 +92,9 @@ class Worker:
     index: Index
     rag: RAG
     version: tuple[int, int, int]
+    #: Set when the request of the job running now was abandoned (its client left): a long job
+    #: checks it between steps and raises `Abandoned` (see `Workers.run`).
+    stop: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
     def open(cls, served: RAG, llm: Generator) -> Worker:
@@ -112,7 +122,11 @@ def index_version(index: Index) -> tuple[int, int, int]:
     return index.version()
 
 
-_Job = tuple[Callable[[Worker], Any], Future[Any]]
+class Abandoned(Exception):
+    """A job stopped early because its request was abandoned (`Worker.stop` was set)."""
+
+
+_Job = tuple[Callable[[Worker], Any], Future[Any], threading.Event]
 
 
 class Workers:
@@ -128,8 +142,9 @@ class Workers:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
-    def submit(self, job: Callable[[Worker], T]) -> Future[T]:
-        """Run ``job`` on a worker; its result or exception lands in the returned future."""
+    def submit(self, job: Callable[[Worker], T], stop: threading.Event | None = None) -> Future[T]:
+        """Run ``job`` on a worker; its result or exception lands in the returned future. A
+        cancelled future's job never starts; ``stop`` is the job's `Worker.stop` while it runs."""
         with self._lock:
             if not self._threads:
                 self._threads = [threading.Thread(target=self._loop, name=f"slimrag-worker-{i}", daemon=True)
@@ -137,12 +152,21 @@ class Workers:
                 for t in self._threads:
                     t.start()
         fut: Future[T] = Future()
-        self._jobs.put((job, fut))
+        self._jobs.put((job, fut, stop or threading.Event()))
         return fut
 
     async def run(self, job: Callable[[Worker], T]) -> T:
-        """Await ``job`` run on a worker."""
-        return await asyncio.wrap_future(self.submit(job))
+        """Await ``job`` run on a worker. Cancelling the await (a client that left, see
+        `slimrag.api.disconnect.until_gone`) drops the job if it has not started, and sets its
+        `Worker.stop` if it has, so a job that checks it stops at its next step."""
+        stop = threading.Event()
+        fut = self.submit(job, stop)
+        try:
+            return await asyncio.wrap_future(fut)
+        except asyncio.CancelledError:
+            stop.set()
+            fut.cancel()
+            raise
 
     async def stream(self, job: Callable[[Worker], Iterator[T]]) -> AsyncIterator[T]:
         """Iterate ``job``'s items on a worker and yield them here; an exception it raises is
@@ -195,12 +219,13 @@ class Workers:
         worker: Worker | None = None
         try:
             while (item := self._jobs.get()) is not None:
-                job, fut = item
+                job, fut, stop = item
                 if not fut.set_running_or_notify_cancel():
                     continue
                 try:
                     worker = (worker.current(self.served, self.llm) if worker is not None
                               else Worker.open(self.served, self.llm))
+                    worker.stop = stop
                     fut.set_result(job(worker))
                 except Exception as exc:  # handed to the waiting request, which answers it
                     fut.set_exception(exc)

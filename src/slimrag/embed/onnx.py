@@ -20,9 +20,11 @@ Export (once per model folder, offline)
        half-written entry; of two concurrent exports the first rename wins.
     4. Later processes open the cached file; torch is not imported.
 
-Variants: ``fp32`` (the default, the exported graph as is) and ``int8`` (weights quantized
-dynamically by ``onnxruntime.quantization``; about 4x smaller and faster on some CPUs, but not the
-same vectors: it is never chosen silently, and `bench/ingest.py` reports its recall against fp32).
+Variants: ``fp32`` (the exported graph as is) and the graphs `slimrag.embed.quantize` builds from
+it on first use (``fused``: ONNX Runtime's BERT fusions, same vectors; ``int8``: per-tensor dynamic
+int8, opt-in; ``int8-fused``: fusions + per-channel dynamic int8, what a new index embeds with by
+default on the CPU, see `slimrag.embed.local`). An index records its variant, so its queries are
+embedded the way its chunks were; `bench/ingest.py` measures each variant's speed and quality.
 
 Tokenization uses the folder's ``tokenizer.json`` with the `tokenizers` library, truncated at the
 model's ``max_seq_length`` and padded to the longest text of the batch: what sentence-transformers
@@ -35,7 +37,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -46,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from slimrag.embed.quantize import BUILDERS
 from slimrag.errors import ModelNotFoundError, SlimragError
 from slimrag.files import (
     fsync_dir,
@@ -65,8 +67,8 @@ MARKER = "slimrag-onnx.json"
 EXPORT_FORMAT = 1
 #: Max abs difference per component between the exported graph and torch on the probe batch.
 EXPORT_TOLERANCE = 1e-4
-#: Graph variants: file name inside the export folder.
-VARIANTS = {"fp32": "model.onnx", "int8": "model-int8.onnx"}
+#: Graph variants: file name inside the export folder (all but fp32 built by `slimrag.embed.quantize`).
+VARIANTS = {"fp32": "model.onnx"} | {name: file for name, (file, _) in BUILDERS.items()}
 _HASH_INDEX = "embed-sha256.json"
 _STALE_TMP_S = 3600.0
 _BLOCK = 1 << 20
@@ -161,8 +163,10 @@ def ensure_exported(model_dir: Path, variant: str = "fp32", home: Path | None = 
     if not is_exported(folder):
         export(model_dir, folder)
     path = folder / VARIANTS[variant]
-    if variant == "int8" and not path.is_file():
-        _quantize_int8(folder / VARIANTS["fp32"], path)
+    if variant != "fp32" and not path.is_file():
+        t0 = time.perf_counter()
+        BUILDERS[variant][1](folder / VARIANTS["fp32"], path, model_dir)
+        log.info("built the %s variant of %s in %.1fs", variant, model_dir, time.perf_counter() - t0)
     return path
 
 
@@ -247,18 +251,6 @@ def _session(path: Path, threads: int | None = None) -> Any:
         opts.intra_op_num_threads = threads
     opts.log_severity_level = 3  # ORT warns about unused initializers of traced graphs: noise
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-
-
-def _quantize_int8(src: Path, dst: Path) -> None:
-    """Dynamic int8 quantization of the weights (activations stay float), written atomically."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    tmp = dst.with_name(f".tmp-{os.getpid()}-{dst.name}")
-    try:
-        quantize_dynamic(str(src), str(tmp), weight_type=QuantType.QInt8)
-        os.replace(tmp, dst)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _input_names(model: Any) -> tuple[str, ...]:

@@ -26,7 +26,8 @@ from slimrag.index.core import Index
 from slimrag.llm import backends, weights
 from slimrag.llm.backends import make_generator
 from slimrag.llm.batcher import BatchConfig
-from slimrag.llm.engine.batch import decode_step, invariant_widths
+from slimrag.llm.engine import KVCache
+from slimrag.llm.engine.batch import rows_are_exact, decode_step
 from slimrag.llm.local import LocalGenerator
 from slimrag.prompt import Passage, Prompt
 from slimrag.serve import app as serve_app
@@ -50,11 +51,12 @@ def _prompts() -> list[Prompt]:
             for i, q in enumerate(QUESTIONS)]
 
 
-def test_a_row_of_a_step_is_bitwise_the_row_alone(smollm: weights.LoadedModel) -> None:
-    """Each sequence's logits from a shared step equal those of a step of its own, whatever its
-    row, neighbours and cache length."""
+def test_a_row_of_a_step_is_bitwise_the_one_token_forward_alone(smollm: weights.LoadedModel) -> None:
+    """Each sequence's logits from a shared step equal those of the one-token forward of that
+    sequence alone (the unbatched decode step), whatever its row, neighbours and cache length;
+    with one product call for all rows (exact here) and one per row."""
     model = smollm.model
-    widths = invariant_widths(model, (4, 8))
+    assert rows_are_exact(model)  # on this CPU: MKL's gemv by blocks, MLAS's quantized kernel over rows
     lengths = [5, 37, 64, 90, 11, 250, 3]
     gen = torch.Generator().manual_seed(0)
     with torch.inference_mode():
@@ -66,14 +68,28 @@ def test_a_row_of_a_step_is_bitwise_the_row_alone(smollm: weights.LoadedModel) -
         tokens = torch.randint(100, 20000, (len(lengths),), generator=gen).tolist()
         alone = []
         for t, n, cache in zip(tokens, lengths, caches, strict=True):
-            alone.append(decode_step(model, [t], [n], [cache], widths[0])[0])
+            logits = model.forward(torch.tensor([t]), torch.tensor([n]), cache)
+            assert logits is not None
+            alone.append(logits)
+            assert torch.equal(decode_step(model, [t], [n + 1], [cache])[0],
+                               model.forward(torch.tensor([t]), torch.tensor([n + 1]), _copy(cache, n + 1)))
             cache.truncate(n)
         order = [6, 2, 0, 5, 1, 4, 3]
-        shared = decode_step(model, [tokens[i] for i in order], [lengths[i] for i in order],
-                             [caches[i] for i in order], widths[-1])
-    for row, i in enumerate(order):
-        assert torch.equal(shared[row], alone[i]), f"sequence {i} at row {row}"
-        assert caches[i].length == lengths[i] + 1
+        for together in (True, False):
+            shared = decode_step(model, [tokens[i] for i in order], [lengths[i] for i in order],
+                                 [caches[i] for i in order], 8, together=together)
+            for row, i in enumerate(order):
+                assert torch.equal(shared[row], alone[i]), f"sequence {i} at row {row}, together={together}"
+                assert caches[i].length == lengths[i] + 1
+                caches[i].truncate(lengths[i])
+        with pytest.raises(ValueError, match="width 4"):
+            decode_step(model, tokens[:5], lengths[:5], caches[:5], 4)
+
+
+def _copy(cache: KVCache, n: int) -> KVCache:
+    """A new cache holding the first ``n`` positions of ``cache``."""
+    return KVCache.seeded([(k[:, :, :n], v[:, :, :n]) for k, v in cache.layers()], dtype=cache.dtype,
+                          device=cache.device)
 
 
 def test_concurrent_greedy_streams_give_each_prompt_its_tokens_alone(smollm: weights.LoadedModel) -> None:
@@ -114,6 +130,7 @@ def test_streams_with_sampling_and_the_unbatched_path_agree_with_their_own_runs(
     assert off.batch_stats() is None
     first = off.greedy_ids(prompts[0], 6)[0]
     assert off.greedy_ids(prompts[0], 6)[0] == first
+    assert [off.generate(p, cfg).text for p in prompts] == alone  # batched and unbatched: one set of tokens
 
 
 def test_a_stalled_stream_delays_but_does_not_stop_the_others(smollm: weights.LoadedModel) -> None:

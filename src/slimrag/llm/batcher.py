@@ -18,8 +18,8 @@ waiting streams elect a *leader* among themselves, which
 2. takes the model lock (the one prefills hold for each forward, so the prefills the scheduler
    admits interleave between decode steps), then the first ``width`` waiting requests (those
    that arrived while it waited for the lock included), and runs them as one step
-   (:func:`slimrag.llm.engine.batch.decode_step`: row-wise parts batched, attention per
-   sequence);
+   (:func:`slimrag.llm.engine.batch.decode_step`: row-wise parts batched, each row's products
+   those of a one-token forward; attention per sequence);
 3. hands every request its logits (or the step's exception) and wakes the others. Requests
    beyond ``width`` wait for the next step, first come first served.
 
@@ -27,18 +27,17 @@ Waiting for the streams of the step that just ended (rather than starting at onc
 already waiting) is what merges streams into one step: with 8 streams and a free start, two
 groups of 4 would alternate forever, each step paying the weights' read for 4 rows.
 
-Exactness: a step's rows are bitwise independent of which requests share it (see
+Exactness: a step's rows are bitwise the one-token forwards of their sequences alone (see
 :mod:`slimrag.llm.engine.batch`), so tokens do not depend on the batching, the timing or the
-number of clients.
+number of clients, and equal those of ``width = 1``. A step of one row is that forward itself:
+a lone stream pays no batching tax.
 
 Knobs (:class:`BatchConfig`)
 ----------------------------
-width = 8: most sequences per step. Each step is padded to 4 or 8 rows (the widths at which a
-row's numbers do not depend on its neighbours on this CPU); more rows per step raise throughput
-(8 rows cost ~2.5x one row here) and the time of each step. 1 turns batching off: every step is
-the one-token forward of :meth:`slimrag.llm.engine.Decoder.forward` under the model lock, each
-stream on its own (the engine before batching; its logits may differ from a batched step's in
-the last bits, so a generator uses one path for all its steps).
+width = 8: most sequences per step. More rows per step raise throughput (a step reads each
+weight block from memory once for all its rows) and the time of each step. 1 turns batching
+off: every step is the one-token forward of :meth:`slimrag.llm.engine.Decoder.forward` under the
+model lock, each stream on its own (the same tokens; no waiting for other streams).
 wait_s = 0.02: how long a ready request waits for the others after a step (see step 1), against
 steps of 150-400 ms here. Too short, and under load the streams of a step are not all back in
 time (their threads wait for the GIL): the next step starts with some, the rest form another,
@@ -60,7 +59,7 @@ import torch
 
 from slimrag.llm.decoding import Chooser
 from slimrag.llm.engine import Decoder, KVCache
-from slimrag.llm.engine.batch import WIDTHS, decode_step, invariant_widths
+from slimrag.llm.engine.batch import decode_step, rows_are_exact
 
 #: Runs one step: tokens, positions and caches of the rows, returning their logits ``[rows, vocab]``.
 StepFn = Callable[[Sequence[int], Sequence[int], Sequence[KVCache]], torch.Tensor]
@@ -229,7 +228,7 @@ class DecodeLoop:
                  config: BatchConfig) -> None:
         self.config, self._model, self._forward = config, model, forward
         self._batcher = DecodeBatcher(self._step_rows, lock, config) if config.enabled else None
-        self._widths: tuple[int, ...] | None = None
+        self._together: bool | None = None
 
     @property
     def batcher(self) -> DecodeBatcher | None:
@@ -260,12 +259,9 @@ class DecodeLoop:
                 pos += 1
 
     def _step_rows(self, tokens: Sequence[int], positions: Sequence[int], caches: Sequence[KVCache]) -> torch.Tensor:
-        """One batched step (the batcher's ``run``, called holding the model lock), padded to the
-        smallest row-invariant width that holds the rows."""
+        """One batched step (the batcher's ``run``, called holding the model lock)."""
         model = self._model()
-        if self._widths is None:  # measured once, at the first step (off the first-token path)
-            allowed = tuple(w for w in WIDTHS if w < self.config.width) + (self.config.width,)
-            self._widths = invariant_widths(model, allowed)
-        width = next(w for w in self._widths if w >= len(tokens))
+        if self._together is None and len(tokens) > 1:  # checked once, at the first shared step
+            self._together = rows_are_exact(model)
         with torch.inference_mode():
-            return decode_step(model, tokens, positions, caches, width)
+            return decode_step(model, tokens, positions, caches, self.config.width, together=bool(self._together))

@@ -26,10 +26,11 @@ stores, so seeding and storing are slices and copies, nothing more. One request:
 Concurrent streams share decode steps (continuous batching, :mod:`slimrag.llm.batcher`): every
 decode step, a lone request's included, goes through the batcher, which runs the steps of the
 streams ready then as one forward (up to ``batch.width`` = 8 rows), between the prefills the
-scheduler admits. Steps are padded to 4 or 8 rows with attention per sequence
-(:mod:`slimrag.llm.engine.batch`), so a row's logits are bitwise those of its request alone: tokens
-do not depend on who else is served. ``BatchConfig(width=1)``: each stream its own one-token
-forwards (the engine before batching; ``docs/bench_generation.md``, "Batched decode").
+scheduler admits. Each row of a step is computed as the one-token forward of its request alone
+(matrix-vector products per row, attention per sequence: :mod:`slimrag.llm.engine.batch`), so
+tokens do not depend on who else is served, and a step of one row *is* that forward (a lone
+request pays no batching tax). ``BatchConfig(width=1)``: each stream its own one-token forwards,
+the same tokens without the batcher.
 
 Usage accounting: ``prompt_tokens`` is the joined segment ids; ``cached_tokens`` the prompt
 tokens served from the cache; ``completion_tokens`` counts every token the model produced, the

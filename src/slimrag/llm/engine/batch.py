@@ -1,41 +1,45 @@
-"""One decode step for several sequences at once, each row's numbers independent of the batch.
+"""One decode step for several sequences at once, each row bitwise the one-token forward of its sequence alone.
 
 Why this shape. On a CPU (torch with MKL) a row of a float32 matrix product is not always the
 product of that row alone: the library picks its kernel by the shape, and kernels sum in
-different orders. Measured here (``docs/bench_generation.md``, "Batched decode") for every
-projection of SmolLM2-135M (576 -> 960 qkv, 576 -> 576 o, 576 -> 3072 gate/up, 1536 -> 576 down,
-576 -> 49152 output head):
+different orders. One row (``F.linear`` at M = 1, the one-token :meth:`Decoder.forward`) is a
+matrix-vector product (``gemv``); two or more rows go through ``gemm``, whose rows differ from
+``gemv``'s in the last bits, and ``gemm`` at small M also pays for packing the weights: measured
+here (one thread, SmolLM2-135M shapes), ``gemm`` at 4 rows cost 2-3.5x ``gemv`` at one row (the
+49152 x 576 output head: 71 ms against 20 ms), so padding a lone request to 4 rows to keep it
+equal to a batched one cost more than its products.
 
-- ``F.linear(x, W)`` with ``x`` of M rows: M = 1 is one class, M = 2-3 another, M >= 4 a third;
-  M = 4 costs about 1.4x M = 1 per step, so padding a lone request to 4 rows slows it.
-- ``(W @ x.T).T`` (the rows as the columns of the right-hand operand): M = 4 and M = 8 give
-  bitwise the same row whatever row it sits in and whatever the other rows hold, with 1 or 2
-  threads, and M = 4 costs about what ``F.linear`` does at M = 1 (the kernel works in blocks of 4
-  columns; M = 5-7 and 9-11 put the last rows through an edge kernel and differ).
+So a step here computes **every row as its own matrix-vector product**, the very product of the
+one-token forward:
 
-So a decode step here
+- one sequence: exactly :meth:`Decoder.forward` on its one token (no padding, no copies: a lone
+  stream pays nothing for batching);
+- several: the row-wise parts (norms, projections, the MLP, the output head) run over the rows
+  together, each projection as ``torch.mv`` per row over blocks of :data:`BLOCK_ROWS` output rows
+  of the weight (a block stays in the core's cache while every row multiplies it, so the weights
+  are read from memory about once per step, not once per row); attention runs per sequence (its
+  new token over its own :class:`KVCache`, as :func:`slimrag.llm.engine.attention.attend` does
+  for an unbatched step).
 
-- runs the row-wise parts (norms, projections, the MLP, the output head) over every sequence's
-  row together in the ``(W @ x.T).T`` form, padded with zero rows to the smallest allowed width
-  that holds them (:data:`WIDTHS`: 4 or 8), and
-- runs attention per sequence (its one new token over its own :class:`KVCache`, the very shapes
-  of an unbatched decode step: :func:`slimrag.llm.engine.attention.attend`),
+A block's ``mv`` gives bitwise the matching slice of the whole matrix's ``mv``, which equals
+``F.linear`` at M = 1 (``gemv`` sums each output over the input axis in one order whatever the
+number of output rows). A quantized weight (:mod:`slimrag.llm.engine.qlinear`) is multiplied by
+its kernel over all rows at once: that kernel's rows do not depend on each other. Both are
+checked, not assumed: :func:`rows_are_exact` multiplies random rows by the model's own matrices
+both ways and compares; where it fails (another BLAS, a GPU), a step makes one product call per
+row instead (exact by construction, slower for many rows). A float matrix with a bias (Qwen2's
+qkv) always goes that way. Either way a row's
+logits are those of its sequence stepped alone, so tokens do not depend on who else is served,
+and batched and unbatched decoding (``BatchConfig(width=1)``) give the same tokens.
 
-which gives every sequence bitwise the logits of a step of its own, whichever requests share the
-step. That is what lets batched serving give the tokens of unbatched runs. (The one-token
-:meth:`Decoder.forward` uses ``F.linear`` at M = 1, another class: its logits may differ in the
-last bits from this step's, so a generator decodes every step one way or the other, never both.)
-
-The widths are checked, not assumed: :func:`invariant_widths` multiplies random rows by the
-model's own matrices (layer 0's projections and the output head) at each allowed width with the
-rows shuffled, and keeps the widths only if each row equals its product at the largest width;
-otherwise (another BLAS, another CPU, a GPU) it returns the largest width alone, and every step
-is padded to it: still exact, only slower for a lone request.
+Knob: :data:`BLOCK_ROWS` = 256 (a 256 x 1536 float32 block is 1.5 MB, inside a 2 MB L2 per
+core; smaller blocks pay more Python calls per step, larger ones fall out of L2).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -45,62 +49,92 @@ from slimrag.llm.engine.cache import KVCache
 from slimrag.llm.engine.model import Decoder
 from slimrag.llm.engine.norm import rms_norm
 
-#: Row counts a step is padded to (see the module header), smallest first.
-WIDTHS = (4, 8)
+#: Output rows of a weight block multiplied by every row of a step before the next block (see the
+#: module header).
+BLOCK_ROWS = 256
 
 
-def _rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """``x @ w.T`` computed as ``(w @ x.T).T`` (the row-invariant form; contiguous result)."""
-    return (w @ x.t()).t().contiguous()
+def _one_row(w: Any, dense_rows: int | None) -> Any:
+    """What the one-token forward multiplies by: a float tensor, or a quantized weight (a callable
+    ``x -> x @ W.T`` on its blocks, :class:`slimrag.llm.engine.qlinear.QuantLinear`), or that
+    weight's float32 copy when the model multiplies even one row in float32 (``dense_rows <= 1``)."""
+    if isinstance(w, torch.Tensor) or dense_rows is None or dense_rows > 1:
+        return w
+    return w.dense()
+
+
+def _rowwise(x: torch.Tensor, w: Any, bias: torch.Tensor | None, dense_rows: int | None,
+             together: bool) -> torch.Tensor:
+    """``x @ w.T (+ bias)``, each row bitwise the one-row product of the forward. ``together``:
+    one call for all rows (weight blocks for a float matrix; the kernel over all rows for a
+    quantized one), where :func:`rows_are_exact` found that exact; else one call per row."""
+    w = _one_row(w, dense_rows)
+    if not isinstance(w, torch.Tensor):  # quantized: the kernel's rows do not depend on each other
+        y = w(x) if together else torch.cat([w(x[r : r + 1]) for r in range(x.shape[0])])
+        return y if bias is None else y + bias
+    b = x.shape[0]
+    if b == 1 or bias is not None or not together:
+        return torch.cat([F.linear(x[r : r + 1], w, bias) for r in range(b)])
+    out = x.new_empty(b, w.shape[0])
+    for a in range(0, w.shape[0], BLOCK_ROWS):
+        block = w[a : a + BLOCK_ROWS]
+        for r in range(b):
+            torch.mv(block, x[r], out=out[r, a : a + BLOCK_ROWS])
+    return out
 
 
 def decode_step(model: Decoder, ids: Sequence[int], positions: Sequence[int], caches: Sequence[KVCache],
-                width: int) -> torch.Tensor:
+                width: int | None = None, *, together: bool = True) -> torch.Tensor:
     """Feed token ``ids[i]`` at ``positions[i]`` to sequence ``caches[i]`` (which gains its K/V)
-    for every ``i``, computing the row-wise parts over ``width`` rows (the sequences' and zero
-    padding). Returns float32 logits ``[len(ids), vocab]``. Run it under ``torch.inference_mode``."""
+    for every ``i``. Returns float32 logits ``[len(ids), vocab]``, row ``i`` bitwise the logits of
+    ``model.forward`` on that token alone. ``width``: the most rows the caller allows (checked);
+    ``together``: one product call for all rows (only where :func:`rows_are_exact` said so). Run
+    it under ``torch.inference_mode``."""
     b = len(ids)
-    if not 0 < b <= width or len(positions) != b or len(caches) != b:
+    if not 0 < b <= (width or b) or len(positions) != b or len(caches) != b:
         raise ValueError(f"{b} ids, {len(positions)} positions and {len(caches)} caches for width {width}")
-    c = model.config
+    dev = model.device
+    if b == 1:  # the lone stream: the one-token forward itself
+        return model.forward(torch.tensor(list(ids), dtype=torch.long, device=dev),
+                             torch.tensor(list(positions), dtype=torch.long, device=dev), caches[0])[None]
+    c, dense = model.config, getattr(model, "dense_rows", None)
     kw = {"heads": c.num_heads, "kv_heads": c.num_kv_heads, "head_dim": c.head_dim, "eps": c.rms_eps}
-    dev, dt = model.device, model.dtype
-    x = torch.zeros(width, model.embed.shape[1], dtype=dt, device=dev)
-    x[:b] = F.embedding(torch.tensor(list(ids), dtype=torch.long, device=dev), model.embed)
-    cos, sin = model.rope.cos_sin(torch.tensor(list(positions), dtype=torch.long, device=dev), dt)
-    attended = torch.zeros(width, c.num_heads * c.head_dim, dtype=dt, device=dev)
+    x = F.embedding(torch.tensor(list(ids), dtype=torch.long, device=dev), model.embed)
+    cos, sin = model.rope.cos_sin(torch.tensor(list(positions), dtype=torch.long, device=dev), x.dtype)
+    attended = x.new_empty(b, c.num_heads * c.head_dim)
     for i, layer in enumerate(model.layers):
-        qkv = _rows(rms_norm(x, layer.input_norm, c.rms_eps), layer.attn.qkv)
-        if layer.attn.qkv_bias is not None:
-            qkv = qkv + layer.attn.qkv_bias
+        a = layer.attn
+        qkv = _rowwise(_norm_rows(x, layer.input_norm, c.rms_eps), a.qkv, a.qkv_bias, dense, together)
         for r, cache in enumerate(caches):
-            attended[r : r + 1] = attend(qkv[r : r + 1], layer.attn, i, cache, model.rope, cos[r : r + 1],
-                                         sin[r : r + 1], None, **kw)
-        x = x + _rows(attended, layer.attn.o)
-        gate, up = _rows(rms_norm(x, layer.post_norm, c.rms_eps), layer.gate_up).chunk(2, dim=-1)
-        x = x + _rows(F.silu(gate) * up, layer.down)
+            attended[r : r + 1] = attend(qkv[r : r + 1], a, i, cache, model.rope, cos[r : r + 1], sin[r : r + 1],
+                                         None, **kw)
+        x = x + _rowwise(attended, a.o, None, dense, together)
+        h = _norm_rows(x, layer.post_norm, c.rms_eps)
+        gate, up = _rowwise(h, layer.gate_up, None, dense, together).chunk(2, dim=-1)
+        x = x + _rowwise(F.silu(gate) * up, layer.down, None, dense, together)
     for cache in caches:
         cache.advance(1)
-    return _rows(rms_norm(x, model.norm, c.rms_eps), model.lm_head)[:b].float()
+    return _rowwise(_norm_rows(x, model.norm, c.rms_eps), model.lm_head, None, dense, together).float()
 
 
-def invariant_widths(model: Decoder, widths: Sequence[int] = WIDTHS, *, seed: int = 0) -> tuple[int, ...]:
-    """``widths`` (sorted) if a row's product with each of the model's matrices, in the form
-    :func:`decode_step` uses, is bitwise the same at every one of them and at any row placement
-    and neighbours (see the module header); else the largest width alone."""
-    widths = tuple(sorted(set(widths)))
-    if not widths or widths[0] < 1:
-        raise ValueError(f"decode widths must be positive, got {widths}")
-    top = widths[-1]
+def _norm_rows(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """:func:`rms_norm` of each row on its own (a reduction over a ``[b, hidden]`` tensor may sum
+    in another order than over ``[1, hidden]``; per row it is the forward's own call)."""
+    return torch.cat([rms_norm(x[r : r + 1], weight, eps) for r in range(x.shape[0])])
+
+
+def rows_are_exact(model: Decoder, rows: int = 3, *, seed: int = 0) -> bool:
+    """True when one product call for several rows (weight blocks of :data:`BLOCK_ROWS` for a
+    float matrix, the kernel over all rows for a quantized one) gives, for the model's own
+    matrices (layer 0's projections and the output head), bitwise the one-row product of every
+    row (see the module header)."""
     layer = model.layers[0]
+    dense = getattr(model, "dense_rows", None)
     mats = [layer.attn.qkv, layer.attn.o, layer.gate_up, layer.down, model.lm_head]
     gen = torch.Generator(device="cpu").manual_seed(seed)
     with torch.inference_mode():
         for w in mats:
-            x = torch.randn(top, w.shape[1], generator=gen).to(dtype=w.dtype, device=w.device)
-            full = _rows(x, w)
-            for width in widths:
-                pick = torch.randperm(top, generator=gen)[:width].to(w.device)
-                if not torch.equal(_rows(x[pick], w), full[pick]):
-                    return (top,)
-    return widths
+            x = torch.randn(rows, w.shape[1], generator=gen).to(dtype=model.dtype, device=model.device)
+            if not torch.equal(_rowwise(x, w, None, dense, True), _rowwise(x, w, None, dense, False)):
+                return False
+    return True

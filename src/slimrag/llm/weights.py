@@ -87,12 +87,19 @@ def load_model(
     path: str | os.PathLike[str] | None = None,
     device: str | None = None,
     dtype: torch.dtype | None = None,
+    *,
+    quantized: bool = True,
+    dense_rows: int | None = None,
 ) -> LoadedModel:
     """Load a model and its tokenizer for the engine.
 
     path: a ``.gguf`` file (default: the embedded SmolLM2) or an HF folder (``config.json``,
     ``*.safetensors``, ``tokenizer.json``). device: default :func:`default_device`. dtype:
-    default :func:`default_dtype`.
+    default :func:`default_dtype`. quantized: a GGUF's Q4_0/Q4_1/Q8_0 projections stay in their
+    blocks and the products run on them (float32 CPU models; False: every weight dequantized to
+    float32, the engine before issue 28). dense_rows: forwards of at least this many tokens
+    multiply in float32 (a copy dequantized on first use; None: never). See
+    :mod:`slimrag.llm.engine.qlinear`.
     """
     start = time.perf_counter()
     device = device or default_device()
@@ -101,7 +108,8 @@ def load_model(
     if not src.exists():
         raise ModelNotFoundError(f"No model at {src}; pass a .gguf file or an HF model folder.")
     try:
-        model, tokenizer = load_checkpoint(src, device=device, dtype=dtype)
+        model, tokenizer = load_checkpoint(src, device=device, dtype=dtype, quantized=quantized,
+                                           dense_rows=dense_rows)
     except FileNotFoundError as exc:
         raise ModelNotFoundError(f"Could not load a model from {src}: {exc}") from exc
     except (ValueError, KeyError) as exc:

@@ -205,10 +205,11 @@ def unpermute(w: np.ndarray, heads: int) -> np.ndarray:
 
 
 def read_tensors(gguf: GGUFFile, arch: str, heads: int, kv_heads: int, workers: int = 2,
-                 ) -> Iterator[tuple[str, np.ndarray]]:
-    """Yield (HF name, float32 array) for every tensor the engine uses, dequantized on
-    ``workers`` threads, in file order; q/k rows un-permuted for :data:`PERMUTED_ARCHS`."""
-    wanted = [(info, hf_name(name)) for name, info in gguf.tensors.items()]
+                 skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, np.ndarray]]:
+    """Yield (HF name, float32 array) for every tensor the engine uses but those in ``skip``
+    (file names), dequantized on ``workers`` threads, in file order; q/k rows un-permuted for
+    :data:`PERMUTED_ARCHS`."""
+    wanted = [(info, hf_name(name)) for name, info in gguf.tensors.items() if name not in skip]
     wanted = [(info, name) for info, name in wanted if name is not None]
     permute = arch in PERMUTED_ARCHS
 
@@ -226,6 +227,18 @@ def read_tensors(gguf: GGUFFile, arch: str, heads: int, kv_heads: int, workers: 
         return
     with ThreadPoolExecutor(max_workers=workers) as pool:
         yield from pool.map(load, wanted)
+
+
+def raw_rows(gguf: GGUFFile, info: TensorInfo, arch: str, heads: int, kv_heads: int) -> np.ndarray:
+    """A tensor's stored blocks, ``uint8 [rows, row_bytes]``, rows in HF order: a view of the map,
+    or for the q/k of :data:`PERMUTED_ARCHS` a row-permuted copy (rows are whole blocks, so the
+    permutation of :func:`unpermute` applies to the bytes as it does to the weights)."""
+    raw = gguf.raw(info)
+    if arch in PERMUTED_ARCHS and info.name.endswith("attn_q.weight"):
+        return unpermute(raw, heads)
+    if arch in PERMUTED_ARCHS and info.name.endswith("attn_k.weight"):
+        return unpermute(raw, kv_heads)
+    return raw
 
 
 def rope_freq_factors(gguf: GGUFFile) -> tuple[float, ...] | None:

@@ -22,25 +22,35 @@ from pathlib import Path
 import torch
 
 from slimrag.llm.engine.config import ModelConfig
-from slimrag.llm.engine.gguf import GGUFFile, read_tensors, rope_freq_factors
+from slimrag.llm.engine.gguf import GGUFFile, hf_name, raw_rows, read_tensors, rope_freq_factors
 from slimrag.llm.engine.model import Decoder
+from slimrag.llm.engine.qlinear import QuantPart, quantizable
 from slimrag.llm.engine.tokenizer import Tokenizer
 
 
 def load_checkpoint(path: str | os.PathLike[str], *, device: str = "cpu", dtype: torch.dtype = torch.float32,
-                    ) -> tuple[Decoder, Tokenizer]:
+                    quantized: bool = True, dense_rows: int | None = None) -> tuple[Decoder, Tokenizer]:
     """The decoder and tokenizer at ``path`` (a ``.gguf`` file or an HF folder); ValueError or
-    FileNotFoundError with the reason when it is neither or is incomplete."""
+    FileNotFoundError with the reason when it is neither or is incomplete. ``quantized`` and
+    ``dense_rows``: see :func:`load_gguf` (an HF folder is always float)."""
     src = Path(path)
     if src.is_dir():
         return load_folder(src, device=device, dtype=dtype)
-    return load_gguf(src, device=device, dtype=dtype)
+    return load_gguf(src, device=device, dtype=dtype, quantized=quantized, dense_rows=dense_rows)
+
+
+#: HF names of the projections that may stay quantized (every matrix but the embedding table).
+_PROJECTIONS = ("_proj.weight", "lm_head.weight")
 
 
 def load_gguf(path: Path, *, device: str = "cpu", dtype: torch.dtype = torch.float32,
-              workers: int | None = None) -> tuple[Decoder, Tokenizer]:
+              workers: int | None = None, quantized: bool = True, dense_rows: int | None = None,
+              ) -> tuple[Decoder, Tokenizer]:
     """A GGUF file (see the module header). ``workers``: dequantizing threads (default: up to 4
-    of this machine's cores)."""
+    of this machine's cores). ``quantized``: keep the projections stored as Q4_0/Q4_1/Q8_0 in
+    their blocks and compute on them (:mod:`slimrag.llm.engine.qlinear`; float32 CPU models
+    only); False dequantizes every tensor to ``dtype``. ``dense_rows``: :class:`Decoder`'s
+    threshold for float32 products in long forwards (None: always quantized)."""
     import dataclasses
 
     gguf = GGUFFile(path)
@@ -50,9 +60,23 @@ def load_gguf(path: Path, *, device: str = "cpu", dtype: torch.dtype = torch.flo
     if factors is not None:
         config = dataclasses.replace(config, rope=dataclasses.replace(config.rope, freq_factors=factors))
     workers = workers or min(4, os.cpu_count() or 1)
-    tensors = {name: torch.from_numpy(arr).to(device=device, dtype=dtype)
-               for name, arr in read_tensors(gguf, config.arch, config.num_heads, config.num_kv_heads, workers)}
-    model = Decoder.from_state_dict(config, tensors, dtype=dtype, device=device)
+    keep = quantized and dtype == torch.float32 and torch.device(device).type == "cpu"
+    parts: dict[str, torch.Tensor | QuantPart] = {}
+    for name, info in gguf.tensors.items():
+        hf = hf_name(name)
+        if keep and hf is not None and hf.endswith(_PROJECTIONS) and quantizable(info.ggml_type):
+            rows = raw_rows(gguf, info, config.arch, config.num_heads, config.num_kv_heads)
+            parts[hf] = QuantPart(rows, info.ggml_type, info.shape[-1])
+    embed = gguf.tensors.get("token_embd.weight")
+    if keep and config.tie_embeddings and embed is not None and quantizable(embed.ggml_type):
+        # The output head reads the embedding table's blocks; the lookup table itself is float.
+        parts["lm_head.weight"] = QuantPart(gguf.raw(embed), embed.ggml_type, embed.shape[-1])
+    skip = frozenset(n for n, info in gguf.tensors.items() if hf_name(n) in parts)
+    tensors: dict[str, torch.Tensor | QuantPart] = {
+        name: torch.from_numpy(arr).to(device=device, dtype=dtype)
+        for name, arr in read_tensors(gguf, config.arch, config.num_heads, config.num_kv_heads, workers, skip)}
+    tensors.update(parts)
+    model = Decoder.from_state_dict(config, tensors, dtype=dtype, device=device, dense_rows=dense_rows)
     tokenizer = Tokenizer.from_gguf(meta)
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in config.eos_ids:
         config = dataclasses.replace(config, eos_ids=(*config.eos_ids, tokenizer.eos_token_id))

@@ -16,6 +16,14 @@ asked for (``logits="last"``: only the last, which is all generation needs; the 
 projection of every prompt position would cost more than the attention). ``stop_after=L`` ends
 the forward after layer ``L`` (blend's deviation scoring needs the first layers' K/V only).
 Weights are read-only after load, so any number of threads may run forwards on their own caches.
+
+Weights. A projection is a float tensor or a :class:`~slimrag.llm.engine.qlinear.QuantLinear`
+(a GGUF file's Q4_0/Q4_1/Q8_0 blocks, kept quantized; :mod:`slimrag.llm.engine.qlinear`). A
+quantized model computes decode's products on the blocks; ``dense_rows`` (default None) sends the
+products of forwards of at least that many tokens (long prefills) through a float32 copy of the
+weights, dequantized on first use and then held (4 bytes per weight on top of the blocks). The
+choice depends only on the forward's token count, never on the cache or the batch, so cached and
+uncached runs of the same segments compute the same way.
 """
 
 from __future__ import annotations
@@ -26,10 +34,11 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from slimrag.llm.engine.attention import AttentionWeights, attention
+from slimrag.llm.engine.attention import AttentionWeights, attend
 from slimrag.llm.engine.cache import KVCache
 from slimrag.llm.engine.config import ModelConfig
 from slimrag.llm.engine.norm import rms_norm
+from slimrag.llm.engine.qlinear import QuantLinear, QuantPart, linear, stacked
 from slimrag.llm.engine.rope import Rope
 
 
@@ -40,8 +49,8 @@ class LayerWeights:
     input_norm: torch.Tensor
     attn: AttentionWeights
     post_norm: torch.Tensor
-    gate_up: torch.Tensor
-    down: torch.Tensor
+    gate_up: torch.Tensor | QuantLinear
+    down: torch.Tensor | QuantLinear
 
 
 class Decoder:
@@ -50,46 +59,58 @@ class Decoder:
     naming with :meth:`from_state_dict`."""
 
     def __init__(self, config: ModelConfig, embed: torch.Tensor, layers: list[LayerWeights],
-                 norm: torch.Tensor, lm_head: torch.Tensor | None) -> None:
+                 norm: torch.Tensor, lm_head: torch.Tensor | QuantLinear | None, *,
+                 dense_rows: int | None = None) -> None:
         if len(layers) != config.num_layers:
             raise ValueError(f"config says {config.num_layers} layers, got weights for {len(layers)}")
+        if dense_rows is not None and dense_rows < 1:
+            raise ValueError(f"dense_rows must be >= 1 or None, got {dense_rows}")
         self.config, self.embed, self.layers, self.norm = config, embed, layers, norm
         self.lm_head = embed if lm_head is None else lm_head
         self.device, self.dtype = embed.device, embed.dtype
+        self.dense_rows = dense_rows
         self.rope = Rope(config.rope, config.head_dim, self.device)
 
     @classmethod
-    def from_state_dict(cls, config: ModelConfig, tensors: dict[str, torch.Tensor], *,
-                        dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> Decoder:
+    def from_state_dict(cls, config: ModelConfig, tensors: dict[str, torch.Tensor | QuantPart], *,
+                        dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+                        dense_rows: int | None = None) -> Decoder:
         """From tensors named as in HF checkpoints (``model.layers.0.self_attn.q_proj.weight``, ...);
-        missing or extra names are a ValueError. ``tensors`` may be consumed (popped)."""
-        def take(name: str) -> torch.Tensor:
+        missing or extra names are a ValueError. ``tensors`` may be consumed (popped). A projection
+        given as :class:`QuantPart`\\ s (all of q/k/v, of gate/up) stays quantized on a float32 CPU
+        model (:func:`slimrag.llm.engine.qlinear.stacked`); any other weight is dequantized."""
+        def raw(name: str) -> torch.Tensor | QuantPart:
             t = tensors.pop(name, None)
             if t is None:
                 raise ValueError(f"checkpoint lacks {name}")
-            return t.to(device=device, dtype=dtype)
+            return t
 
-        def maybe(name: str) -> torch.Tensor | None:
-            return take(name) if name in tensors else None
+        def take(name: str) -> torch.Tensor:
+            out = stacked([raw(name)], dtype=dtype, device=device, quantized=False)
+            assert isinstance(out, torch.Tensor)
+            return out
+
+        def proj(*names: str) -> torch.Tensor | QuantLinear:
+            return stacked([raw(n) for n in names], dtype=dtype, device=device)
 
         layers = []
         for i in range(config.num_layers):
             p = f"model.layers.{i}."
             a = p + "self_attn."
-            qkv = torch.cat([take(a + "q_proj.weight"), take(a + "k_proj.weight"), take(a + "v_proj.weight")])
+            qkv = proj(a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight")
             bias = None
             if config.qkv_bias:
                 bias = torch.cat([take(a + "q_proj.bias"), take(a + "k_proj.bias"), take(a + "v_proj.bias")])
             q_norm = take(a + "q_norm.weight") if config.qk_norm else None
             k_norm = take(a + "k_norm.weight") if config.qk_norm else None
-            attn = AttentionWeights(qkv.contiguous(), bias, q_norm, k_norm, take(a + "o_proj.weight"))
-            gate_up = torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")]).contiguous()
+            attn = AttentionWeights(qkv, bias, q_norm, k_norm, proj(a + "o_proj.weight"))
+            gate_up = proj(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")
             layers.append(LayerWeights(take(p + "input_layernorm.weight"), attn,
                                        take(p + "post_attention_layernorm.weight"), gate_up,
-                                       take(p + "mlp.down_proj.weight")))
+                                       proj(p + "mlp.down_proj.weight")))
         embed, norm = take("model.embed_tokens.weight"), take("model.norm.weight")
-        head = maybe("lm_head.weight")
-        if head is not None and config.tie_embeddings and torch.equal(head, embed):
+        head: torch.Tensor | QuantLinear | None = proj("lm_head.weight") if "lm_head.weight" in tensors else None
+        if isinstance(head, torch.Tensor) and config.tie_embeddings and torch.equal(head, embed):
             head = None
         if head is None and not config.tie_embeddings:
             raise ValueError("checkpoint lacks lm_head.weight and the config does not tie embeddings")
@@ -97,7 +118,7 @@ class Decoder:
         extra = [n for n in tensors if not n.endswith("rotary_emb.inv_freq")]
         if extra:
             raise ValueError(f"checkpoint has tensors the engine does not use: {extra[:5]}")
-        return cls(config, embed, layers, norm, head)
+        return cls(config, embed, layers, norm, head, dense_rows=dense_rows)
 
     def new_cache(self) -> KVCache:
         """An empty cache for one sequence, on this model's device and dtype."""
@@ -112,20 +133,23 @@ class Decoder:
         ``"all"``; None when ``stop_after`` ended the forward early. ``mask``: ``[n, length + n]``
         booleans replacing the causal rule (keys in cache order)."""
         c = self.config
+        dense = self.dense_rows
         x = F.embedding(ids, self.embed)
         cos, sin = self.rope.cos_sin(positions, x.dtype)
         for i, layer in enumerate(self.layers):
             h = rms_norm(x, layer.input_norm, c.rms_eps)
-            x = x + attention(h, layer.attn, i, cache, self.rope, cos, sin, mask, heads=c.num_heads,
-                              kv_heads=c.num_kv_heads, head_dim=c.head_dim, eps=c.rms_eps)
+            qkv = linear(h, layer.attn.qkv, layer.attn.qkv_bias, dense_rows=dense)
+            att = attend(qkv, layer.attn, i, cache, self.rope, cos, sin, mask, heads=c.num_heads,
+                         kv_heads=c.num_kv_heads, head_dim=c.head_dim, eps=c.rms_eps)
+            x = x + linear(att, layer.attn.o, dense_rows=dense)
             h = rms_norm(x, layer.post_norm, c.rms_eps)
-            gate, up = F.linear(h, layer.gate_up).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer.down)
+            gate, up = linear(h, layer.gate_up, dense_rows=dense).chunk(2, dim=-1)
+            x = x + linear(F.silu(gate) * up, layer.down, dense_rows=dense)
             if stop_after is not None and i >= stop_after:
                 cache.advance(ids.shape[0])
                 return None
         cache.advance(ids.shape[0])
         if logits == "last":
             x = x[-1:]
-        out = F.linear(rms_norm(x, self.norm, c.rms_eps), self.lm_head).float()
+        out = linear(rms_norm(x, self.norm, c.rms_eps), self.lm_head, dense_rows=dense).float()
         return out[0] if logits == "last" else out

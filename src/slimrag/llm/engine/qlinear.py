@@ -1,0 +1,254 @@
+"""Matrix products on a GGUF file's quantized blocks, through ONNX Runtime's ``MatMulNBits`` (MLAS kernels).
+
+Why. Decode is memory-bound: each generated token reads every weight once. The embedded
+SmolLM2-135M is 92 MB of Q4_1/Q8_0 blocks in its GGUF file and 540 MB once dequantized to
+float32, so a decode step on float32 weights reads six times the bytes the file holds. This
+module keeps the blocks as the file stores them (re-laid out once, at their size, into the
+layout the kernel reads) and computes ``x @ W.T`` on them.
+
+Why ``MatMulNBits``. ``onnxruntime`` is already a dependency (the embedder runs on it), its CPU
+kernels come from MLAS (maintained, AVX2/AVX-512/NEON paths chosen at run time), and it takes
+per-block (32 weights) scales, which is what the GGUF block types are. Measured on the
+development machine (AVX2, no VNNI) it was the fastest candidate by far; the figures are in
+``docs/benchmarks.md``. ``accuracy_level=4`` (activations quantized to int8 per block inside the
+kernel, as llama.cpp does for its own dot products) is the fast path; with float zero points MLAS
+falls back to a path ~40x slower, so Q4_1's per-block minimum is not passed as a zero point (see
+below).
+
+Block types (``w`` the weight, ``d`` the block's float16 scale, ``q`` its stored integer):
+
+========  ===========================  =================================================
+GGUF      stored as                    computed as
+========  ===========================  =================================================
+Q4_0      ``w = d * (q - 8)``          4-bit ``MatMulNBits``, default zero point 8: exact
+Q4_1      ``w = d * q + m``            4-bit ``MatMulNBits`` with zero point 0 for ``d * q``,
+                                       plus ``(per-block sums of x) @ m.T`` (a small float
+                                       product, ``K / 32`` columns) for the ``m`` part
+Q8_0      ``w = d * q``, ``q`` int8    8-bit ``MatMulNBits``: ``q + 128`` with the default
+                                       zero point 128: exact
+========  ===========================  =================================================
+
+Other types (F32, F16, the K-quants) are not handled here: :func:`quantizable` says which are,
+and the loader dequantizes the rest to float32 as before.
+
+Exactness. A row's result does not depend on the other rows of the call nor on their number
+(checked at load for the widths the batcher uses, see :mod:`slimrag.llm.engine.batch`; measured
+for 1-8 rows on every SmolLM2 shape), so a token's numbers are the same batched or alone. The
+quantized product is a different computation from the float32 one (activations rounded to int8
+per block), so its logits differ from the float32 engine's in the low digits: the agreement is
+measured in ``bench/quant_agreement.py``.
+
+Layout and memory. One :class:`QuantLinear` is one ORT session holding one or more stored
+tensors stacked by rows (q, k and v of a layer; gate and up), each converted once at load:
+nibbles reordered (GGUF stores a block's first 16 weights in the low nibbles, MLAS pairs
+neighbours), float16 scales widened to float32. The converted arrays are about the size of the
+file's blocks (Q4_1: 24 bytes per 32 weights against 20), and MLAS keeps its own packed copy of
+them, so the quantized weights cost about twice the file in memory, against 5.9x for float32.
+
+Threads: ``threads`` of ORT's intra-op pool (default: torch's thread count at build time),
+without spinning (the machine is shared with torch's own threads). A session may be run from
+several threads at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+#: ggml type ids of the block types computed here (see the module header).
+Q4_0, Q4_1, Q8_0 = 2, 3, 8
+#: Bytes of one 32-weight block per type.
+BLOCK_BYTES = {Q4_0: 18, Q4_1: 20, Q8_0: 34}
+BLOCK = 32
+
+
+def quantizable(ggml_type: int) -> bool:
+    """Whether a stored tensor of this ggml type can stay quantized (see the module header)."""
+    return ggml_type in BLOCK_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class QuantPart:
+    """Rows of one stored tensor: ``raw`` is ``uint8 [rows, row_bytes]`` (blocks as the file
+    holds them, rows possibly reordered), ``cols`` the weights per row."""
+
+    raw: np.ndarray
+    ggml_type: int
+    cols: int
+
+    def __post_init__(self) -> None:
+        if not quantizable(self.ggml_type):
+            raise ValueError(f"ggml type {self.ggml_type} is not a block type MatMulNBits computes")
+        if self.cols % BLOCK or self.raw.shape[1] != self.cols // BLOCK * BLOCK_BYTES[self.ggml_type]:
+            raise ValueError(f"{self.raw.shape} bytes do not hold rows of {self.cols} weights of type {self.ggml_type}")
+
+    @property
+    def rows(self) -> int:
+        return int(self.raw.shape[0])
+
+
+def _scales(blocks: np.ndarray, at: int) -> np.ndarray:
+    """The float16 at byte ``at`` of every block, widened to float32, flattened."""
+    return np.ascontiguousarray(blocks[:, :, at : at + 2]).view(np.float16).astype(np.float32).ravel()
+
+
+def _pack_nibbles(qs: np.ndarray) -> np.ndarray:
+    """GGUF 4-bit blocks (``[..., 16]`` bytes: weight ``j`` in the low nibble of byte ``j``, weight
+    ``j + 16`` in its high nibble) to MatMulNBits' order (weights ``2i`` and ``2i + 1`` in byte ``i``)."""
+    q = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+    return q[..., 0::2] | (q[..., 1::2] << 4)
+
+
+def _nodes(part: QuantPart, i: int, x: str, out: str) -> tuple[list, list]:
+    """ONNX nodes and initializers computing ``out = x @ W.T`` for one part."""
+    from onnx import helper, numpy_helper
+
+    n, k, t = part.rows, part.cols, part.ggml_type
+    nb = k // BLOCK
+    blocks = part.raw.reshape(n, nb, BLOCK_BYTES[t])
+    inits, nodes = [], []
+    attrs = {"K": k, "N": n, "block_size": BLOCK, "accuracy_level": 4, "domain": "com.microsoft"}
+    if t == Q8_0:
+        packed = blocks[:, :, 2:] ^ np.uint8(0x80)  # int8 q as uint8 q + 128
+        inits += [numpy_helper.from_array(packed, f"b{i}"), numpy_helper.from_array(_scales(blocks, 0), f"s{i}")]
+        nodes.append(helper.make_node("MatMulNBits", [x, f"b{i}", f"s{i}"], [out], bits=8, **attrs))
+        return nodes, inits
+    if t == Q4_0:
+        inits += [numpy_helper.from_array(_pack_nibbles(blocks[:, :, 2:]), f"b{i}"),
+                  numpy_helper.from_array(_scales(blocks, 0), f"s{i}")]
+        nodes.append(helper.make_node("MatMulNBits", [x, f"b{i}", f"s{i}"], [out], bits=4, **attrs))
+        return nodes, inits
+    # Q4_1: d * q through the kernel (zero point 0), m through the per-block sums of x.
+    zero = np.zeros(n * ((nb + 1) // 2), np.uint8)
+    mins = np.ascontiguousarray(_scales(blocks, 2).reshape(n, nb).T)
+    inits += [numpy_helper.from_array(_pack_nibbles(blocks[:, :, 4:]), f"b{i}"),
+              numpy_helper.from_array(_scales(blocks, 0), f"s{i}"), numpy_helper.from_array(zero, f"z{i}"),
+              numpy_helper.from_array(mins, f"m{i}"),
+              numpy_helper.from_array(np.array([-1, nb, BLOCK], np.int64), f"shape{i}"),
+              numpy_helper.from_array(np.array([2], np.int64), f"axis{i}")]
+    nodes += [helper.make_node("MatMulNBits", [x, f"b{i}", f"s{i}", f"z{i}"], [f"dq{i}"], bits=4, **attrs),
+              helper.make_node("Reshape", [x, f"shape{i}"], [f"xb{i}"]),
+              helper.make_node("ReduceSum", [f"xb{i}", f"axis{i}"], [f"xs{i}"], keepdims=0),
+              helper.make_node("MatMul", [f"xs{i}", f"m{i}"], [f"mq{i}"]),
+              helper.make_node("Add", [f"dq{i}", f"mq{i}"], [out])]
+    return nodes, inits
+
+
+def _merge(parts: Sequence[QuantPart]) -> list[QuantPart]:
+    """Neighbouring parts of one type and width stacked into one (one kernel call instead of several)."""
+    merged: list[QuantPart] = []
+    for p in parts:
+        last = merged[-1] if merged else None
+        if last is not None and last.ggml_type == p.ggml_type and last.cols == p.cols:
+            merged[-1] = QuantPart(np.concatenate([last.raw, p.raw]), p.ggml_type, p.cols)
+        else:
+            merged.append(p)
+    return merged
+
+
+class QuantLinear:
+    """``x @ W.T`` for ``W`` the row-stack of ``parts`` kept quantized (see the module header).
+
+    Call it with ``x`` ``[m, cols]`` (float32) for ``[m, rows]``. ``w @ x.T`` also works and
+    gives ``(x @ W.T).T``: the form :mod:`slimrag.llm.engine.batch` multiplies in.
+    ``dense()`` is the float32 matrix (dequantized on first use, then held), for products where
+    float32 measures faster (long prefills)."""
+
+    dtype = torch.float32
+    device = torch.device("cpu")
+
+    def __init__(self, parts: Sequence[QuantPart], *, threads: int | None = None) -> None:
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+
+        if not parts or len({p.cols for p in parts}) != 1:
+            raise ValueError("a QuantLinear needs one or more parts of the same width")
+        self._parts = list(parts)
+        self.shape = (sum(p.rows for p in parts), parts[0].cols)
+        nodes, inits, outs = [], [], []
+        for i, part in enumerate(_merge(parts)):
+            out = f"y{i}"
+            more, data = _nodes(part, i, "x", out)
+            nodes += more
+            inits += data
+            outs.append(out)
+        if len(outs) > 1:
+            nodes.append(helper.make_node("Concat", outs, ["y"], axis=-1))
+        else:
+            nodes[-1].output[0] = "y"
+        graph = helper.make_graph(nodes, "qlinear", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", self.shape[1]])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", self.shape[0]])], inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads or torch.get_num_threads()
+        opts.inter_op_num_threads = 1
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        self._session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        self._dense: torch.Tensor | None = None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """``x @ W.T`` on the quantized blocks; ``x`` float32 ``[m, cols]``."""
+        a = x.detach().to(torch.float32).contiguous().numpy()
+        return torch.from_numpy(self._session.run(None, {"x": a})[0])
+
+    def __matmul__(self, xt: torch.Tensor) -> torch.Tensor:
+        return self(xt.t()).t()
+
+    def dense(self) -> torch.Tensor:
+        """The float32 matrix ``[rows, cols]`` (dequantized once, then held: 4 bytes per weight)."""
+        if self._dense is None:
+            self._dense = torch.from_numpy(np.concatenate([dequantize(p) for p in self._parts]))
+        return self._dense
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the stored blocks this product reads per call."""
+        return sum(p.raw.nbytes for p in self._parts)
+
+
+def dequantize(part: QuantPart) -> np.ndarray:
+    """A part's weights as float32 ``[rows, cols]`` (the GGUF formulas of the module header)."""
+    n, nb, t = part.rows, part.cols // BLOCK, part.ggml_type
+    blocks = part.raw.reshape(n, nb, BLOCK_BYTES[t])
+    d = _scales(blocks, 0).reshape(n, nb, 1)
+    if t == Q8_0:
+        return (d * np.ascontiguousarray(blocks[:, :, 2:]).view(np.int8)).reshape(n, -1)
+    off = 4 if t == Q4_1 else 2
+    qs = blocks[:, :, off:]
+    q = np.concatenate([qs & 0x0F, qs >> 4], axis=-1).astype(np.float32)
+    if t == Q4_0:
+        return (d * (q - 8)).reshape(n, -1)
+    return (d * q + _scales(blocks, 2).reshape(n, nb, 1)).reshape(n, -1)
+
+
+def linear(x: torch.Tensor, w: torch.Tensor | QuantLinear, bias: torch.Tensor | None = None, *,
+           dense_rows: int | None = None) -> torch.Tensor:
+    """``x @ w.T (+ bias)`` for a float weight or a :class:`QuantLinear`. ``dense_rows``: from this
+    many rows of ``x`` on, a quantized weight is multiplied in float32 (its :meth:`QuantLinear.dense`
+    copy); None keeps every product quantized."""
+    if isinstance(w, torch.Tensor):
+        return F.linear(x, w, bias)
+    if dense_rows is not None and x.shape[0] >= dense_rows:
+        return F.linear(x, w.dense(), bias)
+    y = w(x)
+    return y if bias is None else y + bias
+
+
+def stacked(ws: Sequence[torch.Tensor | QuantPart], *, dtype: torch.dtype, device: str | torch.device,
+            quantized: bool = True, threads: int | None = None) -> torch.Tensor | QuantLinear:
+    """The row-stack of ``ws``: a :class:`QuantLinear` when every one is a :class:`QuantPart` and
+    the model is float32 on the CPU (and ``quantized``), else a float tensor in ``dtype`` on
+    ``device`` (parts dequantized)."""
+    if not ws:
+        raise ValueError("nothing to stack")
+    if quantized and dtype == torch.float32 and torch.device(device).type == "cpu" and all(
+            isinstance(w, QuantPart) for w in ws):
+        return QuantLinear([w for w in ws if isinstance(w, QuantPart)], threads=threads)
+    mats = [torch.from_numpy(dequantize(w)) if isinstance(w, QuantPart) else w for w in ws]
+    out = mats[0] if len(mats) == 1 else torch.cat(mats)
+    return out.to(device=device, dtype=dtype).contiguous()

@@ -1,0 +1,106 @@
+"""Products on GGUF blocks (``slimrag.llm.engine.qlinear``) against the float32 product of the same weights.
+
+Blocks are made by ``gguf.quants.quantize`` (llama.cpp's reference quantizers in Python) from
+seeded random weights. The float32 reference is ``x @ dequantize(blocks).T`` with gguf's own
+dequantizer. The kernel rounds the activations to int8 per 32-block (see the module header), so
+the product is compared within a relative error bound measured on these shapes (Q4: ~1.5%, Q8_0:
+~0.4%; bounds 3% and 1%), and the layout is checked exactly through ``dequantize``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from slimrag.llm import weights
+from slimrag.llm.engine.qlinear import Q4_0, Q4_1, Q8_0, QuantLinear, QuantPart, dequantize, linear
+
+BOUND = {Q4_0: 0.03, Q4_1: 0.03, Q8_0: 0.01}
+
+
+def _part(kind: int, rows: int, cols: int, seed: int) -> QuantPart:
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((rows, cols)) * 0.05 + rng.standard_normal((rows, 1)) * 0.02).astype(np.float32)
+    return QuantPart(quantize(w, GGMLQuantizationType(kind)), kind, cols)
+
+
+def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got - want).norm() / want.norm())
+
+
+@pytest.mark.parametrize("kind", [Q4_0, Q4_1, Q8_0])
+def test_dequantize_equals_gguf_and_the_product_is_within_the_bound(kind: int) -> None:
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import dequantize as reference
+
+    part = _part(kind, 96, 256, seed=kind)
+    dense = dequantize(part)
+    assert np.array_equal(dense, reference(part.raw, GGMLQuantizationType(kind)).reshape(96, 256))
+    w = QuantLinear([part], threads=1)
+    x = torch.randn(5, 256, generator=torch.Generator().manual_seed(kind))
+    want = x @ torch.from_numpy(dense).T
+    assert _rel(w(x), want) < BOUND[kind]
+    assert torch.equal(w.dense(), torch.from_numpy(dense))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_row_does_not_depend_on_the_other_rows(threads: int) -> None:
+    """Bitwise: each of 8 rows alone, in any subset and order, and in the ``w @ x.T`` form."""
+    w = QuantLinear([_part(Q4_1, 320, 576, 1), _part(Q8_0, 64, 576, 2)], threads=threads)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 576, generator=gen)
+    full = w(x)
+    assert torch.equal((w @ x.t()).t(), full)
+    for width in (1, 2, 3, 4, 5, 8):
+        pick = torch.randperm(8, generator=gen)[:width]
+        assert torch.equal(w(x[pick]), full[pick]), width
+
+
+def test_parts_of_different_types_stack_by_rows() -> None:
+    parts = [_part(Q4_1, 64, 128, 3), _part(Q8_0, 32, 128, 4), _part(Q4_1, 32, 128, 5), _part(Q4_0, 32, 128, 6)]
+    w = QuantLinear(parts, threads=1)
+    assert w.shape == (160, 128)
+    x = torch.randn(3, 128, generator=torch.Generator().manual_seed(1))
+    got = w(x)
+    at = 0
+    for p in parts:
+        want = x @ torch.from_numpy(dequantize(p)).T
+        assert _rel(got[:, at : at + p.rows], want) < BOUND[p.ggml_type]
+        at += p.rows
+
+
+def test_linear_switches_to_float32_from_dense_rows_on() -> None:
+    w = QuantLinear([_part(Q4_1, 64, 128, 7)], threads=1)
+    x = torch.randn(4, 128, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(linear(x, w, dense_rows=4), x @ w.dense().T)
+    assert torch.equal(linear(x, w, dense_rows=5), w(x))
+    assert torch.equal(linear(x, w), w(x))
+
+
+def test_a_block_type_the_kernel_does_not_take_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a block type"):
+        QuantPart(np.zeros((2, 144), np.uint8), 12, 256)  # Q4_K
+    with pytest.raises(ValueError, match="do not hold"):
+        QuantPart(np.zeros((2, 19), np.uint8), Q4_1, 32)
+
+
+def test_the_embedded_model_keeps_its_blocks_and_agrees_with_float32(smollm: weights.LoadedModel) -> None:
+    """Default load: every projection quantized (the file's Q4_1 layers and Q8_0 head); the
+    float32 load's greedy tokens on one prompt are the quantized model's (agreement over 100
+    prompts is in ``bench/quant_agreement.py``)."""
+    model = smollm.model
+    mats = [m for layer in model.layers for m in (layer.attn.qkv, layer.attn.o, layer.gate_up, layer.down)]
+    assert all(isinstance(m, QuantLinear) for m in [*mats, model.lm_head])
+    assert sum(m.nbytes for m in [*mats, model.lm_head]) < 100e6
+    ids = smollm.tokenizer.encode("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n")
+    float_model = weights.load_model(smollm.path, device="cpu", quantized=False).model
+    with torch.inference_mode():
+        got = model.forward(torch.tensor(ids), torch.arange(len(ids)), model.new_cache(), logits="all")
+        want = float_model.forward(torch.tensor(ids), torch.arange(len(ids)), float_model.new_cache(), logits="all")
+    assert got is not None and want is not None
+    assert torch.equal(got.argmax(-1)[-1], want.argmax(-1)[-1])
+    assert _rel(got, want) < 0.1

@@ -126,3 +126,20 @@ def test_binding_beyond_loopback_without_a_key_warns() -> None:
         warning = bind_warning(host, None)
         assert warning is not None and host in warning and "--api-key" in warning
         assert bind_warning(host, KEY) is None
+
+
+def test_docs_are_off_and_any_html_gets_a_csp(index: Index, echo: OpenAIServer) -> None:
+    from slimrag.api.gate import with_csp
+
+    with running(create_app(RAG(index, echo.base_url), warm=False)) as url:
+        for path in ("/docs", "/redoc"):  # Swagger UI and ReDoc would load script from a CDN
+            status, body = send(url, "GET", path)
+            assert status == 404 and b"cdn" not in body.lower()
+        status, body = send(url, "GET", "/openapi.json")
+        assert status == 200 and json.loads(body)["info"]["title"] == "slimrag"
+    html = with_csp({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/html")]})
+    assert dict(html["headers"])[b"content-security-policy"].startswith(b"default-src 'self'")
+    own = [(b"content-type", b"text/html"), (b"content-security-policy", b"default-src 'none'")]
+    assert with_csp({"type": "http.response.start", "headers": own})["headers"] == own
+    plain = [(b"content-type", b"application/json")]
+    assert with_csp({"type": "http.response.start", "headers": plain})["headers"] == plain

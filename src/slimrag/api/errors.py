@@ -125,7 +125,7 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        message = (f"no route {request.method} {request.url.path}; see GET /docs" if exc.status_code == 404
+        message = (f"no route {request.method} {request.url.path}; see GET /openapi.json" if exc.status_code == 404
                    else str(exc.detail))
         err = APIError(exc.status_code, message, code=str(exc.status_code))
         return JSONResponse(err.body(), status_code=err.status, headers=exc.headers)

@@ -25,6 +25,12 @@ Body size
     refused with 413 before reading; a chunked body is read up to the limit and refused once it
     passes it. An accepted body is read whole here and replayed to the route.
 
+Content-Security-Policy
+    Any HTML answered through the gate without a policy of its own gets `HTML_CSP` (this origin
+    only). The servers serve no HTML of their own behind it: ``/docs`` and ``/redoc`` (Swagger UI
+    and ReDoc, which FastAPI loads from a CDN) are off, and the contract stays at
+    ``/openapi.json``; the web page has its own, stricter policy (`slimrag.api.page`).
+
 Counting
     Every HTTP request adds one to ``slimrag_requests_total`` by endpoint and status, and a status
     of 400 or more to ``slimrag_errors_total``; a client that leaves before any answer counts as
@@ -52,6 +58,22 @@ async def _send_json(send: Send, status: int, body: dict[str, Any],
     head = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *headers]
     await send({"type": "http.response.start", "status": status, "headers": head})
     await send({"type": "http.response.body", "body": payload})
+
+
+#: The policy of any HTML a route answers without one of its own (the page sets its own, see
+#: `slimrag.api.page`): nothing from other origins, nothing inline, never framed.
+HTML_CSP = b"default-src 'self'; script-src 'self'; style-src 'self'; object-src 'none'; base-uri 'none'; " \
+           b"frame-ancestors 'none'"
+
+
+def with_csp(start: Message) -> Message:
+    """``start`` (an ``http.response.start``) with `HTML_CSP` added when it answers HTML without a policy."""
+    headers = list(start.get("headers", []))
+    names = {k.lower() for k, _ in headers}
+    ctype = next((v for k, v in headers if k.lower() == b"content-type"), b"")
+    if not ctype.lower().startswith(b"text/html") or b"content-security-policy" in names:
+        return start
+    return {**start, "headers": [*headers, (b"content-security-policy", HTML_CSP)]}
 
 
 def check_api_key(key: str) -> bytes:
@@ -95,6 +117,7 @@ class Gate:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                message = with_csp(message)
             await send(message)
 
         try:

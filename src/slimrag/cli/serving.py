@@ -101,23 +101,32 @@ def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None
               help="Seconds a failed replica is left out (a passing health check ends it sooner).")
 @click.option("--health-interval", default=ROUTE["health_interval_s"], show_default=True,
               help="Seconds between health checks of each replica (GET /healthz); 0 turns them off.")
+@click.option("--api-key", envvar="SLIMRAG_API_KEY",
+              help="Require 'Authorization: Bearer KEY' on every route but the page and /healthz, which then "
+                   "names no replica without it; passed on, so give the replicas' key [env: SLIMRAG_API_KEY].")
 @host_options
 def route(replicas: tuple[str, ...], host: str, port: int, cache_threshold: float, balance_abs_threshold: int,
-          balance_rel_threshold: float, cooldown: float, health_interval: float, allow_host: tuple[str, ...],
-          allow_origin: tuple[str, ...]) -> None:
+          balance_rel_threshold: float, cooldown: float, health_interval: float, api_key: str | None,
+          allow_host: tuple[str, ...], allow_origin: tuple[str, ...]) -> None:
     """Route OpenAI-compatible requests over several `slimrag serve` replicas (cache-aware, with failover)."""
     from slimrag.api.listen import listen, run
     from slimrag.route.app import create_router_app
 
+    from slimrag.api.gate import check_api_key
+
+    if api_key is not None:
+        try:
+            check_api_key(api_key)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--api-key") from e
     hosts = host_rule(host, allow_host, allow_origin)
-    if warning := bind_warning(host, None, "router"):
-        click.echo(warning.replace("no --api-key guards it", "the router checks no key (its replicas may)"),
-                   err=True)
+    if warning := bind_warning(host, api_key, "router"):
+        click.echo(warning, err=True)
     try:
         config = RouterConfig(cache_threshold=cache_threshold, balance_abs_threshold=balance_abs_threshold,
                               balance_rel_threshold=balance_rel_threshold, cooldown_s=cooldown,
                               health_interval_s=health_interval)
-        app = create_router_app(list(replicas), config, hosts=hosts)
+        app = create_router_app(list(replicas), config, hosts=hosts, api_key=api_key)
     except ValueError as e:
         raise click.UsageError(str(e)) from e
     sock = bind_port(host, port)

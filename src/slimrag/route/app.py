@@ -13,10 +13,22 @@ Endpoints
     forwarded to the least-loaded replica, which validates them. ``GET /``: the web page, served
     by the router itself without the key (`slimrag.api.page`), so it works behind the router too. ``GET /healthz``: the router's view of each replica (healthy, in flight, tree
     size); 503 when every replica is cooling down. ``GET /metrics``. The ``Authorization`` header
-    is passed through: replicas with an API key check it, the router holds none. Every forwarded
-    answer names its replica in ``X-Slimrag-Replica``. Bodies over ``max_body_bytes`` get 413.
+    is passed through: replicas with an API key check it. Every forwarded
+    answer names its replica in ``X-Slimrag-Replica``. Bodies over ``max_body_bytes`` get 413; of a
+    replica's error body at most `MAX_ERROR_BYTES` (64 KiB) is read. Connections are guarded as
+    ``slimrag serve``'s are (`slimrag.api.connections`: header and body timeouts, a cap).
     Host and Origin are checked first, as ``slimrag serve`` checks them (`slimrag.api.hosts`); the
     router sends neither on (a replica sees its own URL's name as Host, and no Origin).
+
+Security
+    With an API key (``slimrag route --api-key``, or ``SLIMRAG_API_KEY`` as for ``slimrag
+    serve``), the router follows the replicas' rule (`slimrag.api.gate`): every route needs
+    ``Authorization: Bearer KEY`` (``/metrics``, which names every replica, ``/openapi.json`` and
+    the forwarded ``/v1/`` routes included) but the web page and ``GET /healthz``; ``/healthz``
+    answers a caller without the key only ``{"status": ...}`` (200 or 503), never the replicas'
+    URLs. The same header is passed on, so give the router the replicas' key. Without a key
+    everything is open, as on a replica without one: bind loopback then (the CLI warns otherwise).
+    ``/docs`` is off (Swagger UI would load from a CDN).
 
 Forwarding and failover
     The router sends the request with httpx and waits for the replica's status and first bytes.
@@ -77,7 +89,7 @@ from starlette.types import Receive, Scope, Send
 
 from slimrag.api.disconnect import ClientGone, until_gone
 from slimrag.api.errors import APIError, install_handlers
-from slimrag.api.gate import Gate
+from slimrag.api.gate import Gate, bearer_matches, check_api_key
 from slimrag.api.hosts import HostGuard, HostRule
 from slimrag.api.metrics import Metrics
 from slimrag.api.page import PageFront
@@ -150,6 +162,22 @@ def _reason(status: int, body: bytes) -> str:
     except (ValueError, KeyError, TypeError):
         message = body[:200].decode("utf-8", errors="replace")
     return f"status {status}: {message}"
+
+
+#: Most bytes of a failed replica's error body read for the log and the 502 (the rest is dropped).
+MAX_ERROR_BYTES = 64 * 1024
+
+
+async def _head_of(upstream: httpx.Response) -> bytes:
+    """At most `MAX_ERROR_BYTES` of ``upstream``'s body: a replica's error is read to be named,
+    never buffered whole, whatever it sends."""
+    parts, size = [], 0
+    async for chunk in upstream.aiter_bytes():
+        parts.append(chunk)
+        size += len(chunk)
+        if size >= MAX_ERROR_BYTES:
+            break
+    return b"".join(parts)[:MAX_ERROR_BYTES]
 
 
 class _Relayed(StreamingResponse):
@@ -273,7 +301,7 @@ class Router:
             status = upstream.status_code
             self.metrics.inc("slimrag_router_upstream_total", replica=replica.url, status=str(status))
             if status >= 500:  # retried elsewhere; only an unreachable or overloaded replica is left out
-                return _Failure(_reason(status, await upstream.aread()), down=status in (503, 504))
+                return _Failure(_reason(status, await _head_of(upstream)), down=status in (503, 504))
             chunks = upstream.aiter_raw()
             first = await self._wait(replica, anext(chunks, b""))
             if isinstance(first, _Lost):
@@ -335,12 +363,15 @@ class Router:
 
 
 def create_router_app(replicas: list[str], config: RouterConfig | None = None,
-                      hosts: HostRule | None = None) -> FastAPI:
+                      hosts: HostRule | None = None, api_key: str | None = None) -> FastAPI:
     """The router over ``replicas`` (server roots such as ``http://127.0.0.1:8001``; a trailing
     ``/v1`` is dropped), with ``config``'s knobs (defaults: `RouterConfig`), answering the Host and
-    Origin values of ``hosts`` (`slimrag.api.hosts`; default the loopback names). Raises ValueError for
-    no replica, a repeated one, or a URL that is not ``http(s)://host:port``."""
+    Origin values of ``hosts`` (`slimrag.api.hosts`; default the loopback names). ``api_key``:
+    required on every route but the page and ``/healthz``, which names the replicas only to a
+    caller with the key (see "Security" in the module header). Raises ValueError for no replica, a
+    repeated one, a URL that is not ``http(s)://host:port``, or a key no client can send."""
     config = config or RouterConfig()
+    key = None if api_key is None else check_api_key(api_key)
     router = Router(replicas, config)
 
     @asynccontextmanager
@@ -354,8 +385,9 @@ def create_router_app(replicas: list[str], config: RouterConfig | None = None,
                 await asyncio.gather(watcher, return_exceptions=True)
             await router.client.aclose()
 
-    app = FastAPI(title="slimrag router", summary="cache-aware routing over slimrag replicas", lifespan=lifespan)
-    app.add_middleware(Gate, api_key=None, max_body_bytes=config.max_body_bytes, metrics=router.metrics)
+    app = FastAPI(title="slimrag router", summary="cache-aware routing over slimrag replicas", lifespan=lifespan,
+                  docs_url=None, redoc_url=None)  # no CDN script: the contract is at /openapi.json
+    app.add_middleware(Gate, api_key=api_key, max_body_bytes=config.max_body_bytes, metrics=router.metrics)
     app.add_middleware(PageFront, metrics=router.metrics)  # the web page, as a replica serves it
     app.add_middleware(HostGuard, rule=hosts or HostRule(), metrics=router.metrics)  # outermost
     install_handlers(app)
@@ -387,9 +419,12 @@ def create_router_app(replicas: list[str], config: RouterConfig | None = None,
         return await router.forward(request, f"/v1/passages/{quote(chunk_id, safe='')}{query}", None)
 
     @app.get("/healthz")
-    async def healthz() -> JSONResponse:
+    async def healthz(request: Request) -> JSONResponse:
         state = router.health()
-        return JSONResponse(state, status_code=200 if state["status"] == "ok" else 503)
+        code = 200 if state["status"] == "ok" else 503
+        if key is not None and not bearer_matches(request.headers.get("authorization", "").encode("latin-1"), key):
+            return JSONResponse({"status": state["status"]}, status_code=code)  # replicas are named with the key only
+        return JSONResponse(state, status_code=code)
 
     @app.get("/metrics")
     async def metrics_text() -> PlainTextResponse:

@@ -130,7 +130,8 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
         for pool in (chats, searches, embeds):
             await asyncio.to_thread(pool.stop)
 
-    app = FastAPI(title="slimrag", summary="RAG over one index, OpenAI-compatible", lifespan=lifespan)
+    app = FastAPI(title="slimrag", summary="RAG over one index, OpenAI-compatible", lifespan=lifespan,
+                  docs_url=None, redoc_url=None)  # no CDN script: the contract is at /openapi.json
     app.add_middleware(Gate, api_key=api_key or None, max_body_bytes=max_body_bytes, metrics=metrics)
     app.add_middleware(PageFront, metrics=metrics)  # outside Gate: the page needs no key
     app.add_middleware(HostGuard, rule=hosts or HostRule(), metrics=metrics)  # outermost: before all else

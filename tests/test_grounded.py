@@ -28,6 +28,8 @@ DOCS = {
                           "median([1, 3, 5]) is 3. When the number of data points is even, the median is "
                           "interpolated by taking the average of the two middle values.\n",
     "notes/recipes.rst": "Soup\n====\n\nSimmer lentils with onion and cumin for half an hour.\n",
+    "film/kubo.md": "# Kubo and the Two Strings\n\nMatthew McConaughey as Beetle, Kubo's father. "
+                    "Charlize Theron as Monkey, Kubo's guardian.\n",
 }
 
 
@@ -69,6 +71,29 @@ CRATE = "How many gears does crate 2 hold?"
 def test_a_value_must_stand_with_its_subject(idx: Index, answer: str, supported: bool) -> None:
     check = attribute(CRATE, answer, idx.search(CRATE, k=4), idx.embedder)
     assert [s.supported for s in check.support] == [supported]
+
+
+@pytest.mark.parametrize(("answer", "supported"), [
+    ("The voice of the monkey in Kubo is Charlize Theron.", True),
+    ("The voice of the monkey in Kubo is Matthew McConaughey.", False),  # his sentence is about Beetle
+])
+def test_a_name_must_stand_with_the_answers_topic(idx: Index, answer: str, supported: bool) -> None:
+    q = "who does the voice of the monkey in kubo?"
+    check = attribute(q, answer, idx.search(q, k=4), idx.embedder)
+    assert [s.supported for s in check.support] == [supported]
+
+
+def test_a_backed_sentence_from_passages_about_something_else_answers_nothing(idx: Index) -> None:
+    from slimrag.rag.verdict import kind_of
+
+    q = "How long should lentil soup simmer on the stove?"
+    hits = idx.search(q, k=4)
+    on = attribute(q, "Lentil soup simmers for half an hour.", hits, idx.embedder)
+    assert kind_of(q, on.support, hits) == "supported"
+    off_q = "How many gears does the red crate in the cellar hold, by the inventory?"
+    off = attribute(off_q, "Crate 2 holds 17 gears.", hits := idx.search(off_q, k=4), idx.embedder)
+    assert off.support[0].supported and kind_of(off_q, off.support, hits) == "not_backed"
+    assert kind_of(off_q, off.support) == "supported"  # without the passages, the topic rule is not applied
 
 
 def test_code_must_be_in_the_passages(idx: Index) -> None:

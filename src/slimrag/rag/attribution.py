@@ -24,6 +24,10 @@ Algorithm
       in "Crate 2 holds 3 gears") must be in ``s`` too, unless ``s`` opens with a pronoun and names
       nothing but ``a``'s other numbers and names ("It holds 17 gears."): "Crate 1 holds 3 gears"
       cannot back "Crate 2 holds 3 gears" although it holds the 3 and the question holds the 2;
+    - topic: of the content words ``a`` repeats from the question (its subject in words: "voice",
+      "monkey", "kubo"), at least half must be in ``s`` when there are two or more (in the sentence
+      before too when ``s`` opens with a pronoun): "The voice of the monkey in Kubo is Matthew
+      McConaughey." is not backed by "Matthew McConaughey as Beetle, Kubo's father";
     - code: the identifiers of ``a`` (dotted names and calls, ``json.loads``, ``median(``) must be
       in some passage, like numbers and names; a fenced code block of the answer is checked as
       one unit, its identifiers and calls against the passages' text (`code_support`): a block
@@ -101,6 +105,8 @@ def _terms_in(text: str) -> set[str]:
     for w in words(text):
         low = w.lower().replace(",", "")
         out.add(low)
+        if low.endswith("'s"):  # "Kubo's" holds the name Kubo
+            out.add(low[:-2])
         core = re.match(r"[0-9][0-9.]*", low)
         if core:
             out.add(core.group(0).rstrip("."))
@@ -192,6 +198,7 @@ def _support(s: Sentence, cos: np.ndarray, hits: Sequence[Hit], cands: Candidate
     unknown = tuple(sorted(t for t in terms if t not in known and _core(t) not in known))
     backing: list[tuple[float, int]] = []
     subject = {t for t in terms if t in asked}
+    topic = words_a & content_words(question)
     for j in range(len(cands.at)):
         here = sent_terms[j]
         if not all(t in here or _core(t) in here or t in subject for t in terms):
@@ -199,6 +206,9 @@ def _support(s: Sentence, cos: np.ndarray, hits: Sequence[Hit], cands: Candidate
         if any(t not in here and _core(t) not in here for t in subject) and not _refers_back(
                 cands.at[j][1].text, terms - subject):
             continue  # the value is not stated with the answer's subject here: maybe another's
+        if len(topic) >= 2 and 2 * len(topic & (own[j] | (around[j] if _PRONOUN.match(cands.at[j][1].text)
+                                                          else set()))) < len(topic):
+            continue  # the sentence is about something else the passage names (Kubo's father, not its monkey)
         inside = words_a & own[j]
         overlap = (len(inside) + 0.5 * len((words_a - inside) & around[j])) / len(words_a) if words_a else 1.0
         score = (float(cos[j]) + overlap) / 2

@@ -309,7 +309,7 @@ class RAG:
                          mode="grounded")
             return
         attribution = attribute(turn.question, said, turn.hits, embedder)
-        verdict = judge(turn.question, said, attribution, evidence)
+        verdict = judge(turn.question, said, attribution, evidence, turn.hits)
         tail = self._tail(said, attribution, verdict.kind)
         if said:
             yield tail
@@ -343,7 +343,7 @@ class RAG:
         if not self.attribution:
             return replace(answer, evidence=evidence)
         check = attribute(question, answer.text, answer.sources, embedder)
-        verdict = judge(question, answer.text, check, evidence)
+        verdict = judge(question, answer.text, check, evidence, answer.sources)
         return replace(answer, evidence=evidence, support=check.support, used=check.used,
                        marked=with_markers(answer.text, check), verdict=verdict.kind, shown=verdict.shown)
 

@@ -95,8 +95,10 @@ def split_sentences(text: str) -> list[Sentence]:
 
 
 def stem(word: str) -> str:
-    """A light suffix strip so inflections meet (``defaults`` → ``default``)."""
+    """A light suffix strip so inflections meet (``defaults`` → ``default``, ``Kubo's`` → ``kubo``)."""
     w = word.lower()
+    if w.endswith(("'s", "’s")):  # a possessive: "Kubo's" meets "Kubo"
+        w = w[:-2]
     for suffix in ("ing", "es", "ed", "s"):
         if len(w) > len(suffix) + 3 and w.endswith(suffix) and not w.endswith("ss"):
             return w[: -len(suffix)]
@@ -149,5 +151,5 @@ def key_terms(text: str) -> set[str]:
             elif t.lower() in NUMBER_WORDS:
                 out.add(t.lower())
             elif i > 0 and t[0].isupper() and t.lower() not in STOPWORDS:
-                out.add(t.lower())
+                out.add(t.lower().removesuffix("'s"))  # "Kubo's" names Kubo
     return out

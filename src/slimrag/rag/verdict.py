@@ -19,7 +19,10 @@ A backed sentence *answers* the question (`answers`) when it states something th
 value (when, how many, who/where/which: `slimrag.rag.evidence.answer_type`), holds a value of that
 kind that the question does not already state. "Warsaw is a city in Poland." backs nothing of
 "How many people live in Warsaw?" however true it is; without this rule a true restatement would
-count as a supported answer.
+count as a supported answer. And the passages that back it must be about what was asked: they must
+hold at least `ON_TOPIC` (half) of the question's content words (`on_topic`). A sentence copied from
+a passage retrieved for the wrong subject ("the Mona Lisa is a portrait painting by ..." for "who
+painted la primavera, a painting of the roman goddess flora?") is backed, and answers nothing asked.
 
 The verdict is a pure function of the attribution, the question, the answer text and the evidence;
 `judge` returns it with the text a shell shows once the answer is complete (`Answer.shown`).
@@ -33,13 +36,16 @@ from dataclasses import dataclass
 from slimrag.rag.attribution import Attribution, with_markers
 from slimrag.rag.evidence import has_type, answer_type, evidence_text
 from slimrag.rag.sentences import content_words, key_terms
-from slimrag.types import Evidence, Support
+from slimrag.types import Evidence, Hit, Support
 
 #: What a shell says in place of an answer that no passage backs.
 NOT_BACKED = "The model's answer is not backed by the passages, so it is not shown as the answer. The passages say:"
 
 #: Evidence sentences quoted under `NOT_BACKED`.
 QUOTED = 3
+
+#: Share of the question's content words the passages backing an answer sentence must hold.
+ON_TOPIC = 0.5
 
 #: The verdicts, in order from best to worst.
 VERDICTS = ("supported", "partial", "not_backed")
@@ -63,18 +69,30 @@ def answers(question: str, sentence: str) -> bool:
     return kind is None or bool(has_type(kind, sentence, q_terms))
 
 
-def kind_of(question: str, support: Sequence[Support]) -> str:
-    """``supported``, ``partial`` or ``not_backed`` for an answer whose sentences are ``support``."""
-    responsive = [s for s in support if s.supported and answers(question, s.sentence)]
+def on_topic(question: str, s: Support, hits: Sequence[Hit]) -> bool:
+    """Whether the passages backing ``s`` hold at least `ON_TOPIC` of the question's content words
+    (module header); True when no hits are given."""
+    asked = content_words(question)
+    if not hits or not asked:
+        return True
+    held = set().union(*(content_words(h.text) for h in hits if h.label in s.labels))
+    return len(asked & held) >= ON_TOPIC * len(asked)
+
+
+def kind_of(question: str, support: Sequence[Support], hits: Sequence[Hit] = ()) -> str:
+    """``supported``, ``partial`` or ``not_backed`` for an answer whose sentences are ``support``,
+    checked against ``hits`` (the retrieved passages; none: the topic rule is skipped)."""
+    responsive = [s for s in support if s.supported and answers(question, s.sentence) and on_topic(question, s, hits)]
     if not responsive:
         return "not_backed"
     return "supported" if all(s.supported for s in support) else "partial"
 
 
-def judge(question: str, text: str, check: Attribution, evidence: Sequence[Evidence]) -> Verdict:
+def judge(question: str, text: str, check: Attribution, evidence: Sequence[Evidence],
+          hits: Sequence[Hit] = ()) -> Verdict:
     """The verdict on ``text`` and what to show: ``text`` with citations and marks when it is backed,
     else `NOT_BACKED` and the first `QUOTED` evidence sentences, each with its label."""
-    kind = kind_of(question, check.support)
+    kind = kind_of(question, check.support, hits)
     if kind != "not_backed":
         return Verdict(kind, with_markers(text, check))
     quoted = evidence_text(evidence[:QUOTED]) if evidence else "(no sentence of the passages answers it)"

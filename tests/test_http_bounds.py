@@ -257,3 +257,39 @@ def test_abandoned_embeddings_requests_leave_the_next_one_at_idle_speed(tmp_path
         assert after <= max(1.5 * idle, idle + 0.05), (after, idle, full)
         metrics = client.get("/metrics").text
         assert 'slimrag_requests_total{endpoint="/v1/embeddings",status="499"} 20' in metrics, metrics
+
+
+# -- the flags ------------------------------------------------------------------------------------
+
+
+def test_the_flags_reach_the_router_process() -> None:
+    cmd = [sys.executable, "-c", "from slimrag.cli import main; main()", "route", "--replica", "http://127.0.0.1:9",
+           "--port", "0", "--health-interval", "0", "--header-timeout", "0.5", "--max-body-bytes", "1000",
+           "--max-connections", "8", "--api-key", "k-1"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    try:
+        url = cli_server_url(proc)
+        host, port = url.removeprefix("http://").split(":")
+        silent = socket.create_connection((host, int(port)))
+        took = closed_by_peer(silent, 3.0)
+        assert took is not None and took < 1.5, took
+        silent.close()
+        auth = {"Authorization": "Bearer k-1"}
+        r = httpx.post(f"{url}/v1/search", content=b"x" * 2000, headers={**auth, "Content-Type": "application/json"},
+                       timeout=10)
+        assert r.status_code == 413
+        assert httpx.get(f"{url}/metrics", timeout=10).status_code == 401
+        assert httpx.get(f"{url}/healthz", timeout=10).json() == {"status": "ok"}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_bad_bounds_are_one_usage_line() -> None:
+    from click.testing import CliRunner
+
+    from slimrag.cli import cli
+
+    for flag, value in (("--max-connections", "0"), ("--header-timeout", "0"), ("--max-body-bytes", "0")):
+        r = CliRunner().invoke(cli, ["route", "--replica", "http://127.0.0.1:9", flag, value])
+        assert r.exit_code == 2 and flag in r.output and "Traceback" not in r.output, r.output

@@ -2,17 +2,50 @@
 
 Both bind their port first (one line and exit status 2 when it is taken, before any model
 loads) and answer only the Host and Origin values of `slimrag.api.hosts` (``--allow-host``,
-``--allow-origin``)."""
+``--allow-origin``). Both take the same bounds (`limit_options`): ``--max-connections``,
+``--header-timeout`` and ``--max-body-bytes`` (see `slimrag.api.connections`)."""
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
+
+from slimrag.api.connections import ConnectionLimits
 
 from slimrag.cli.base import ROUTE, cli, open_index
 from slimrag.cli.options import bind_port, cache_config, host_options, host_rule, reuse_options
 from slimrag.route.policy import RouterConfig
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def limit_options(func: F) -> F:
+    """Add ``--max-connections``, ``--header-timeout`` and ``--max-body-bytes`` (serve and route;
+    defaults and trade-offs in `slimrag.api.connections` and `slimrag.api.gate`); read the first
+    two with :func:`connection_limits`."""
+    options = [
+        click.option("--max-connections", type=click.IntRange(1, 1_000_000), metavar="N",
+                     help="Connections held at once; at the cap the one idle longest gives way to a new one "
+                          "[default: half the open-files limit (ulimit -n), at most 4096]."),
+        click.option("--header-timeout", type=click.FloatRange(0.1, 3600), default=ConnectionLimits().header_timeout_s,
+                     show_default=True, metavar="SECONDS",
+                     help="Close a connection whose request line and headers have not all arrived within this "
+                          "(idle and slowloris sockets); a body gets 30 s more."),
+        click.option("--max-body-bytes", type=click.IntRange(1, 1 << 30), default=1 << 20, show_default=True,
+                     metavar="BYTES", help="Larger request bodies are refused with 413."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def connection_limits(max_connections: int | None, header_timeout: float) -> ConnectionLimits:
+    """The `ConnectionLimits` of :func:`limit_options`' flags."""
+    return ConnectionLimits(header_timeout_s=header_timeout, max_connections=max_connections)
 
 
 def bind_warning(host: str, api_key: str | None, what: str = "server") -> str | None:
@@ -47,11 +80,12 @@ def bind_warning(host: str, api_key: str | None, what: str = "server") -> str | 
 @click.option("--decode-width", type=click.IntRange(1, 64), metavar="ROWS",
               help="Embedded model: most concurrent answers sharing one decode step (default 8; 1 turns "
                    "batching off). An answer does not depend on the others served with it.")
+@limit_options
 @host_options
 @reuse_options
 def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None, workers: int,
-          search_workers: int, decode_width: int | None, allow_host: tuple[str, ...],
-          allow_origin: tuple[str, ...]) -> None:
+          search_workers: int, decode_width: int | None, max_connections: int | None, header_timeout: float,
+          max_body_bytes: int, allow_host: tuple[str, ...], allow_origin: tuple[str, ...]) -> None:
     """Serve an index over HTTP: OpenAI-compatible chat completions (RAG) and embeddings, search, metrics."""
     from slimrag.api.gate import check_api_key
     from slimrag.api.listen import listen, run
@@ -77,10 +111,10 @@ def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None
             rag = RAG(idx, make_generator(llm, cache=cache, batch=batch))
             warm_up(rag)  # here, so a missing model is one error line rather than a failed startup
             app = create_app(rag, api_key=api_key, workers=workers, search_workers=search_workers, warm=False,
-                             hosts=hosts)
+                             hosts=hosts, max_body_bytes=max_body_bytes)
             click.echo(f"slimrag: the web page is at {_url(host, listen(sock))}; the OpenAI-compatible API "
                        "under /v1", err=True)
-            run(app, sock, host)
+            run(app, sock, host, limits=connection_limits(max_connections, header_timeout))
     finally:
         sock.close()
 
@@ -104,9 +138,11 @@ def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None
 @click.option("--api-key", envvar="SLIMRAG_API_KEY",
               help="Require 'Authorization: Bearer KEY' on every route but the page and /healthz, which then "
                    "names no replica without it; passed on, so give the replicas' key [env: SLIMRAG_API_KEY].")
+@limit_options
 @host_options
 def route(replicas: tuple[str, ...], host: str, port: int, cache_threshold: float, balance_abs_threshold: int,
           balance_rel_threshold: float, cooldown: float, health_interval: float, api_key: str | None,
+          max_connections: int | None, header_timeout: float, max_body_bytes: int,
           allow_host: tuple[str, ...], allow_origin: tuple[str, ...]) -> None:
     """Route OpenAI-compatible requests over several `slimrag serve` replicas (cache-aware, with failover)."""
     from slimrag.api.listen import listen, run
@@ -125,13 +161,13 @@ def route(replicas: tuple[str, ...], host: str, port: int, cache_threshold: floa
     try:
         config = RouterConfig(cache_threshold=cache_threshold, balance_abs_threshold=balance_abs_threshold,
                               balance_rel_threshold=balance_rel_threshold, cooldown_s=cooldown,
-                              health_interval_s=health_interval)
+                              health_interval_s=health_interval, max_body_bytes=max_body_bytes)
         app = create_router_app(list(replicas), config, hosts=hosts, api_key=api_key)
     except ValueError as e:
         raise click.UsageError(str(e)) from e
     sock = bind_port(host, port)
     click.echo(f"slimrag: the router and its web page are at {_url(host, listen(sock))}", err=True)
-    run(app, sock, host)
+    run(app, sock, host, limits=connection_limits(max_connections, header_timeout))
 
 
 def _url(host: str, port: int) -> str:

@@ -18,12 +18,15 @@ Endpoints
     ``GET /v1/status`` (documents, chunks, bytes on disk, last update) and
     ``GET /v1/passages/{chunk_id}?around=1`` (a chunk in its document, with its neighbours).
     ``GET /v1/models``, ``GET /healthz``, ``GET /metrics`` (Prometheus text format, see
-    `slimrag.api.metrics`).
+    `slimrag.api.metrics`), ``GET /openapi.json`` (the contract, `slimrag.api.openapi`). ``/docs``
+    and ``/redoc`` are off: FastAPI's Swagger UI and ReDoc load their script from a CDN, which an
+    offline tool must not do and which would run third-party script on this origin.
     ``GET /``: the web page (ask, streamed answer, citations that open their passage, search,
     status), served with its two static files without the API key; see `slimrag.api.page`.
 
 Errors and limits
-    Every error, FastAPI's own included (422 validation errors become 400, unknown routes 404), is
+    Connections are guarded before any of this runs (`slimrag.api.connections`: a request head
+    within 10 s, its body within 30 s more, at most half the open-files limit held). Every error, FastAPI's own included (422 validation errors become 400, unknown routes 404), is
     answered in OpenAI's shape; see `slimrag.api.errors` for the statuses, `slimrag.api.schemas`
     for every limit and its default, and ``/openapi.json`` for the statuses each route declares.
 

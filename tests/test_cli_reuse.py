@@ -20,7 +20,7 @@ from slimrag.embed.local import LocalEmbedder
 from slimrag.errors import ModelNotFoundError
 from slimrag.index.core import Index
 from slimrag.llm import backends, weights
-from slimrag.llm.kv.config import REUSE_MODES, CacheConfig
+from slimrag.llm.kv.config import PERSISTENT, REUSE_MODES, CacheConfig
 
 
 @pytest.fixture()
@@ -78,7 +78,7 @@ def test_serve_reuse_reaches_the_generator(index: Path, made: list[Any], monkeyp
     assert made[0].cache_spec == CacheConfig(reuse="blend", recompute="none")
     r = CliRunner().invoke(cli, ["serve", str(index), "--port", "0"])
     assert r.exit_code == 0, r.output
-    assert made[1].cache_spec == CacheConfig()  # no flag: the engine's default exact tree
+    assert made[1].cache_spec == PERSISTENT  # no flag: the default exact tree, its disk tier kept across processes
 
 
 @pytest.mark.parametrize(("verb", "args", "message"), [

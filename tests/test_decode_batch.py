@@ -27,7 +27,7 @@ from slimrag.llm import backends, weights
 from slimrag.llm.backends import make_generator
 from slimrag.llm.batcher import BatchConfig
 from slimrag.llm.engine import KVCache
-from slimrag.llm.engine.batch import rows_are_exact, decode_step
+from slimrag.llm.engine.batch import decode_step, rows_are_exact
 from slimrag.llm.local import LocalGenerator
 from slimrag.prompt import Passage, Prompt
 from slimrag.serve import app as serve_app

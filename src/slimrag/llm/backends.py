@@ -2,7 +2,8 @@
 
 A spec is what `RAG(index, llm=...)` and ``--llm`` accept:
 
-- ``None``: the ``"local"`` backend, the embedded SmolLM2 engine with its KV tree;
+- ``None``: the ``"local"`` backend, the embedded SmolLM2 engine with its KV tree, whose disk
+  tier persists in ``$SLIMRAG_HOME/kv`` (``slimrag.llm.kv.config.PERSISTENT``);
 - a string ``SCHEME://...``: the backend registered under ``SCHEME`` (``"http"`` and ``"https"``:
   any OpenAI-compatible endpoint, `RemoteGenerator`); a string without ``://`` names a kind
   itself (``"local"``);
@@ -43,10 +44,12 @@ def _local(spec: str | None, model: str | None = None, api_key: str | None = Non
     if model is not None or api_key is not None:
         raise RequestError("a model name and an API key apply to a remote model only; give its "
                            "OpenAI-compatible URL as the llm (e.g. http://127.0.0.1:11434/v1)")
+    from slimrag.llm.kv.config import PERSISTENT
     from slimrag.llm.local import LocalGenerator
 
-    # no config keeps the engine's default tree (``LocalGenerator(cache=None)`` would mean no reuse)
-    return LocalGenerator(batch=batch) if cache is None else LocalGenerator(cache=cache, batch=batch)
+    # no config: the knowledge tree with a persistent disk tier, so a one-shot process reuses what
+    # earlier ones computed (``LocalGenerator(cache=None)`` would mean no reuse)
+    return LocalGenerator(cache=PERSISTENT if cache is None else cache, batch=batch)
 
 
 def _openai(spec: str | None, model: str | None = None, api_key: str | None = None,

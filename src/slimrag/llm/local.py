@@ -65,6 +65,9 @@ from slimrag.prompt import Prompt, Segment, root_key
 from slimrag.types import Usage
 
 DEFAULT_NAME = "smollm2-135m-instruct"
+#: How a prompt's K/V are computed (part of :meth:`LocalGenerator.kv_namespace`): change it when
+#: the prefill's arithmetic changes, so no process reads K/V another schedule computed.
+PREFILL_SCHEDULE = "prefill=segment-forwards"
 #: Repetition penalty for local models: the embedded 135M model loops without one (measured on
 #: the demo questions: 1.1 keeps answers on topic, 1.2 starts to garble).
 LOCAL_REPETITION_PENALTY = 1.1
@@ -144,8 +147,28 @@ class LocalGenerator(Generator):
         """The KV reuse strategy (built on first use, on the model's device)."""
         with self._lock:
             if self._reuse is None:
-                self._reuse = make_reuse(self._cache_spec, str(self.load().model.device))
+                self._reuse = make_reuse(self._cache_spec, str(self.load().model.device), self.kv_namespace)
             return self._reuse
+
+    def kv_namespace(self) -> str:
+        """What this engine's K/V numbers depend on besides the tokens: the model file (its
+        fingerprint), dtype, device, how the products run, the prefill schedule, library versions
+        and thread count. A persistent disk tier (:mod:`slimrag.llm.kv.persist`) keys its files
+        by it, so a file another process wrote is used only when it holds bitwise what this one
+        would compute."""
+        from slimrag.llm.kv.persist import file_fingerprint
+
+        loaded = self.load()
+        model = loaded.model
+        qkv = model.layers[0].attn.qkv
+        parts = [file_fingerprint(loaded.path), str(model.dtype), str(model.device),
+                 type(qkv).__module__ + "." + type(qkv).__name__, f"dense_rows={getattr(model, 'dense_rows', None)}",
+                 PREFILL_SCHEDULE, f"torch {torch.__version__}", f"threads {torch.get_num_threads()}"]
+        if not isinstance(qkv, torch.Tensor):
+            from importlib.metadata import version
+
+            parts.append(f"onnxruntime {version('onnxruntime')}")
+        return "|".join(parts)
 
     def planning_cache(self) -> PlanningView | None:
         """What the planner may walk: the knowledge tree under this model's namespace, or None
@@ -162,7 +185,8 @@ class LocalGenerator(Generator):
         return self.reuse.stats()
 
     def close(self) -> None:
-        """Drop the cached KV (and the disk tier's files). The model stays loaded."""
+        """Drop the cached KV (and a scratch disk tier's files; a persistent tier's stay for the
+        next process). The model stays loaded."""
         with self._lock:
             if self._reuse is not None:
                 self._reuse.close()

@@ -3,6 +3,7 @@
 Parts: `config` (budgets, tiers, policy), `payload` (one segment's per-layer K/V and the tensor
 helpers), `node` (one cached segment), `tree` (match, insert, release, walk, stats), `tiers`
 (placement, promotion, demotion and eviction across tiers), `storage` (the tier stores),
+`persist` (the disk tier kept across processes in ``$SLIMRAG_HOME/kv``),
 `eviction` (the policies, a registry), `reuse` (the strategies the engine calls: no reuse, exact
 tree reuse), `blend` (blend reuse: passages placed from position-independent entries, K
 re-rotated) and `recompute` (its recompute policies, a registry). Importing this package does
@@ -10,10 +11,11 @@ not import torch.
 """
 
 from slimrag.llm.kv.blend import REUSE_STRATEGIES, BlendReuse
-from slimrag.llm.kv.config import DEVICE, DISK, HOST, REUSE_MODES, CacheConfig
+from slimrag.llm.kv.config import DEVICE, DISK, HOST, PERSISTENT, REUSE_MODES, CacheConfig
 from slimrag.llm.kv.eviction import EVICTION_POLICIES, EvictionPolicy
 from slimrag.llm.kv.node import Node
 from slimrag.llm.kv.payload import SegmentKV, assemble_kv, cache_layers, prefill_cost, split_kv
+from slimrag.llm.kv.persist import DamagedSegment, PersistentStorage, file_fingerprint
 from slimrag.llm.kv.recompute import RECOMPUTE_POLICIES, RecomputePolicy, parse_recompute
 from slimrag.llm.kv.reuse import KVReuse, Lease, NoReuse, PlanningView, PrefillEngine, TreeReuse, make_reuse
 from slimrag.llm.kv.storage import KVStorage, SimulatedStorage, TorchStorage
@@ -26,5 +28,5 @@ __all__ = [
     "DEVICE", "DISK", "EVICTION_POLICIES", "HOST", "CacheConfig", "EvictionPolicy", "KVReuse", "KVStorage",
     "KVTree", "KVTreeStats", "Lease", "Match", "Node", "NoReuse", "PlanningView", "SegmentKV",
     "SimulatedStorage", "Tiers", "TierStats", "TorchStorage", "TreeReuse", "assemble_kv", "cache_layers",
-    "prefill_cost", "split_kv",
+    "prefill_cost", "split_kv", "PERSISTENT", "DamagedSegment", "PersistentStorage", "file_fingerprint",
 ]

@@ -32,8 +32,14 @@ class CacheConfig:
     200-token passage is ~9 MB and the 1 GiB host default holds ~110 passages.
     disk_bytes: budget of the disk tier; 0 (default) disables it. Reading a segment back from a
     local SSD is much cheaper than recomputing it on a CPU, less so next to a fast GPU.
-    disk_dir: parent folder of the tier's scratch folder (a fresh temp folder inside it, removed
-    by ``KVTree.close``); None means the system temp folder.
+    disk_dir: without ``persist``, the parent folder of the tier's scratch folder (a fresh temp
+    folder inside it, removed by ``KVTree.close``), None meaning the system temp folder; with
+    ``persist``, the folder of the kept files, None meaning ``$SLIMRAG_HOME/kv``.
+    persist: keep the disk tier's files across processes (:mod:`slimrag.llm.kv.persist`): every
+    segment is written through to disk when inserted, and a later process on the same model and
+    compute mode restores them, so a one-shot ``ask`` reuses what earlier ones computed. False by
+    default here; the embedded generator that ``RAG`` and the CLI build by default turns it on
+    (:data:`PERSISTENT`).
     policy: a key of :data:`slimrag.llm.kv.eviction.EVICTION_POLICIES`; ``"gdsf"`` (default) weighs
     recompute cost, size and frequency, ``"lru"``/``"lfu"`` are baselines.
     attention_scale: the context length at which a token's attention work equals its
@@ -49,6 +55,7 @@ class CacheConfig:
     host_bytes: int = 1 << 30
     disk_bytes: int = 0
     disk_dir: str | None = None
+    persist: bool = False
     policy: str = "gdsf"
     attention_scale: float = 4096.0
     reuse: str = "exact"
@@ -68,6 +75,8 @@ class CacheConfig:
         if self.reuse not in REUSE_MODES:
             raise ValueError(f"reuse must be one of {REUSE_MODES}, got {self.reuse!r}")
         parse_recompute(self.recompute)  # a ValueError naming the choices when it is not one
+        if self.persist and self.disk_bytes == 0:
+            raise ValueError("persist keeps the disk tier's files: give disk_bytes > 0 too")
 
     @property
     def on_cpu(self) -> bool:
@@ -79,3 +88,11 @@ class CacheConfig:
         named = [(HOST, self.host_bytes)] if self.on_cpu else [(DEVICE, self.device_bytes), (HOST, self.host_bytes)]
         named.append((DISK, self.disk_bytes))
         return [(name, budget) for name, budget in named if budget > 0]
+
+
+#: Disk budget of the persistent tier the default embedded generator uses: 2 GiB holds ~45k
+#: tokens of SmolLM2-135M float32 KV (46 KB a token), about 200 passages of 220 tokens.
+DEFAULT_DISK_BYTES = 2 << 30
+#: The knowledge tree of the embedded generator that ``RAG`` and the CLI build by default: the
+#: memory defaults plus a persistent disk tier in ``$SLIMRAG_HOME/kv``.
+PERSISTENT = CacheConfig(disk_bytes=DEFAULT_DISK_BYTES, persist=True)

@@ -36,3 +36,12 @@ class Node:
 
     def __repr__(self) -> str:
         return f"Node({self.key!r}, tokens={self.tokens}, tier={self.tier}, hits={self.hits}, pins={self.pins})"
+
+    def path(self) -> tuple[str, ...]:
+        """The keys from the root down to this node (root key first; empty for the sentinel)."""
+        keys: list[str] = []
+        node: Node | None = self
+        while node is not None and node.parent is not None:
+            keys.append(node.key)
+            node = node.parent
+        return tuple(reversed(keys))

@@ -172,12 +172,22 @@ class TreeReuse(KVReuse):
         self.device = device
 
     @classmethod
-    def from_config(cls, config: CacheConfig, device: str | None = None) -> TreeReuse:
+    def from_config(cls, config: CacheConfig, device: str | None = None,
+                    namespace: Callable[[], str] | None = None) -> TreeReuse:
         """A fresh tree with real tensors and the given budgets, behind the strategy that
-        ``config.reuse`` names (:data:`slimrag.llm.kv.blend.REUSE_STRATEGIES`)."""
+        ``config.reuse`` names (:data:`slimrag.llm.kv.blend.REUSE_STRATEGIES`). ``namespace``:
+        what the engine's numbers depend on (called only for ``config.persist``, whose files it
+        keys; :mod:`slimrag.llm.kv.persist`)."""
         from slimrag.llm.kv.blend import REUSE_STRATEGIES
 
-        return REUSE_STRATEGIES[config.reuse](KVTree(config), device)
+        storage = None
+        if config.persist:
+            from slimrag.llm.kv.persist import PersistentStorage
+
+            if namespace is None:
+                raise ValueError("a persistent KV tier needs the engine's namespace")
+            storage = PersistentStorage(config, namespace())
+        return REUSE_STRATEGIES[config.reuse](KVTree(config, storage), device)
 
     @contextmanager
     def lease(self, root_key: str, path: Sequence[str]) -> Iterator[Lease]:
@@ -230,10 +240,12 @@ class PlanningView:
         return self.reuse.walk(root_key, choose)
 
 
-def make_reuse(spec: CacheConfig | KVTree | KVReuse | None, device: str) -> KVReuse:
+def make_reuse(spec: CacheConfig | KVTree | KVReuse | None, device: str,
+               namespace: Callable[[], str] | None = None) -> KVReuse:
     """The strategy for what an engine on ``device`` was given: None → :class:`NoReuse`; a
     strategy as is; a tree or a :class:`CacheConfig` behind the strategy its ``reuse`` names
-    (a config's device tier is moved to ``device``, wherever the model runs)."""
+    (a config's device tier is moved to ``device``, wherever the model runs; ``namespace`` keys
+    a persistent disk tier, see :meth:`TreeReuse.from_config`)."""
     from slimrag.llm.kv.blend import REUSE_STRATEGIES
 
     if spec is None:
@@ -244,4 +256,4 @@ def make_reuse(spec: CacheConfig | KVTree | KVReuse | None, device: str) -> KVRe
         return REUSE_STRATEGIES[spec.config.reuse](spec, device)
     if spec.device != device:
         spec = dataclasses.replace(spec, device=device)
-    return TreeReuse.from_config(spec, device)
+    return TreeReuse.from_config(spec, device, namespace)

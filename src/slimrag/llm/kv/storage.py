@@ -10,6 +10,7 @@ demotion is free.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import tempfile
 import weakref
@@ -21,11 +22,17 @@ from slimrag.llm.kv.payload import SegmentKV
 
 
 class KVStorage(Protocol):
-    """Moves payloads between tiers. ``move`` places a payload in a memory tier; ``write`` /
-    ``read`` / ``delete`` manage the disk tier's files by an opaque handle."""
+    """Moves payloads between tiers. ``move`` places a payload in a memory tier; ``write`` (of
+    the node at a key path, root key first) / ``read`` / ``delete`` manage the disk tier's files
+    by an opaque handle. ``persistent``: the files outlive the process
+    (:class:`slimrag.llm.kv.persist.PersistentStorage`), so the tree writes every node through
+    to disk and keeps the files when it closes; ``read`` may then fail with ``OSError`` or
+    ``ValueError`` (a file gone or damaged), which the tree takes for a miss."""
+
+    persistent: bool
 
     def move(self, kv: SegmentKV, tier: str) -> SegmentKV: ...
-    def write(self, kv: SegmentKV, name: str) -> str: ...
+    def write(self, kv: SegmentKV, path: tuple[str, ...]) -> str: ...
     def read(self, handle: str) -> SegmentKV: ...
     def delete(self, handle: str) -> None: ...
     def close(self) -> None: ...
@@ -34,13 +41,16 @@ class KVStorage(Protocol):
 class SimulatedStorage:
     """No devices, no files: payloads stay as they are and "files" live in a dict."""
 
+    persistent = False
+
     def __init__(self) -> None:
         self.files: dict[str, SegmentKV] = {}
 
     def move(self, kv: SegmentKV, tier: str) -> SegmentKV:
         return kv
 
-    def write(self, kv: SegmentKV, name: str) -> str:
+    def write(self, kv: SegmentKV, path: tuple[str, ...]) -> str:
+        name = "/".join(path)
         self.files[name] = kv
         return name
 
@@ -58,10 +68,13 @@ class TorchStorage:
     """Real tensors: the device tier on ``config.device``, the host tier on the CPU, the disk tier
     as one ``torch.save`` file per node in a scratch folder removed on :meth:`close` (or at exit)."""
 
+    persistent = False
+
     def __init__(self, config: CacheConfig) -> None:
         self.device = config.device
         self.folder: Path | None = None
         self._disk_dir = config.disk_dir
+        self._names = itertools.count()
 
     def _scratch(self) -> Path:
         if self.folder is None:
@@ -72,12 +85,12 @@ class TorchStorage:
     def move(self, kv: SegmentKV, tier: str) -> SegmentKV:
         return kv.to(self.device if tier == DEVICE else "cpu")
 
-    def write(self, kv: SegmentKV, name: str) -> str:
+    def write(self, kv: SegmentKV, path: tuple[str, ...]) -> str:
         import torch
 
-        path = self._scratch() / f"{name}.pt"
-        torch.save([t.to("cpu") for pair in kv.layers for t in pair], path)
-        return str(path)
+        file = self._scratch() / f"{next(self._names)}.pt"
+        torch.save([t.to("cpu") for pair in kv.layers for t in pair], file)
+        return str(file)
 
     def read(self, handle: str) -> SegmentKV:
         import torch

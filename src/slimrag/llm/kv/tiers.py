@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 
 from slimrag.llm.kv.config import DISK, CacheConfig
 from slimrag.llm.kv.eviction import EVICTION_POLICIES
@@ -98,9 +99,43 @@ class Tiers:
                 self.members[tier].add(node)
                 self._account(tier, node.nbytes)
                 self.counts["inserted_tokens"] += node.tokens
+                if self.storage.persistent:
+                    self._write_through(node)
                 self.offer(node)
                 return node
         return None
+
+    def adopt(self, parent: Node, key: str, tokens: int, nbytes: int, handle: str, cost: float,
+              tick: int) -> Node | None:
+        """A disk-only child of ``parent`` for a file a persistent tier found when it opened
+        (``handle``; see :mod:`slimrag.llm.kv.persist`), evicting on disk as needed; None (and
+        the file deleted) when it fits nowhere or there is no disk tier."""
+        disk = self.disk_tier
+        parent.pins += 1  # making room must not evict the parent: the child would hang off nothing
+        try:
+            room = disk is not None and self._make_room(disk, nbytes)
+        finally:
+            parent.pins -= 1
+            self.offer(parent)
+        if not room:
+            self.storage.delete(handle)
+            return None
+        assert disk is not None
+        node = Node(key, parent, next(self._ids), None, cost, disk)
+        node.tokens, node.nbytes, node.disk = tokens, nbytes, handle
+        node.last_use, node.clock = tick, self.clock
+        parent.children[key] = node
+        self.members[disk].add(node)
+        self._account(disk, nbytes)
+        self.offer(node)
+        return node
+
+    def forget(self, sentinel: Node) -> None:
+        """Forget every node without deleting any file (a persistent tier closing)."""
+        sentinel.children.clear()
+        self.members = [set() for _ in self.names]
+        self.used = [0] * len(self.names)
+        self._heaps = [[] for _ in self.names]
 
     def promote(self, node: Node, floor: int) -> None:
         """Move a pinned node up to the highest memory tier in [floor, node.tier) with room."""
@@ -109,7 +144,12 @@ class Tiers:
                 continue
             if node.kv is None:
                 assert node.disk is not None
-                kv = self.storage.read(node.disk)
+                try:
+                    kv = self.storage.read(node.disk)
+                except (OSError, ValueError) as e:  # gone (another process evicted it) or damaged
+                    logging.getLogger(__name__).info("KV segment %s is a miss: %s", node.disk, e)
+                    self._delete_file(node)  # the node is left without payload or file: the tree drops it
+                    return
             else:
                 kv = node.kv
                 self._account(node.tier, -node.nbytes)
@@ -214,7 +254,7 @@ class Tiers:
             if node.disk is None:  # written once; a kept file makes later demotions free
                 if not self._make_room(lower, node.nbytes):
                     return False
-                node.disk = self.storage.write(node.kv, str(node.id))
+                node.disk = self.storage.write(node.kv, node.path())
                 self._account(lower, node.nbytes)
         elif self._make_room(lower, node.nbytes):
             kv = self.storage.move(node.kv, self.names[lower])
@@ -223,6 +263,20 @@ class Tiers:
         self._account(tier, -node.nbytes)
         self._move(node, lower, kv)
         return True
+
+    def _write_through(self, node: Node) -> None:
+        """Give a new node its file now (a persistent tier keeps every node, not only demoted
+        ones); a full or unwritable disk leaves it without one, with a warning."""
+        disk = self.disk_tier
+        if disk is None or node.kv is None or not self._make_room(disk, node.nbytes):
+            return
+        try:
+            node.disk = self.storage.write(node.kv, node.path())
+        except OSError as e:
+            logging.getLogger(__name__).warning("could not keep a KV segment on disk (%s); it stays in "
+                                                "memory only. Free space or lower disk_bytes.", e)
+            return
+        self._account(disk, node.nbytes)
 
     def _delete_file(self, node: Node) -> None:
         assert node.disk is not None and self.disk_tier is not None

@@ -18,7 +18,10 @@ under the same id, fold a content hash into the key.
 Eviction and tiers
 ------------------
 Segments live in byte-budgeted tiers (device, host, disk) and leave by prefix-aware
-Greedy-Dual-Size-Frequency eviction of leaves; :mod:`slimrag.llm.kv.tiers` explains both. Match
+Greedy-Dual-Size-Frequency eviction of leaves; :mod:`slimrag.llm.kv.tiers` explains both. A
+persistent disk tier (``CacheConfig.persist``, :mod:`slimrag.llm.kv.persist`) writes every node
+through to a file and, when a tree opens on its folder, adopts the files found as disk-only
+nodes; a file that cannot be read back is a miss (the node is dropped). Match
 and insert are O(depth) plus O(log n) per eviction, n = cached segments.
 
 Engine usage (``slimrag.llm.kv.reuse.TreeReuse`` does exactly this for the embedded engine)::
@@ -56,6 +59,7 @@ from dataclasses import dataclass, field
 from slimrag.llm.kv.config import CacheConfig
 from slimrag.llm.kv.node import Node
 from slimrag.llm.kv.payload import SegmentKV, prefill_cost
+from slimrag.llm.kv.persist import StoredSegment
 from slimrag.llm.kv.storage import KVStorage, SimulatedStorage, TorchStorage
 from slimrag.llm.kv.tiers import Tiers
 
@@ -129,6 +133,9 @@ class KVTree:
         self._lock = threading.RLock()
         self._tick = 0
         self._counts = dict.fromkeys(("requests", "hits", "misses", "served_tokens"), 0)
+        scan = getattr(self.tiers.storage, "scan", None)
+        if self.tiers.storage.persistent and callable(scan) and self.tiers.disk_tier is not None:
+            self._restore(scan(self.tiers.budgets[self.tiers.disk_tier]))
 
     @classmethod
     def simulated(cls, config: CacheConfig | None = None) -> KVTree:
@@ -169,6 +176,7 @@ class KVTree:
                 self.tiers.promote(child, parent.tier)
                 if child.kv is None:
                     self._unpin(child)
+                    self._drop_if_lost(child)
                     break
                 self._touch(child)
                 nodes.append(child)
@@ -202,6 +210,7 @@ class KVTree:
                 self.tiers.promote(child, root.tier)  # type: ignore[union-attr]
                 if child.kv is None:
                     self._unpin(child)
+                    self._drop_if_lost(child)
                     continue
                 self._touch(child)
                 found.append(key)
@@ -353,10 +362,14 @@ class KVTree:
                 assert t.peak[i] <= t.budgets[i], f"tier {t.names[i]} peak over budget"
 
     def close(self) -> None:
-        """Drop every node and delete the disk tier's files."""
+        """Drop every node and delete the disk tier's files (a persistent tier keeps its files:
+        the next tree on the same folder restores them)."""
         with self._lock:
-            for root in list(self._sentinel.children.values()):
-                self.tiers.drop(root)
+            if self.tiers.storage.persistent:
+                self.tiers.forget(self._sentinel)
+            else:
+                for root in list(self._sentinel.children.values()):
+                    self.tiers.drop(root)
             self.tiers.storage.close()
 
     # -- internals (caller holds the lock) -----------------------------------------------------
@@ -370,3 +383,26 @@ class KVTree:
     def _unpin(self, node: Node) -> None:
         node.pins -= 1
         self.tiers.offer(node)
+
+    def _drop_if_lost(self, node: Node) -> None:
+        """Drop a node whose file could not be read back (it has neither payload nor file now)."""
+        if node.kv is None and node.disk is None and not node.pins:
+            self.tiers.drop(node)
+
+    def _restore(self, stored: Sequence[StoredSegment]) -> None:
+        """Adopt the segment files a persistent tier found (see :mod:`slimrag.llm.kv.persist`):
+        parents before children, least recently used first (so ``last_use`` follows the files'
+        modification times); a file whose parent is absent is deleted."""
+        for seg in sorted(stored, key=lambda s: (len(s.path), s.mtime)):
+            parent, position = self._sentinel, 0
+            for key in seg.path[:-1]:
+                parent = parent.children.get(key)  # type: ignore[assignment]
+                if parent is None:
+                    break
+                position += parent.tokens
+            if parent is None or seg.path[-1] in parent.children:
+                self.tiers.storage.delete(seg.handle)
+                continue
+            self._tick += 1
+            cost = prefill_cost(seg.tokens, position, self.config.attention_scale)
+            self.tiers.adopt(parent, seg.path[-1], seg.tokens, seg.nbytes, seg.handle, cost, self._tick)

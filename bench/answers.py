@@ -17,6 +17,9 @@ and search mode.
   containing the gold answer, with the default system prompt and with each candidate of
   `PROMPTS`, and its latency per question.
 
+- ``--recheck RUN.json``: the figures of a saved ``--reader`` run with today's check (`recheck`):
+  greedy decoding makes the recorded model texts what the model writes again, so a change to the
+  check is measured without the model; timings stay the run's.
 - with ``--reader N`` (hybrid, the first N questions): what the reader sees, per answer mode (issue 29),
   every mode over the same questions in the same run (`reader_rows`). Modes: ``grounded`` (the
   default for the embedded model: the evidence lead, then the model's sentence, checked), ``free``
@@ -268,6 +271,50 @@ def reader_rows(idx: Any, items: list[Item], k: int, n: int, llm: str | None = N
     return {"summary": summarize(records), "records": records}
 
 
+def recheck(path: Path) -> dict[str, Any]:
+    """The reader-view figures of a saved ``--reader`` run with today's check: each recorded model
+    text (greedy, so what the model writes again) is attributed and judged again against its
+    recorded passages (`slimrag.rag.attribution`, `slimrag.rag.verdict`); timings stay the run's."""
+    from slimrag.embed.local import LocalEmbedder
+    from slimrag.rag.attribution import attribute, with_markers
+    from slimrag.rag.evidence import EvidenceConfig, Memo, rank_sentences
+    from slimrag.rag.grounded import CONTEXT, IN_SHORT, LEAD, lead_text
+    from slimrag.rag.verdict import judge
+    from slimrag.types import Hit
+
+    saved = json.loads(path.read_text())
+    embedder = LocalEmbedder()
+    embedder.load()
+    out: dict[str, Any] = {}
+    for name, res in saved["sets"].items():
+        records = res["reader"]["records"]
+        for rec in records:
+            hits = [Hit(h["chunk_id"], h["score"], h["text"], h["source"], h["metadata"]) for h in rec["hits"]]
+            gold, memo = normalize(rec["gold"]), Memo(embedder)
+            evidence = rank_sentences(rec["question"], hits, memo, EvidenceConfig(top=max(CONTEXT, LEAD)))
+            for m in ("grounded", "free"):
+                view = rec.get(m)
+                if view is None or view["abstained"]:
+                    continue
+                said = view["model"].replace(" [not in the passages]", "").strip()
+                if m == "grounded":  # the recorded sentence ends with the run's citation or mark
+                    said = said.rsplit(" [", 1)[0] if said.endswith("]") else said
+                check = attribute(rec["question"], said, hits, memo)
+                verdict = judge(rec["question"], said, check, evidence, hits)
+                if m == "grounded":
+                    lead = lead_text(evidence)
+                    shown = (lead + IN_SHORT + with_markers(said, check)) if verdict.kind != "not_backed" else verdict.shown
+                    phrase = with_markers(said, check) if verdict.kind != "not_backed" else verdict.shown
+                    rec["phrase"].update(verdict=verdict.kind, shown=phrase, shown_gold=gold in normalize(phrase))
+                else:
+                    shown = verdict.shown
+                view.update(verdict=verdict.kind, shown=shown, shown_gold=gold in normalize(shown))
+        out[name] = summarize(records)
+        for v, m in out[name].items():
+            print(name, v, json.dumps(m), flush=True)
+    return out
+
+
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     """The reader-view figures of each mode over ``records`` (module header)."""
     out: dict[str, Any] = {}
@@ -303,9 +350,15 @@ def main() -> None:
     ap.add_argument("--prompts", default="default,quote,short-first", help="system prompts to compare")
     ap.add_argument("--reader", type=int, default=0, help="what the reader sees, per answer mode, on N questions")
     ap.add_argument("--answer-modes", default="grounded,free", help="answer modes compared by --reader")
+    ap.add_argument("--recheck", type=Path, default=None,
+                    help="judge the model texts of a saved --reader run again with today's check (no model)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     res: dict[str, Any] = {"args": vars(args), "machine": platform.platform(), "load_before": os.getloadavg()}
+    if args.recheck is not None:
+        res["recheck"] = recheck(args.recheck)
+        args.out.with_name(args.recheck.stem + "-recheck.json").write_text(json.dumps(res, indent=1, default=str))
+        return
     if args.tune:
         res["tune"] = tune(args)
     else:

@@ -293,3 +293,41 @@ def test_bad_bounds_are_one_usage_line() -> None:
     for flag, value in (("--max-connections", "0"), ("--header-timeout", "0"), ("--max-body-bytes", "0")):
         r = CliRunner().invoke(cli, ["route", "--replica", "http://127.0.0.1:9", flag, value])
         assert r.exit_code == 2 and flag in r.output and "Traceback" not in r.output, r.output
+
+
+def test_an_abandoned_job_is_dropped_when_queued_and_told_to_stop_when_running(index: Index, echo: OpenAIServer) -> None:
+    import asyncio
+
+    from slimrag.serve.workers import Abandoned, Worker, Workers
+
+    pool = Workers(RAG(index, echo.base_url), 1)
+    started, ran = threading.Event(), []
+
+    def long(w: Worker) -> str:  # a job of many steps that checks Worker.stop between them
+        started.set()
+        for _ in range(500):
+            if w.stop.is_set():
+                raise Abandoned
+            time.sleep(0.01)
+        return "done"
+
+    def queued(w: Worker) -> None:
+        ran.append(w.index.search("office cat", k=1))
+
+    async def scenario() -> float:
+        running_job = asyncio.ensure_future(pool.run(long))
+        waiting_job = asyncio.ensure_future(pool.run(queued))
+        await asyncio.to_thread(started.wait, 10)
+        start = time.monotonic()
+        running_job.cancel()
+        waiting_job.cancel()
+        await asyncio.gather(running_job, waiting_job, return_exceptions=True)
+        await pool.run(lambda w: None)  # the worker is free again
+        return time.monotonic() - start
+
+    try:
+        freed = asyncio.run(scenario())
+    finally:
+        pool.stop()
+    assert freed < 1.0, freed  # the 5 s job stopped at its next step
+    assert ran == []  # the queued search never ran

@@ -1,25 +1,25 @@
-"""Benchmark: the engine (plain PyTorch, issue 21) against the transformers engine it replaced, same run.
+"""Benchmark: the engine against llama.cpp's ``llama-bench`` on the same GGUF file, same run, alternating.
 
-``python -m bench.engine --baseline SRC`` where ``SRC`` is the ``src`` folder of a checkout
-before the engine (``git archive aa1e708 src | tar -x -C /tmp/base`` gives ``/tmp/base/src``).
-Every figure comes from a fresh interpreter (``PYTHONPATH`` picks the engine), the two engines
-alternating, ``--repeats`` times, medians reported:
+``python -m bench.engine --llama-bench PATH`` (or ``LLAMA_BENCH=PATH``). ``llama-bench`` is built
+in the bench environment only, never a dependency: from the ``llama-cpp-python`` sdist's vendored
+tree (``pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36``, unpack, then in
+``vendor/llama.cpp``: ``cmake -B /tmp/llamacpp-build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON
+-DLLAMA_CURL=OFF && cmake --build /tmp/llamacpp-build --target llama-bench -j2``).
 
-- import: ``import slimrag.llm.local`` (torch, and before: transformers' model-loading modules);
-- first load: ``LocalGenerator.load()`` with an empty ``SLIMRAG_HOME`` (before: the GGUF
-  conversion into the float32 cache; now: the GGUF read in place) and a second load in a new
-  process (before: from the cache);
-- prefill tok/s: ``generate_ids`` of one new token over a ~``--prompt``-token prompt (no reuse);
-- decode tok/s: greedy tokens after the first, ``(t(n + 1 tokens) - t(1 token)) / n``;
-- identical: per engine, the share of ``--agree`` prompts (16 greedy tokens each) whose tokens
-  equal the transformers engine's (float32); the bfloat16 row is the engine with
-  ``dtype=torch.bfloat16`` (opt-in, never the CPU default).
+For each repeat and each thread count, llama.cpp and then each engine row run once, each in a
+fresh process:
 
-``--threads`` torch threads in each child (default 1: the machine is shared). The cold
-``slimrag ask`` profile (first token on a flat index from a new process) is ``--ask INDEX``: the
-parent reads the child's stdout and times the first byte of the answer, on the second ask of the
-``SLIMRAG_HOME`` (the first exports the embedder to ONNX once, as on a new machine). Prints a table and
-writes ``bench/results/engine.json``.
+- llama.cpp: ``llama-bench -m GGUF -p PROMPT -n NEW -t THREADS -r 1 -o json`` (prefill of
+  ``PROMPT`` tokens and decode of ``NEW`` tokens, its own tok/s);
+- the engine: a child process loads the model (``load_model``; ``import_s`` and ``load_s`` are
+  its import and load times), then through ``LocalGenerator.generate_ids`` on a ``PROMPT``-token
+  prompt: prefill tok/s = ``PROMPT / t(1 token)``, decode tok/s = ``NEW / (t(NEW + 1 tokens) -
+  t(1 token))``, each time the median of 3 (greedy may stop at an EOS early; the count of tokens
+  actually made is used). Rows: ``quantized`` (the default load) and ``float32``
+  (``quantized=False``, the engine before issue 28) unless ``--rows`` says otherwise.
+
+Figures are medians over ``--repeats``; ratios are engine / llama.cpp. Prints a table and writes
+``bench/results/engine.json``. torch and ONNX Runtime get ``THREADS`` threads in the child.
 """
 
 from __future__ import annotations
@@ -31,139 +31,117 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results" / "engine.json"
 SRC = Path(__file__).resolve().parents[1] / "src"
+DEFAULT_LLAMA_BENCH = "/tmp/llamacpp-build/bin/llama-bench"
+
+#: Engine rows: name -> keyword arguments of ``load_model``.
+ROWS: dict[str, dict[str, Any]] = {"quantized": {}, "float32": {"quantized": False}}
 
 _CHILD = """
 import json, sys, time
 t0 = time.perf_counter()
 import torch
 torch.set_num_threads({threads})
+from slimrag.llm import weights
 from slimrag.llm.local import LocalGenerator
 t1 = time.perf_counter()
-gen = LocalGenerator(cache=None, device="cpu", **({{"dtype": torch.bfloat16}} if {bf16} else {{}}))
-gen.load()
+loaded = weights.load_model({gguf!r}, device="cpu", **{kwargs!r})
 t2 = time.perf_counter()
+gen = LocalGenerator(loaded=loaded, cache=None, device="cpu")
 words = "river stone cat moon paper green seven blue house tree light harbour lamp tower".split()
-text = "<|im_start|>system\\nAnswer from the notes.<|im_end|>\\n<|im_start|>user\\n" + " ".join(
-    words[(i * 7) % len(words)] for i in range({prompt})) + "\\nWhich word comes after lamp?<|im_end|>\\n<|im_start|>assistant\\n"
-ids = gen.encode_texts([text])[0]
-out = {{"import_s": t1 - t0, "load_s": t2 - t1, "prompt_tokens": len(ids)}}
-if {measure}:
-    gen.generate_ids(ids, 2)  # warm-up: first touch of the weights
-    one, many = [], []
-    for _ in range(3):
-        a = time.perf_counter(); gen.generate_ids(ids, 1); one.append(time.perf_counter() - a)
-        a = time.perf_counter(); toks = gen.generate_ids(ids, {new} + 1); many.append(time.perf_counter() - a)
-    t_one, t_many = sorted(one)[1], sorted(many)[1]
-    out.update(prefill_tok_s=len(ids) / t_one, decode_tok_s=(len(toks) - 1) / (t_many - t_one), tokens=toks)
-    prompts = [text.replace("lamp?", w + "?") for w in words[:{agree}]]
-    out["answers"] = [gen.generate_ids(gen.encode_texts([p])[0], 16) for p in prompts]
-print("RESULT " + json.dumps(out))
+text = " ".join(words[(i * 7) % len(words)] for i in range(4 * {prompt}))
+ids = gen.encode_texts([text])[0][: {prompt}]
+gen.generate_ids(ids, 2)  # warm-up: first touch of the weights
+one, many = [], []
+for _ in range(3):
+    a = time.perf_counter(); gen.generate_ids(ids, 1); one.append(time.perf_counter() - a)
+    a = time.perf_counter(); toks = gen.generate_ids(ids, {new} + 1); many.append(time.perf_counter() - a)
+t_one, t_many = sorted(one)[1], sorted(many)[1]
+print("RESULT " + json.dumps({{"import_s": t1 - t0, "load_s": t2 - t1, "prompt_tokens": len(ids),
+      "prefill_tok_s": len(ids) / t_one, "decode_tok_s": (len(toks) - 1) / (t_many - t_one),
+      "decoded": len(toks) - 1}}))
 """
 
 
-def _child(src: str, home: str, threads: int, prompt: int, new: int, measure: bool, bf16: bool = False,
-           agree: int = 8) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": src, "SLIMRAG_HOME": home, "OMP_NUM_THREADS": str(threads),
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    code = _CHILD.format(threads=threads, prompt=prompt, new=new, measure=measure, bf16=bf16, agree=agree)
+def engine_run(gguf: str, kwargs: dict[str, Any], threads: int, prompt: int, new: int) -> dict[str, Any]:
+    """One engine measurement in a fresh process (see the module header)."""
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1"}
+    code = _CHILD.format(threads=threads, gguf=gguf, kwargs=kwargs, prompt=prompt, new=new)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
     if done.returncode or not lines:
-        raise RuntimeError(f"child failed ({src}):\n{done.stderr[-2000:]}")
+        raise RuntimeError(f"engine child failed:\n{done.stderr[-2000:]}")
     return json.loads(lines[-1].removeprefix("RESULT "))
 
 
-def _ask_first_token_s(src: str, home: str, docs: str, threads: int) -> float:
-    """Seconds from spawning ``slimrag ask`` on a flat index of ``docs`` (built once per home by
-    that engine's own code: index formats differ between the two checkouts) to the first byte of
-    its answer on stdout."""
-    env = {**os.environ, "PYTHONPATH": src, "SLIMRAG_HOME": home, "OMP_NUM_THREADS": str(threads),
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    index = str(Path(home) / "ask.slimrag")
-    if not Path(index).exists():
-        subprocess.run([sys.executable, "-m", "slimrag", "build", docs, "-o", index, "--storage", "flat"],
-                       env=env, check=True, capture_output=True)
-    t = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "slimrag", "ask", index, "What does VACUUM do?",
-                             "--max-tokens", "8"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    assert proc.stdout is not None
-    first = proc.stdout.read(1)
-    elapsed = time.perf_counter() - t
-    proc.communicate()
-    if not first or proc.returncode:
-        raise RuntimeError(f"slimrag ask failed ({src}), exit {proc.returncode}")
-    return elapsed
+def llama_run(binary: str, gguf: str, threads: int, prompt: int, new: int) -> dict[str, float]:
+    """One ``llama-bench`` run: prefill and decode tok/s."""
+    cmd = [binary, "-m", gguf, "-p", str(prompt), "-n", str(new), "-t", str(threads), "-r", "1", "-o", "json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(f"llama-bench failed ({' '.join(cmd)}):\n{done.stderr[-2000:]}")
+    out: dict[str, float] = {}
+    for rec in json.loads(done.stdout):
+        if rec["n_prompt"] and not rec["n_gen"]:
+            out["prefill_tok_s"] = float(rec["avg_ts"])
+        elif rec["n_gen"] and not rec["n_prompt"]:
+            out["decode_tok_s"] = float(rec["avg_ts"])
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--baseline", required=True, help="src folder of the transformers engine")
+    ap.add_argument("--llama-bench", default=os.environ.get("LLAMA_BENCH", DEFAULT_LLAMA_BENCH))
+    ap.add_argument("--gguf", help="the model file (default: the embedded SmolLM2 Q4_1)")
+    ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--prompt", type=int, default=300, help="prompt words (~tokens)")
-    ap.add_argument("--new", type=int, default=32, help="decoded tokens per measurement")
-    ap.add_argument("--ask", help="a folder of documents: also time a cold `slimrag ask` to its first token "
-                                  "on a flat index of it")
-    ap.add_argument("--agree", type=int, default=8, help="prompts for the identical-token rate")
-    ap.add_argument("--no-bf16", action="store_true", help="skip the engine's bfloat16 row")
+    ap.add_argument("--prompt", type=int, default=512, help="prefill tokens")
+    ap.add_argument("--new", type=int, default=128, help="decoded tokens")
+    ap.add_argument("--rows", default="quantized", help=f"engine rows among {sorted(ROWS)}")
+    ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
-    engines = {"transformers (before)": args.baseline, "engine (now)": str(SRC)}
-    if not args.no_bf16:
-        engines["engine bfloat16 (opt-in)"] = str(SRC)
+    if args.gguf is None:
+        sys.path.insert(0, str(SRC))
+        from slimrag.llm.weights import default_gguf_path
+
+        args.gguf = str(default_gguf_path())
+    if not Path(args.llama_bench).is_file():
+        sys.exit(f"no llama-bench at {args.llama_bench}: build it (see the module header) or pass --llama-bench")
+    threads = [int(t) for t in args.threads.split(",")]
+    rows = [r for r in args.rows.split(",") if r]
     load0 = os.getloadavg()
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in engines}
-    first: dict[str, list[float]] = {name: [] for name in engines}
-    asks: dict[str, list[float]] = {name: [] for name in engines}
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.repeats):
-            for name, src in engines.items():
-                home = str(Path(tmp) / f"{r}-{abs(hash(name))}")
-                bf16 = "bfloat16" in name
-                first[name].append(_child(src, home, args.threads, args.prompt, args.new, False, bf16)["load_s"])
-                runs[name].append(_child(src, home, args.threads, args.prompt, args.new, True, bf16, args.agree))
-                if args.ask and not bf16:
-                    _ask_first_token_s(src, home, args.ask, args.threads)  # the embedder's one-time ONNX export
-                    asks[name].append(_ask_first_token_s(src, home, args.ask, args.threads))
-    rows = []
-    for name in engines:
-        rs = runs[name]
-        row = {"engine": name, "first_load_s": statistics.median(first[name]),
-               "import_s": statistics.median(r["import_s"] for r in rs),
-               "load_s": statistics.median(r["load_s"] for r in rs),
-               "prefill_tok_s": statistics.median(r["prefill_tok_s"] for r in rs),
-               "decode_tok_s": statistics.median(r["decode_tok_s"] for r in rs),
-               "prompt_tokens": rs[0]["prompt_tokens"]}
-        if asks[name]:
-            row["ask_first_token_s"] = statistics.median(asks[name])
-        rows.append(row)
-    reference = runs["transformers (before)"][0]["answers"]
-    for row in rows:
-        got = runs[row["engine"]][0]["answers"]
-        row["identical"] = sum(a == b for a, b in zip(got, reference, strict=True)) / len(reference)
-    before, now = runs["transformers (before)"][0]["tokens"], runs["engine (now)"][0]["tokens"]
-    report = {"threads": args.threads, "repeats": args.repeats, "new_tokens": args.new, "rows": rows,
-              "identical_tokens": before == now, "loadavg_before": load0, "loadavg_after": os.getloadavg(),
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in range(args.repeats):
+        for t in threads:
+            runs.setdefault(("llama.cpp", t), []).append(llama_run(args.llama_bench, args.gguf, t, args.prompt, args.new))
+            for name in rows:
+                runs.setdefault((name, t), []).append(engine_run(args.gguf, ROWS[name], t, args.prompt, args.new))
+            print(f"repeat {r + 1}/{args.repeats}, {t} thread(s) done", file=sys.stderr, flush=True)
+    table = []
+    for t in threads:
+        base = {k: statistics.median(x[k] for x in runs[("llama.cpp", t)]) for k in ("prefill_tok_s", "decode_tok_s")}
+        table.append({"engine": "llama.cpp", "threads": t, **base, "runs": runs[("llama.cpp", t)]})
+        for name in rows:
+            rs = runs[(name, t)]
+            row = {k: statistics.median(x[k] for x in rs) for k in ("prefill_tok_s", "decode_tok_s", "load_s", "import_s")}
+            row["prefill_ratio"] = row["prefill_tok_s"] / base["prefill_tok_s"]
+            row["decode_ratio"] = row["decode_tok_s"] / base["decode_tok_s"]
+            table.append({"engine": name, "threads": t, **row, "runs": rs})
+    report = {"gguf": args.gguf, "prompt": args.prompt, "new": args.new, "repeats": args.repeats, "rows": table,
+              "llama_bench": args.llama_bench, "loadavg_before": load0, "loadavg_after": os.getloadavg(),
               "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count()}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=1))
-    cols = ["first_load_s", "import_s", "load_s", "prefill_tok_s", "decode_tok_s", "identical"] + (
-        ["ask_first_token_s"] if args.ask else [])
-    print(f"{'engine':<26}" + "".join(f"{c:>18}" for c in cols))
-    for row in rows:
-        print(f"{row['engine']:<26}" + "".join(f"{row.get(c, float('nan')):>18.2f}" for c in cols))
-    b = rows[0]
-    for n in rows[1:]:
-        print(f"{n['engine']}: decode {n['decode_tok_s'] / b['decode_tok_s']:.2f}x, "
-              f"prefill {n['prefill_tok_s'] / b['prefill_tok_s']:.2f}x")
-    print(f"float32 greedy tokens equal on the timed prompt: {before == now}; "
-          f"load average {load0[0]:.1f} -> {os.getloadavg()[0]:.1f}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1))
+    print(f"{Path(args.gguf).name}: prefill {args.prompt}, decode {args.new}, medians of {args.repeats}")
+    print(f"{'engine':<12}{'threads':>8}{'prefill tok/s':>15}{'ratio':>8}{'decode tok/s':>14}{'ratio':>8}{'load s':>8}")
+    for row in table:
+        print(f"{row['engine']:<12}{row['threads']:>8}{row['prefill_tok_s']:>15.1f}{row.get('prefill_ratio', 1):>8.2f}"
+              f"{row['decode_tok_s']:>14.1f}{row.get('decode_ratio', 1):>8.2f}{row.get('load_s', float('nan')):>8.2f}")
+    print(f"load average {load0[0]:.1f} -> {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -12,8 +12,10 @@ per-block (32 weights) scales, which is what the GGUF block types are. Measured 
 development machine (AVX2, no VNNI) it was the fastest candidate by far; the figures are in
 ``docs/benchmarks.md``. ``accuracy_level=4`` (activations quantized to int8 per block inside the
 kernel, as llama.cpp does for its own dot products) is the fast path; with float zero points MLAS
-falls back to a path ~40x slower, so Q4_1's per-block minimum is not passed as a zero point (see
-below).
+falls back to a path ~40x slower, so Q4_1's per-block minimum is split into an integer zero point
+and a float residual (below). The integer zero point matters for accuracy: the kernel's int8
+rounding of ``x`` then errs in proportion to ``|d * (q - z)|``, about ``|w|``, as llama.cpp's Q4_1
+dot product does, instead of ``|d * q|`` (about twice that) with a zero point of 0.
 
 Block types (``w`` the weight, ``d`` the block's float16 scale, ``q`` its stored integer):
 
@@ -21,9 +23,11 @@ Block types (``w`` the weight, ``d`` the block's float16 scale, ``q`` its stored
 GGUF      stored as                    computed as
 ========  ===========================  =================================================
 Q4_0      ``w = d * (q - 8)``          4-bit ``MatMulNBits``, default zero point 8: exact
-Q4_1      ``w = d * q + m``            4-bit ``MatMulNBits`` with zero point 0 for ``d * q``,
-                                       plus ``(per-block sums of x) @ m.T`` (a small float
-                                       product, ``K / 32`` columns) for the ``m`` part
+Q4_1      ``w = d * q + m``            4-bit ``MatMulNBits`` with the integer zero point
+                                       ``z = round(-m / d)`` (in 0..15) for ``d * (q - z)``, plus
+                                       ``(per-block sums of x) @ r.T`` for the residual
+                                       ``r = m + d * z`` (``|r| <= d / 2``; a small float product,
+                                       ``K / 32`` columns)
 Q8_0      ``w = d * q``, ``q`` int8    8-bit ``MatMulNBits``: ``q + 128`` with the default
                                        zero point 128: exact
 ========  ===========================  =================================================
@@ -98,9 +102,10 @@ def _scales(blocks: np.ndarray, at: int) -> np.ndarray:
 
 def _pack_nibbles(qs: np.ndarray) -> np.ndarray:
     """GGUF 4-bit blocks (``[..., 16]`` bytes: weight ``j`` in the low nibble of byte ``j``, weight
-    ``j + 16`` in its high nibble) to MatMulNBits' order (weights ``2i`` and ``2i + 1`` in byte ``i``)."""
-    q = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
-    return q[..., 0::2] | (q[..., 1::2] << 4)
+    ``j + 16`` in its high nibble) to MatMulNBits' order (weights ``2i`` and ``2i + 1`` in byte
+    ``i``): bytes 0-7 pair the low nibbles of neighbouring bytes, bytes 8-15 their high nibbles."""
+    even, odd = qs[..., 0::2], qs[..., 1::2]
+    return np.concatenate([(even & 0x0F) | (odd << 4), (even >> 4) | (odd & 0xF0)], axis=-1)
 
 
 def _nodes(part: QuantPart, i: int, x: str, out: str) -> tuple[list, list]:
@@ -122,12 +127,18 @@ def _nodes(part: QuantPart, i: int, x: str, out: str) -> tuple[list, list]:
                   numpy_helper.from_array(_scales(blocks, 0), f"s{i}")]
         nodes.append(helper.make_node("MatMulNBits", [x, f"b{i}", f"s{i}"], [out], bits=4, **attrs))
         return nodes, inits
-    # Q4_1: d * q through the kernel (zero point 0), m through the per-block sums of x.
-    zero = np.zeros(n * ((nb + 1) // 2), np.uint8)
-    mins = np.ascontiguousarray(_scales(blocks, 2).reshape(n, nb).T)
+    # Q4_1: d * (q - z) through the kernel, z the integer zero point nearest -m / d, and the
+    # residual r = m + d * z (|r| <= d / 2) through the per-block sums of x.
+    d = _scales(blocks, 0).reshape(n, nb)
+    m = _scales(blocks, 2).reshape(n, nb)
+    z = np.zeros((n, nb + nb % 2), np.uint8)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z[:, :nb] = np.where(d != 0, np.clip(np.rint(-m / d), 0, 15), 0)
+    residual = np.ascontiguousarray((m + d * z[:, :nb]).T)
     inits += [numpy_helper.from_array(_pack_nibbles(blocks[:, :, 4:]), f"b{i}"),
-              numpy_helper.from_array(_scales(blocks, 0), f"s{i}"), numpy_helper.from_array(zero, f"z{i}"),
-              numpy_helper.from_array(mins, f"m{i}"),
+              numpy_helper.from_array(d.ravel(), f"s{i}"),
+              numpy_helper.from_array((z[:, 0::2] | (z[:, 1::2] << 4)).ravel(), f"z{i}"),
+              numpy_helper.from_array(residual, f"m{i}"),
               numpy_helper.from_array(np.array([-1, nb, BLOCK], np.int64), f"shape{i}"),
               numpy_helper.from_array(np.array([2], np.int64), f"axis{i}")]
     nodes += [helper.make_node("MatMulNBits", [x, f"b{i}", f"s{i}", f"z{i}"], [f"dq{i}"], bits=4, **attrs),
@@ -187,7 +198,9 @@ class QuantLinear:
         opts.intra_op_num_threads = threads or torch.get_num_threads()
         opts.inter_op_num_threads = 1
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # the graph is minimal; optimizing it took 4x the session's build
+        opts.enable_cpu_mem_arena = False  # an arena per session would hold megabytes each for a few KB of activations
+        opts.enable_mem_pattern = False
         self._session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
         self._dense: torch.Tensor | None = None
 

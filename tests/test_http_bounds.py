@@ -32,7 +32,6 @@ from slimrag.rag.pipeline import RAG
 from slimrag.serve.app import create_app
 
 
-
 def healthz_head(address: tuple[str, int]) -> bytes:
     """A whole ``GET /healthz`` request for the server at ``address``."""
     return f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{address[1]}\r\n\r\n".encode()

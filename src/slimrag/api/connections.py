@@ -50,7 +50,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import resource
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -58,51 +57,15 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-log = logging.getLogger("slimrag.http")
+from slimrag.api.limits import ACCEPT_BATCH, ConnectionLimits, default_max_connections
 
-#: Most sockets accepted each time the listening socket is readable (see "Accepting in bursts").
-ACCEPT_BATCH = 16
+__all__ = ["ACCEPT_BATCH", "ConnectionLimits", "ConnectionTable", "GuardedH11", "default_max_connections",
+           "guarded_protocol", "quiet_accept_errors"]
+
+log = logging.getLogger("slimrag.http")
 
 #: Errnos of an ``accept()`` that failed for want of descriptors or memory.
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
-
-
-def default_max_connections() -> int:
-    """Half the soft descriptor limit, between 16 and 4096 (see the module header)."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return 4096
-    return max(16, min(4096, soft // 2))
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionLimits:
-    """How long a connection may take to send a request, and how many are held; see the module
-    header for each knob's default and trade-off. ``max_connections`` None: `default_max_connections`."""
-
-    header_timeout_s: float = 10.0
-    body_timeout_s: float = 30.0
-    max_connections: int | None = None
-    max_header_bytes: int = 64 * 1024
-    keep_alive_s: int = 5
-
-    def __post_init__(self) -> None:
-        if not self.header_timeout_s > 0 or not self.body_timeout_s > 0:
-            raise ValueError("header_timeout_s and body_timeout_s must be positive seconds")
-        if self.max_connections is not None and self.max_connections < 1:
-            raise ValueError(f"max_connections must be >= 1, got {self.max_connections}")
-        if self.max_header_bytes < 1024:
-            raise ValueError(f"max_header_bytes must be >= 1024, got {self.max_header_bytes}")
-        if self.keep_alive_s < 1:
-            raise ValueError(f"keep_alive_s must be >= 1, got {self.keep_alive_s}")
-
-    def connections(self) -> int:
-        """The cap in force: ``max_connections``, or the default from the descriptor limit."""
-        return self.max_connections if self.max_connections is not None else default_max_connections()
-
-    def accept_batch(self) -> int:
-        """Most connections accepted in one go (see the module header): `ACCEPT_BATCH`, or fewer under a small cap."""
-        return max(1, min(ACCEPT_BATCH, self.connections() // 4))
 
 
 @dataclass

@@ -23,7 +23,7 @@ import errno
 import socket
 from typing import Any
 
-from slimrag.api.connections import ConnectionLimits, guarded_protocol, quiet_accept_errors
+from slimrag.api.limits import ConnectionLimits
 
 #: What a bind failure means, by errno, and what to do next.
 _WHY = {
@@ -82,6 +82,8 @@ def server(app: Any, host: str, port: int, *, limits: ConnectionLimits | None = 
     running on http://HOST:PORT" line once it listens, as uvicorn does for a port it binds itself
     (it stays silent for sockets it is given, expecting a process manager's)."""
     import uvicorn
+
+    from slimrag.api.connections import guarded_protocol, quiet_accept_errors
 
     limits = limits or ConnectionLimits()
     protocol, table = guarded_protocol(limits)

@@ -13,12 +13,10 @@ from typing import Any, TypeVar
 
 import click
 
-from slimrag.api.connections import ConnectionLimits
-
+from slimrag.api.limits import ConnectionLimits
 from slimrag.cli.base import ROUTE, cli, open_index
 from slimrag.cli.options import bind_port, cache_config, host_options, host_rule, reuse_options
 from slimrag.route.policy import RouterConfig
-
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -145,10 +143,9 @@ def route(replicas: tuple[str, ...], host: str, port: int, cache_threshold: floa
           max_connections: int | None, header_timeout: float, max_body_bytes: int,
           allow_host: tuple[str, ...], allow_origin: tuple[str, ...]) -> None:
     """Route OpenAI-compatible requests over several `slimrag serve` replicas (cache-aware, with failover)."""
+    from slimrag.api.gate import check_api_key
     from slimrag.api.listen import listen, run
     from slimrag.route.app import create_router_app
-
-    from slimrag.api.gate import check_api_key
 
     if api_key is not None:
         try:

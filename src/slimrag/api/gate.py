@@ -6,9 +6,9 @@ refused ones included, and can refuse a body before any of it reaches pydantic.
 Security
     ``slimrag serve`` binds 127.0.0.1 unless told otherwise (the CLI warns when it binds beyond
     loopback without a key). With an API key, every request but ``GET /healthz`` needs
-    ``Authorization: Bearer KEY``: the ``/v1/`` routes, ``/metrics``, ``/openapi.json`` and
-    ``/docs``, and any unknown path (401 with ``WWW-Authenticate: Bearer`` otherwise, before a
-    404). The test is on the path the router matches (``scope["path"]``, percent-decoded), by
+    ``Authorization: Bearer KEY``: the ``/v1/`` routes, ``/metrics``, ``/openapi.json``, and
+    any unknown path, ``/docs`` among them (it is off, see below): 401 with ``WWW-Authenticate:
+    Bearer`` otherwise, before a 404. The test is on the path the router matches (``scope["path"]``, percent-decoded), by
     exact equality with the one open path, so ``//v1/search``, ``/v1/%73earch``, ``/V1/search``
     or ``/healthz/../v1/search`` cannot slip past it. The scheme is matched without regard to
     case (RFC 9110: ``bearer KEY`` works); the key is compared as bytes in constant time

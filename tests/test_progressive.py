@@ -215,3 +215,18 @@ def test_sigkill_mid_embedding_leaves_an_index_that_answers_and_resumes(tmp_path
     assert got.keys() == want.keys()
     for key, vec in want.items():
         np.testing.assert_allclose(got[key], vec, rtol=0, atol=1e-6)
+
+
+def test_sync_finishes_an_interrupted_build(tmp_path: Path, small_commits: None) -> None:
+    folder = tmp_path / "docs"
+    for source, text in DOCS[:40]:
+        (folder / source).parent.mkdir(parents=True, exist_ok=True)
+        (folder / source).write_text(text)
+    out = tmp_path / "s.slimrag"
+    with pytest.raises(KeyboardInterrupt):
+        Index.build(folder, out, embedder=FailingEmbedder(fail_at=2))
+    with Index.open(out, embedder=HashEmbedder()) as idx:
+        assert idx.check().awaiting == 40 - 16
+        rep = idx.sync(folder)
+        assert (rep.unchanged, rep.read, rep.embedded) == (40, 0, 24)
+        assert idx.check().awaiting == 0 and idx.search("uniq39 doc39", k=1)[0].source == "doc/039.txt"

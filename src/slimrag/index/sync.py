@@ -10,8 +10,9 @@ under one hold of the writer lock (`slimrag.index.lock`), so no other writer int
    mtime and size means unchanged, and the file is not opened (``SyncReport.read`` counts the files
    that were). Otherwise the file is read and hashed (`ingest.source.prepare`): the same SHA-256 as
    stored means unchanged after all (a ``touch``, a checkout), and only the stored mtime and size are
-   brought up to date so the next sync trusts ``stat`` again; a new hash is embedded and replaces the
-   old chunks (`IndexWriter.write`, in transactions of `writer.COMMIT_CHUNKS` chunks).
+   brought up to date so the next sync trusts ``stat`` again; a new hash replaces the old chunks
+   (`IndexWriter.write`: text first, in transactions of `writer.COMMIT_CHUNKS` chunks, then the
+   embedding of every chunk awaiting vectors, an interrupted build's or sync's included).
 3. Remove every stored document *of this folder* that step 2 did not end as added, updated or
    unchanged: deleted files, the old name of a renamed file, and files that can no longer be
    indexed (now ignored, too large, unparsable, empty), as a fresh build would not hold them.

@@ -64,7 +64,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-
 from slimrag.errors import IngestError
 from slimrag.index.progress import current_tracker
 from slimrag.index.report import AddReport

@@ -78,9 +78,9 @@ def engine_run(gguf: str, kwargs: dict[str, Any], threads: int, prompt: int, new
     return json.loads(lines[-1].removeprefix("RESULT "))
 
 
-def llama_run(binary: str, gguf: str, threads: int, prompt: int, new: int) -> dict[str, float]:
+def llama_run(binary: str, gguf: str, threads: int, prompt: int, new: int, extra: list[str]) -> dict[str, float]:
     """One ``llama-bench`` run: prefill and decode tok/s."""
-    cmd = [binary, "-m", gguf, "-p", str(prompt), "-n", str(new), "-t", str(threads), "-r", "1", "-o", "json"]
+    cmd = [binary, "-m", gguf, "-p", str(prompt), "-n", str(new), "-t", str(threads), "-r", "1", "-o", "json", *extra]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode:
         raise RuntimeError(f"llama-bench failed ({' '.join(cmd)}):\n{done.stderr[-2000:]}")
@@ -96,6 +96,8 @@ def llama_run(binary: str, gguf: str, threads: int, prompt: int, new: int) -> di
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--llama-bench", default=os.environ.get("LLAMA_BENCH", DEFAULT_LLAMA_BENCH))
+    ap.add_argument("--llama-args", default="", help="extra llama-bench arguments (e.g. '--repack 0' where "
+                    "the CPU lists AMX that the machine does not allow: llama.cpp's AMX path then stops on SIGILL)")
     ap.add_argument("--gguf", help="the model file (default: the embedded SmolLM2 Q4_1)")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     ap.add_argument("--repeats", type=int, default=3)
@@ -117,7 +119,8 @@ def main() -> None:
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for r in range(args.repeats):
         for t in threads:
-            runs.setdefault(("llama.cpp", t), []).append(llama_run(args.llama_bench, args.gguf, t, args.prompt, args.new))
+            runs.setdefault(("llama.cpp", t), []).append(llama_run(args.llama_bench, args.gguf, t, args.prompt, args.new,
+                                                                           args.llama_args.split()))
             for name in rows:
                 runs.setdefault((name, t), []).append(engine_run(args.gguf, ROWS[name], t, args.prompt, args.new))
             print(f"repeat {r + 1}/{args.repeats}, {t} thread(s) done", file=sys.stderr, flush=True)
@@ -132,7 +135,7 @@ def main() -> None:
             row["decode_ratio"] = row["decode_tok_s"] / base["decode_tok_s"]
             table.append({"engine": name, "threads": t, **row, "runs": rs})
     report = {"gguf": args.gguf, "prompt": args.prompt, "new": args.new, "repeats": args.repeats, "rows": table,
-              "llama_bench": args.llama_bench, "loadavg_before": load0, "loadavg_after": os.getloadavg(),
+              "llama_bench": args.llama_bench, "llama_args": args.llama_args, "loadavg_before": load0, "loadavg_after": os.getloadavg(),
               "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count()}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))

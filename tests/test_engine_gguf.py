@@ -20,6 +20,7 @@ from reference_models import build_reference
 
 from slimrag.llm import weights
 from slimrag.llm.engine.gguf import GGUFFile, unpermute
+from slimrag.llm.engine.qlinear import Q4_0, Q4_1, Q8_0, QuantLinear
 
 NAMES = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
          "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
@@ -35,7 +36,9 @@ def _permute(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_gguf(model: Any, arch: str, path: Path, vocab: dict[str, Any]) -> None:
+def write_gguf(model: Any, arch: str, path: Path, vocab: dict[str, Any], quant: int | None = None) -> None:
+    """``quant``: a ggml block type id to store every 2-D weight in (quantized by ``gguf.quants``);
+    None stores float32."""
     import gguf
 
     cfg = model.config
@@ -74,7 +77,11 @@ def write_gguf(model: Any, arch: str, path: Path, vocab: dict[str, Any]) -> None
                 arr = _permute(arr, cfg.num_attention_heads)
             elif arch == "llama" and rest == "self_attn.k_proj.weight":
                 arr = _permute(arr, cfg.num_key_value_heads)
-        w.add_tensor(out, arr)
+        if quant is not None and arr.ndim == 2:
+            qtype = gguf.GGMLQuantizationType(quant)
+            w.add_tensor(out, gguf.quants.quantize(arr, qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(out, arr)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -128,3 +135,30 @@ def test_fast_dequantizers_equal_gguf_quants_bitwise(smollm: weights.LoadedModel
         w = (rng.standard_normal((16, 256)) * 3).astype(np.float32)
         raw = quantize(w, GGMLQuantizationType(kind))
         assert np.array_equal(FAST_DEQUANT[kind](raw), dequantize(raw, GGMLQuantizationType(kind)))
+
+
+@pytest.mark.parametrize("kind", [Q4_0, Q4_1, Q8_0])
+def test_a_quantized_gguf_keeps_its_blocks_and_stays_near_its_float32_load(kind: int, smollm: weights.LoadedModel,
+                                                                          tmp_path: Path) -> None:
+    """A llama-architecture file (q/k rows permuted, so the loader un-permutes stored blocks) in
+    each block type: the default load computes on the blocks, ``quantized=False`` on the same
+    weights dequantized; all positions' logits within 5% (relative norm). Token by token on the
+    quantized model gives the one forward's logits within 1e-4 (the products' rows do not depend
+    on the batch; attention over 1 or n queries sums in another order)."""
+    ref = build_reference("llama", tmp_path, smollm.tokenizer)
+    meta = GGUFFile(smollm.path).metadata
+    path = tmp_path / "q.gguf"
+    write_gguf(ref, "llama", path, {k: v for k, v in meta.items() if k.startswith("tokenizer.ggml.")}, quant=kind)
+    quant, dense = weights.load_model(path, device="cpu"), weights.load_model(path, device="cpu", quantized=False)
+    assert isinstance(quant.model.layers[0].attn.qkv, QuantLinear)
+    assert isinstance(dense.model.layers[0].attn.qkv, torch.Tensor)
+    ids = quant.tokenizer.encode("<|im_start|>user\nWhich word comes after river? river stone 42<|im_end|>\n")
+    with torch.inference_mode():
+        got = quant.model.forward(torch.tensor(ids), torch.arange(len(ids)), quant.model.new_cache(), logits="all")
+        want = dense.model.forward(torch.tensor(ids), torch.arange(len(ids)), dense.model.new_cache(), logits="all")
+        assert got is not None and want is not None
+        assert float((got - want).norm() / want.norm()) < 0.05
+        cache = quant.model.new_cache()
+        for i, token in enumerate(ids):
+            step = quant.model.forward(torch.tensor([token]), torch.tensor([i]), cache)
+            assert step is not None and torch.allclose(step, got[i], atol=1e-4, rtol=0)

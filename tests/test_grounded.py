@@ -114,6 +114,8 @@ def test_restating_the_question_is_no_answer() -> None:
     assert not answers("How many gears does crate 2 hold?", "Crate 2 holds gears.")
     assert answers("How many gears does crate 2 hold?", "Crate 2 holds 17 gears.")
     assert not answers("When was the bridge opened?", "The bridge was opened by the mayor.")
+    assert not answers("who played austin reed?", "The answer to this question is: Austin Reed.")
+    assert not answers("who plays arthur?", "Who plays King Arthur in the film?")
 
 
 def test_free_answer_no_passage_backs_is_not_shown_as_the_answer(idx: Index) -> None:

@@ -122,7 +122,8 @@ know think let please thank thanks note great certainly course here""".split())
 
 def content_words(text: str) -> set[str]:
     """Stemmed words of ``text`` that are not stop words."""
-    return {stem(w) for w in words(text) if w.lower() not in STOPWORDS and len(w) > 1 or w.isdigit()}
+    return {stem(w) for w in words(text) if w.lower().removesuffix("'s") not in STOPWORDS and len(w) > 1
+            or w.isdigit()}
 
 
 def _number(token: str) -> str | None:

@@ -15,7 +15,8 @@ it is presented"):
 =============== ========================================================================================
 
 A backed sentence *answers* the question (`answers`) when it states something the question does not
-(a content word or a number or name the question lacks) and, for a question that asks for a kind of
+(a content word or a number or name the question lacks, conversation words such as "answer" and
+"question" aside; a question asked back answers nothing) and, for a question that asks for a kind of
 value (when, how many, who/where/which: `slimrag.rag.evidence.answer_type`), holds a value of that
 kind that the question does not already state. "Warsaw is a city in Poland." backs nothing of
 "How many people live in Warsaw?" however true it is; without this rule a true restatement would
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 
 from slimrag.rag.attribution import Attribution, with_markers
 from slimrag.rag.evidence import has_type, answer_type, evidence_text
-from slimrag.rag.sentences import content_words, key_terms
+from slimrag.rag.sentences import CHATTER, content_words, key_terms, stem, words
 from slimrag.types import Evidence, Hit, Support
 
 #: What a shell says in place of an answer that no passage backs.
@@ -43,6 +44,9 @@ NOT_BACKED = "The model's answer is not backed by the passages, so it is not sho
 
 #: Evidence sentences quoted under `NOT_BACKED`.
 QUOTED = 3
+
+#: Conversation words ("the answer to this question is ..."): no new content of their own.
+_CHATTER = frozenset(stem(w) for w in CHATTER)
 
 #: Share of the question's content words the passages backing an answer sentence must hold.
 ON_TOPIC = 0.5
@@ -61,8 +65,11 @@ class Verdict:
 
 def answers(question: str, sentence: str) -> bool:
     """Whether ``sentence`` states something ``question`` asks for (module header)."""
+    if sentence.rstrip().endswith("?"):  # a question asked back answers nothing
+        return False
     q_words, q_terms = content_words(question), key_terms(question)
-    new = (content_words(sentence) - q_words) | (key_terms(sentence) - q_terms)
+    asked = {w.lower() for w in words(question)}  # a lower-case question still names its names
+    new = (content_words(sentence) - q_words - _CHATTER) | (key_terms(sentence) - q_terms - asked)
     if not new:
         return False
     kind = answer_type(question)

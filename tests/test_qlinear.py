@@ -104,3 +104,11 @@ def test_the_embedded_model_keeps_its_blocks_and_agrees_with_float32(smollm: wei
     assert got is not None and want is not None
     assert torch.equal(got.argmax(-1)[-1], want.argmax(-1)[-1])
     assert _rel(got, want) < 0.1
+
+
+def test_f_linear_on_a_quantlinear_computes_on_the_blocks() -> None:
+    w = QuantLinear([_part(Q4_1, 64, 128, 8)], threads=1)
+    x = torch.randn(2, 3, 128, generator=torch.Generator().manual_seed(3))
+    bias = torch.randn(64, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(torch.nn.functional.linear(x, w), w(x.reshape(6, 128)).reshape(2, 3, 64))
+    assert torch.equal(torch.nn.functional.linear(x[0], w, bias), w(x[0]) + bias)

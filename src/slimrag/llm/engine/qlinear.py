@@ -205,12 +205,23 @@ class QuantLinear:
         self._dense: torch.Tensor | None = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """``x @ W.T`` on the quantized blocks; ``x`` float32 ``[m, cols]``."""
-        a = x.detach().to(torch.float32).contiguous().numpy()
-        return torch.from_numpy(self._session.run(None, {"x": a})[0])
+        """``x @ W.T`` on the quantized blocks; ``x`` float32 ``[..., cols]``."""
+        a = x.detach().to(torch.float32).reshape(-1, self.shape[1]).contiguous().numpy()
+        y = torch.from_numpy(self._session.run(None, {"x": a})[0])
+        return y.reshape(*x.shape[:-1], self.shape[0])
 
     def __matmul__(self, xt: torch.Tensor) -> torch.Tensor:
         return self(xt.t()).t()
+
+    @classmethod
+    def __torch_function__(cls, func: object, types: object, args: tuple = (), kwargs: dict | None = None) -> object:
+        """``F.linear(x, w, bias)`` with ``w`` a QuantLinear computes on the blocks (so code written
+        for float weights runs unchanged); any other torch function is refused."""
+        kwargs = kwargs or {}
+        if func is F.linear:
+            x, w, *rest = args
+            return linear(x, w, rest[0] if rest else kwargs.get("bias"))
+        return NotImplemented
 
     def dense(self) -> torch.Tensor:
         """The float32 matrix ``[rows, cols]`` (dequantized once, then held: 4 bytes per weight)."""

@@ -17,8 +17,8 @@ it is presented"):
 A backed sentence *answers* the question (`answers`) when it states something the question does not
 (a content word or a number or name the question lacks, conversation words such as "answer" and
 "question" aside; a question asked back answers nothing) and, for a question that asks for a kind of
-value (when, how many, who/where/which: `slimrag.rag.evidence.answer_type`), holds a value of that
-kind that the question does not already state. "Warsaw is a city in Poland." backs nothing of
+value (when, how many: `slimrag.rag.evidence.answer_type`, `TYPED`), holds a value of that kind that the
+question does not already state. "Warsaw is a city in Poland." backs nothing of
 "How many people live in Warsaw?" however true it is; without this rule a true restatement would
 count as a supported answer. And the passages that back it must be about what was asked: they must
 hold at least `ON_TOPIC` (half) of the question's content words (`on_topic`). A sentence copied from
@@ -48,6 +48,11 @@ QUOTED = 3
 #: Conversation words ("the answer to this question is ..."): no new content of their own.
 _CHATTER = frozenset(stem(w) for w in CHATTER)
 
+#: Answer types (`slimrag.rag.evidence.answer_type`) whose value an answer must state: a date for
+#: "when", a number for "how many". "who"/"which" answers are often common nouns ("the owner"), so a
+#: name is not required of them.
+TYPED = ("when", "number")
+
 #: Share of the question's content words the passages backing an answer sentence must hold.
 ON_TOPIC = 0.5
 
@@ -73,7 +78,7 @@ def answers(question: str, sentence: str) -> bool:
     if not new:
         return False
     kind = answer_type(question)
-    return kind is None or bool(has_type(kind, sentence, q_terms))
+    return kind not in TYPED or bool(has_type(kind, sentence, q_terms))
 
 
 def on_topic(question: str, s: Support, hits: Sequence[Hit]) -> bool:

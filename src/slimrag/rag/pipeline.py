@@ -354,12 +354,12 @@ class RAG:
                                config=self.evidence)
 
     def ask(self, question: str, k: int = 4, *, source: str | None = None,
-            config: GenerationConfig | None = None) -> Answer:
-        """Answer ``question`` from the top-``k`` passages; returns text, sources, usage and the
-        finish reason."""
-        *_, answer = self.stream_answer(question, k, source=source, config=config)
-        assert isinstance(answer, Answer)
-        return answer
+            config: GenerationConfig | None = None, answer: str | None = None) -> Answer:
+        """Answer ``question`` from the top-``k`` passages (in answer mode ``answer``, None for
+        this RAG's); returns the checked `Answer`."""
+        *_, final = self.stream_answer(question, k, source=source, config=config, answer=answer)
+        assert isinstance(final, Answer)
+        return final
 
     def stream(self, question: str, k: int = 4, *, source: str | None = None,
                config: GenerationConfig | None = None) -> Iterator[str]:

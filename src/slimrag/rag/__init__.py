@@ -1,1 +1,1 @@
-"""Retrieval-augmented generation: passage planning for cache reuse (`plan`), the remote-cache shadow (`shadow`), the pipeline (`pipeline`)."""
+"""Retrieval-augmented generation: passage planning for cache reuse (`plan`), the remote-cache shadow (`shadow`), the pipeline (`pipeline`), evidence and attribution (`evidence`, `attribution`), grounded answers and the verdict that decides what is shown (`grounded`, `verdict`), the answer stream and its JSON (`stream`, `wire`)."""

@@ -7,6 +7,15 @@ its passages are `rag.guards` (relevance floor, citation check, loop stop: confi
 `slimrag.prompt`), and `Answer.sources` lists them by relevance (score), best first, so a caller
 can show "answer [1] [2]" with the files behind it.
 
+Answer modes (``answer``, `slimrag.config.ANSWER_MODES`; default: the generator's
+``default_answer_mode``): ``"free"`` streams the model's answer over the planned passages;
+``"grounded"`` (`slimrag.rag.grounded`) streams the best evidence sentences with their labels at
+once, then the model's one sentence over those sentences alone. Either way the answer is checked
+before the `Answer` is yielded (`slimrag.rag.attribution`, then `slimrag.rag.verdict`):
+``Answer.verdict`` says whether it is presented as an answer, and ``Answer.shown`` is what a shell
+presents once it is complete (cited and marked, or the not-backed notice and the passages quoted).
+`RAG.respond` returns the stream as one object (`slimrag.rag.stream.AnswerStream`).
+
 Planning (DESIGN.md, "Warm generation"): the planner walks the generator's prefix cache
 (``Generator.planning_cache``: the embedded engine's knowledge tree) and puts the passages whose
 KV is cached after the system segment first, the rest by relevance, and the prompt states the

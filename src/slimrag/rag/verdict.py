@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from slimrag.rag.attribution import Attribution, with_markers
-from slimrag.rag.evidence import has_type, answer_type, evidence_text
+from slimrag.rag.evidence import answer_type, evidence_text, has_type
 from slimrag.rag.sentences import CHATTER, content_words, key_terms, stem, words
 from slimrag.types import Evidence, Hit, Support
 

@@ -16,7 +16,7 @@ import pytest
 from conftest import word_passages
 
 from slimrag.config import GenerationConfig
-from slimrag.llm import weights
+from slimrag.llm import runner, weights
 from slimrag.llm.kv.blend import REUSE_STRATEGIES, BlendReuse, Rotary
 from slimrag.llm.kv.config import REUSE_MODES, CacheConfig
 from slimrag.llm.kv.payload import SegmentKV, cache_layers
@@ -191,6 +191,13 @@ def test_unseen_passages_are_computed_once_before_the_first_token(smollm: weight
         return forward(ids, *args, **kwargs)
 
     monkeypatch.setattr(smollm.model, "forward", counting)
+    one_pass = runner.prefill  # the engine's prefill of several segments in one forward, counted too
+
+    def counting_pass(model, ids, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        seen.append(int(ids.shape[0]))
+        return one_pass(model, ids, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "prefill", counting_pass)
     with gen.reuse.lease(root, path) as lease:
         cache, _ = lease.prefill(gen, seg_ids)
     prefilled = sum(seen)

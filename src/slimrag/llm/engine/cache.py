@@ -61,17 +61,25 @@ class KVCache:
             new_v[i][:, :, : self.length] = self._v[i][:, :, : self.length]
         self._k, self._v = new_k, new_v
 
-    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Put the K/V of the ``n`` new positions of ``layer`` after the cached ones and return the
-        layer's K/V over all ``length + n`` positions (views). :meth:`advance` commits the ``n``
-        once every layer has written."""
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, at: int | None = None,
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Put the K/V of the ``n`` new positions of ``layer`` at position ``at`` (default: after
+        the cached ones) and return the layer's K/V over positions ``0 .. at + n - 1`` (views).
+        :meth:`advance` commits the new positions once every layer has written. ``at`` past the
+        length is for a forward over several segments at once (each segment's attention sees the
+        segments before it, written by the same layer just before)."""
         n = int(k.shape[-2])
-        end = self.length + n
-        if layer == 0:
+        start = self.length if at is None else at
+        end = start + n
+        if layer == 0 or end > self._k[layer].shape[2]:
             self._reserve(end)
-        self._k[layer][:, :, self.length : end] = k
-        self._v[layer][:, :, self.length : end] = v
+        self._k[layer][:, :, start:end] = k
+        self._v[layer][:, :, start:end] = v
         return self._k[layer][:, :, :end], self._v[layer][:, :, :end]
+
+    def reserve(self, n: int) -> None:
+        """Make room for ``n`` positions now (a forward that writes several segments)."""
+        self._reserve(n)
 
     def advance(self, n: int) -> None:
         """Commit ``n`` positions written by :meth:`write` on every layer."""

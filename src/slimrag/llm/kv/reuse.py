@@ -21,13 +21,14 @@ A lease prefills the prompt itself (:meth:`Lease.prefill`, given the engine's
 :class:`PrefillEngine` hooks), so a strategy decides both what is served and how the rest is
 computed; the engine only decodes.
 
-Exactness. The engine prefills *segment by segment* (one forward per segment over its tokens,
-on top of the cache so far) whether or not anything is cached. A segment's K/V are then computed
-by the same forward, with the same shapes and the same prefix values, in the request that
-stored them and in a request that prefills them itself, so a cached run is bitwise identical to
-an uncached one, not merely close (a single whole-prompt forward sums in another order and
-differs by ~1e-7 in the logits, enough to flip a greedy tie now and then). Segment-wise prefill
-costs a few percent over one forward on a CPU (more, shorter matrix products).
+Exactness. The engine computes each segment's K/V the same way whether or not anything before
+it is cached: one forward over the uncached segments with attention per segment, where the
+model's products do not depend on the rows around a row (:mod:`slimrag.llm.engine.prefill`),
+else one forward per segment on top of the cache so far. A segment's K/V then come from the same
+arithmetic, on the same prefix values, in the request that stored them and in a request that
+prefills them itself, so a cached run is bitwise identical to an uncached one, not merely close
+(a plain whole-prompt forward through row-dependent products sums in another order and differs
+by ~1e-7 in the logits, enough to flip a greedy tie now and then).
 
 Pins: a lease pins its matched nodes from :meth:`KVReuse.lease` to the end of the ``with``
 block; the engine leaves the block right after prefill, before decoding, so decode never holds
@@ -51,7 +52,7 @@ Layers = list[tuple[Any, Any]]
 
 
 class PrefillEngine(Protocol):
-    """What a lease prefills with: the engine's cache factory, its segment-wise prefill, and one
+    """What a lease prefills with: the engine's cache factory, its segment-exact prefill, and one
     forward under the engine's lock (``LocalGenerator`` provides them)."""
 
     @property
@@ -62,7 +63,8 @@ class PrefillEngine(Protocol):
         """An engine ``KVCache`` seeded with per-layer (K, V) (copied), or empty."""
 
     def prefill_segments(self, seg_ids: list[list[int]], cache: Any, first: int) -> Any:
-        """Prefill ``seg_ids[first:]`` one forward per segment on top of ``cache``; the last
+        """Prefill ``seg_ids[first:]`` on top of ``cache``, each segment's K/V as if computed by a
+        forward of its own (``LocalGenerator.prefill_segments``); the last
         position's logits."""
 
     def forward(self, ids: Any, positions: Any, cache: Any, *, mask: Any = None,

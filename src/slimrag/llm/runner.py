@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from slimrag.llm.engine import Decoder, KVCache
-from slimrag.llm.engine.prefill import SEGMENTS, prefill, prefill_mode
+from slimrag.llm.engine.prefill import ROWS, SEGMENTS, prefill, prefill_mode
 
 #: How a prompt's K/V are computed, by whether the uncached segments go in one forward (part of
 #: :meth:`PrefillRunner.namespace`): change them when the prefill's arithmetic changes, so no
@@ -81,14 +81,17 @@ class PrefillRunner:
     def namespace(self, path: Path) -> str:
         """What the engine's K/V numbers depend on besides the tokens: the model file at ``path``
         (its fingerprint), dtype, device, how the products run, the prefill schedule, library
-        versions and thread count."""
+        versions and, except for the quantized ``rows`` mode, the thread count (the CLI picks
+        threads by the machine's load, so a key without them keeps hitting across runs)."""
         from slimrag.llm.kv.persist import file_fingerprint
 
         model = self._model()
         qkv = model.layers[0].attn.qkv
         parts = [file_fingerprint(path), str(model.dtype), str(model.device),
                  type(qkv).__module__ + "." + type(qkv).__name__, f"dense_rows={getattr(model, 'dense_rows', None)}",
-                 PREFILL_SCHEDULES[self.mode], f"torch {torch.__version__}", f"threads {torch.get_num_threads()}"]
+                 PREFILL_SCHEDULES[self.mode], f"torch {torch.__version__}"]
+        if self.mode != ROWS:  # MKL may sum a row differently with another thread count; MLAS's
+            parts.append(f"threads {torch.get_num_threads()}")  # rows were the same at 1 and 2 (checked)
         if not isinstance(qkv, torch.Tensor):
             from importlib.metadata import version
 

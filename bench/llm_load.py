@@ -8,7 +8,7 @@ every load is a "first" load):
   and runs a first forward over a short prompt (what a ``slimrag ask`` on the command line pays);
 - same process: three more loads here (median), imports already paid.
 
-For the comparison with the transformers engine it replaced, same run, see ``bench.engine``.
+Tokens/s against llama.cpp on the same file, same run: ``bench.engine``.
 Prints a table and writes ``bench/results/llm_load.json``.
 """
 

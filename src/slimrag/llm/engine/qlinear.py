@@ -32,9 +32,11 @@ Q8_0      ``w = d * q``, ``q`` int8    8-bit ``MatMulNBits``: ``q + 128`` with t
                                        zero point 128: exact
 Q4_K      256-weight super-blocks,     as Q4_1, per 32-weight sub-block: ``s = d * sc``,
           ``w = d*sc*q - dmin*mn``     ``m = -dmin * mn``
+Q6_K      256-weight super-blocks,     8-bit ``MatMulNBits`` over 16-weight blocks, the
+          ``w = d*sc*(q - 32)``        6-bit ``q`` as bytes, zero point 32: exact
 ========  ===========================  =================================================
 
-Other types (F32, F16, Q5_K, Q6_K, ...) are not handled here: :func:`quantizable` says which are,
+Other types (F32, F16, Q5_K, ...) are not handled here: :func:`quantizable` says which are,
 and the loader dequantizes the rest to float32 as before.
 
 Exactness. A row's result does not depend on the other rows of the call nor on their number
@@ -66,9 +68,11 @@ import torch
 import torch.nn.functional as F
 
 #: ggml type ids of the block types computed here (see the module header).
-Q4_0, Q4_1, Q8_0, Q4_K = 2, 3, 8, 12
+Q4_0, Q4_1, Q8_0, Q4_K, Q6_K = 2, 3, 8, 12, 14
 #: (weights, bytes) of one stored block per type.
-SIZES = {Q4_0: (32, 18), Q4_1: (32, 20), Q8_0: (32, 34), Q4_K: (256, 144)}
+SIZES = {Q4_0: (32, 18), Q4_1: (32, 20), Q8_0: (32, 34), Q4_K: (256, 144), Q6_K: (256, 210)}
+#: Types the loader dequantizes with ``gguf.quants`` for :meth:`QuantLinear.dense` (K-quants).
+_REFERENCE_DEQUANT = frozenset({Q4_K, Q6_K})
 #: Weights per kernel block (per scale).
 BLOCK = 32
 
@@ -129,6 +133,21 @@ def _q4_k(raw: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return packed, (d * sc).reshape(n, -1), (-(dmin * mn)).reshape(n, -1)
 
 
+def _q6_k(raw: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Q6_K super-blocks (256 weights: 128 bytes of low nibbles, 64 of 2-bit highs, 16 int8
+    scales, f16 ``d``) as 16-weight blocks ``w = d * sc * (q - 32)``: values ``q`` (0..63)
+    ``[n, nb, 16]`` and scales ``d * sc`` ``[n, nb]`` (llama.cpp's ``dequantize_row_q6_K``)."""
+    blocks = raw.reshape(n, -1, 210)
+    sup = blocks.shape[1]
+    ql, qh = blocks[:, :, :128].reshape(n, sup, 2, 64), blocks[:, :, 128:192].reshape(n, sup, 2, 32)
+    lo, hi = ql[..., :32], ql[..., 32:]
+    values = np.stack([(lo & 0x0F) | ((qh & 3) << 4), (hi & 0x0F) | (((qh >> 2) & 3) << 4),
+                       (lo >> 4) | (((qh >> 4) & 3) << 4), (hi >> 4) | (((qh >> 6) & 3) << 4)], axis=3)
+    sc = np.ascontiguousarray(blocks[:, :, 192:208]).view(np.int8).astype(np.float32)
+    d = np.ascontiguousarray(blocks[:, :, 208:210]).view(np.float16).astype(np.float32)
+    return values.reshape(n, sup * 16, 16), (d * sc).reshape(n, -1)
+
+
 def _nodes(part: QuantPart, i: int, x: str, out: str) -> tuple[list, list]:
     """ONNX nodes and initializers computing ``out = x @ W.T`` for one part."""
     from onnx import helper, numpy_helper
@@ -138,6 +157,14 @@ def _nodes(part: QuantPart, i: int, x: str, out: str) -> tuple[list, list]:
     blocks = part.raw.reshape(n, -1, SIZES[t][1])
     inits, nodes = [], []
     attrs = {"K": k, "N": n, "block_size": BLOCK, "accuracy_level": 4, "domain": "com.microsoft"}
+    if t == Q6_K:
+        values, scales = _q6_k(part.raw, n)
+        inits += [numpy_helper.from_array(np.ascontiguousarray(values), f"b{i}"),
+                  numpy_helper.from_array(scales.ravel(), f"s{i}"),
+                  numpy_helper.from_array(np.full(scales.size, 32, np.uint8), f"z{i}")]
+        nodes.append(helper.make_node("MatMulNBits", [x, f"b{i}", f"s{i}", f"z{i}"], [out], bits=8,
+                                      **{**attrs, "block_size": 16}))
+        return nodes, inits
     if t == Q8_0:
         packed = blocks[:, :, 2:] ^ np.uint8(0x80)  # int8 q as uint8 q + 128
         inits += [numpy_helper.from_array(packed, f"b{i}"), numpy_helper.from_array(_scales(blocks, 0), f"s{i}")]
@@ -261,7 +288,7 @@ class QuantLinear:
 def dequantize(part: QuantPart) -> np.ndarray:
     """A part's weights as float32 ``[rows, cols]`` (the GGUF formulas of the module header)."""
     n, nb, t = part.rows, part.cols // BLOCK, part.ggml_type
-    if t == Q4_K:
+    if t in _REFERENCE_DEQUANT:
         from gguf.constants import GGMLQuantizationType
         from gguf.quants import dequantize as reference
 

@@ -45,7 +45,7 @@ from bench.datasets import DATA
 CACHE = DATA / "variant-emb"
 #: multiply-adds x 2 of all-MiniLM-L6-v2 on one 256-token chunk (module header)
 GFLOP_PER_CHUNK = 2 * 6 * 256 * (4 * 384 * 384 + 2 * 384 * 1536 + 2 * 256 * 384) / 1e9
-RUNTIMES = ("onnx", "onnx-fused", "onnx-int8", "onnx-int8-fused")
+RUNTIMES = ("onnx", "onnx-fused", "onnx-int8", "onnx-int8-fused", "onnx-int8-block")
 SETS = ("disfl_qa", "nq_conflicts", "folder")
 
 

@@ -14,7 +14,7 @@ Runtimes (`RUNTIMES`, chosen per index and recorded in its manifest)
     (`slimrag.embed.quantize`): about 2x fp32's chunks/s on this CPU, vectors at cosine ~0.99 to
     fp32, gold-passage top-5 on question sets within 0.01 of fp32, but recall@10 against fp32
     0.93 (`bench/ingest.py --variants`), so opt-in. ``onnx-int8-block``: 8-bit blockwise
-    ``MatMulNBits`` (int8 activations per block of 32, not per tensor). ``onnx-int8``:
+    ``MatMulNBits`` (int8 activations per block of 128 values of a row, not per tensor). ``onnx-int8``:
     per-tensor int8, lossier (recall@10 vs fp32 ~0.78); opt-in only.
 
     ``runtime="auto"`` (the default for a new index) takes torch when a CUDA GPU is usable, else

@@ -99,3 +99,23 @@ def test_evidence_only_request_runs_no_model(index: Index) -> None:
         streamed = "".join(json.loads(e)["choices"][0]["delta"].get("content", "") for e in events[:-1]
                            if json.loads(e)["choices"])
         assert streamed == text and json.loads(events[-2])["slimrag"]["evidence"]
+
+
+def test_the_answer_mode_and_the_verdict_go_through_http_and_mcp(index: Index) -> None:
+    """``answer`` picks the mode per request; the ``slimrag`` field carries the mode, the verdict and
+    what to show (issue 29). REPLY's second sentence states a number no passage holds: partial."""
+    from slimrag.rag.attribution import UNSUPPORTED_MARK
+    from slimrag.rag.grounded import IN_SHORT
+
+    body = {"messages": [{"role": "user", "content": QUESTION}]}
+    with running(create_app(RAG(index, Fixed()), workers=1)) as url, httpx.Client(base_url=url, timeout=30) as c:
+        free = c.post("/v1/chat/completions", json=body).json()
+        assert free["slimrag"]["mode"] == "free" and free["slimrag"]["verdict"] == "partial"
+        assert f"3 hours of rest {UNSUPPORTED_MARK}." in free["slimrag"]["shown"]
+        grounded = c.post("/v1/chat/completions", json={**body, "answer": "grounded"}).json()
+        text = grounded["choices"][0]["message"]["content"]
+        assert grounded["slimrag"]["mode"] == "grounded" and grounded["slimrag"]["verdict"] == "partial"
+        assert text.splitlines()[0].endswith("[notes/recipes.rst#0]") and IN_SHORT in text
+        assert c.post("/v1/chat/completions", json={**body, "answer": "quoted"}).status_code in (400, 422)
+    res = AnswerResult.from_answer(RAG(index, Fixed()).ask(QUESTION, answer="grounded"))
+    assert res.mode == "grounded" and res.verdict == "partial" and IN_SHORT in res.shown

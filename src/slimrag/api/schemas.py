@@ -203,6 +203,10 @@ class ChatRequest(_Body):
     evidence_only: bool = Field(False, description=(
         "Answer with the evidence alone: the passage sentences that best answer the question, each with "
         "its [label], without calling the model (slimrag ask --no-llm)."))
+    answer: Literal["free", "grounded"] | None = Field(None, description=(
+        "How the answer is made: 'grounded' streams the passages' best sentences with their [label]s, then "
+        "the model's one short sentence; 'free' lets the model write over the passages. Both are checked: "
+        "slimrag.verdict and slimrag.shown say what to present. Default: the model's own (embedded: grounded)."))
 
 
 class EmbeddingsRequest(_Body):

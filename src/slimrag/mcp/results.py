@@ -168,6 +168,9 @@ class AnswerResult:
     support: list[SentenceSupport]
     used: list[str]
     marked: str
+    mode: str = "free"
+    verdict: str = ""
+    shown: str = ""
 
     @classmethod
     def from_answer(cls, a: Answer) -> AnswerResult:
@@ -177,7 +180,8 @@ class AnswerResult:
         return cls(a.text, a.finish_reason, a.notice, a.abstained, list(a.unknown_citations),
                    [PassageHit.from_hit(h) for h in a.sources], usage,
                    [EvidenceSentence.from_evidence(e) for e in a.evidence],
-                   [SentenceSupport.from_support(s) for s in a.support], list(a.used), a.marked)
+                   [SentenceSupport.from_support(s) for s in a.support], list(a.used), a.marked, a.mode, a.verdict,
+                   a.shown)
 
 
 @dataclass(frozen=True)

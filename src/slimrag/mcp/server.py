@@ -157,6 +157,9 @@ class SlimragTools:
                                                         "or glob (as in search).")] = None,
         no_llm: Annotated[bool, Field(description="Answer with the evidence sentences alone, without the "
                                                   "language model: fast, and quoted from the passages.")] = False,
+        answer: Annotated[Literal["free", "grounded"] | None, Field(
+            description="'grounded': the passages' best sentences first, then the model's one sentence; "
+                        "'free': the model writes over the passages. Default: the model's own.")] = None,
     ) -> AnswerResult:
         """Answer a question from the indexed files with a language model, citing passages.
 
@@ -167,7 +170,9 @@ class SlimragTools:
         `evidence` (the passage sentences that best answer the question, each with its label and
         its place in the passage), `support` (each answer sentence: backed or not, by which labels,
         numbers and names found in no passage), `used` (the labels backing the answer) and `marked`
-        (the answer with [label] after each backed sentence that cited nothing). With no_llm the
+        (the answer with [label] after each backed sentence that cited nothing), `verdict` (supported, partial,
+        or not_backed: then the answer is not to be presented, `shown` says so and quotes the passages) and
+        `shown` (what to present). With no_llm the
         answer is the evidence alone and no model runs.
         Slower than search (a model generates); prefer search when you can read passages yourself."""
         def run(idx: Any) -> AnswerResult:
@@ -176,8 +181,7 @@ class SlimragTools:
                 from slimrag.rag.evidence import evidence_answer
 
                 return AnswerResult.from_answer(evidence_answer(idx, question, k, source=pattern))
-            answer = self.worker.rag().ask(question, k, source=pattern)
-            return AnswerResult.from_answer(answer)
+            return AnswerResult.from_answer(self.worker.rag().ask(question, k, source=pattern, answer=answer))
         return self._call(run)
 
     def list_documents(

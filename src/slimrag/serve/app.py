@@ -153,7 +153,7 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
         question, history = conversation(req.messages)
         config = generation_config(req, rag.generation)
         events = chats.stream(lambda w: answer_pieces(w, question, history, req.k, req.source, config,
-                                                                  req.evidence_only))
+                                                                  req.evidence_only, req.answer))
         try:
             # retrieval, prompt and backend errors before the first piece still get their status
             first = await until_gone(request, anext(events))

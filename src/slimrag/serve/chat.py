@@ -126,11 +126,13 @@ def extension(answer: Answer) -> dict[str, Any]:
     return {"sources": [hit_json(h, SNIPPET_CHARS) for h in answer.sources],
             "evidence": [evidence_json(e) for e in answer.evidence], "used": list(answer.used),
             "support": [support_json(s) for s in answer.support], "marked": answer.marked,
+            "mode": answer.mode, "verdict": answer.verdict, "shown": answer.shown,
             "ttft_s": round(u.ttft_s, 4), "total_s": round(u.total_s, 4), "finish_reason": reason}
 
 
 def answer_pieces(worker: Worker, question: str, history: tuple[tuple[str, str], ...], k: int,
-                  source: str | None, config: GenerationConfig, evidence_only: bool = False) -> Iterator[str | Answer]:
+                  source: str | None, config: GenerationConfig, evidence_only: bool = False,
+                  answer: str | None = None) -> Iterator[str | Answer]:
     """Run RAG on ``worker``: the answer's text pieces, then the answer as a `WireAnswer` (its
     finish reason the wire's). ``evidence_only``: answer with the evidence alone, without the
     model (`RAG.evidence_answer`), as one piece."""
@@ -139,7 +141,7 @@ def answer_pieces(worker: Worker, question: str, history: tuple[tuple[str, str],
         yield answer.text
         yield WireAnswer.of(answer)
         return
-    pieces = worker.rag.stream_answer(question, k, source=source, config=config, history=history)
+    pieces = worker.rag.stream_answer(question, k, source=source, config=config, history=history, answer=answer)
     try:
         for piece in pieces:
             yield piece if isinstance(piece, str) else WireAnswer.of(piece)

@@ -253,6 +253,11 @@ async function ask(question) {
   renderAnswer(turn.answer, text, sources, evidence);
   const notice = NOTICES[finish];
   if (notice) turn.answer.append(el("span", { class: "notice" }, ` [${notice}]`));
+  if (ext && ext.verdict === "not_backed") {  // the check's verdict follows the text (issue 29)
+    const shown = el("div", { class: "verdict not-backed", role: "note" });
+    renderAnswer(shown, ext.shown, sources, evidence);
+    turn.answer.after(shown);
+  }
   turn.answer.setAttribute("aria-busy", "false");
   turn.usage.textContent = usageLine(usage, ext, firstAt === null ? null : (firstAt - started) / 1000);
   const used = ext && ext.support && ext.support.length ? new Set(ext.used) : null;

@@ -230,3 +230,23 @@ def test_sync_finishes_an_interrupted_build(tmp_path: Path, small_commits: None)
         rep = idx.sync(folder)
         assert (rep.unchanged, rep.read, rep.embedded) == (40, 0, 24)
         assert idx.check().awaiting == 0 and idx.search("uniq39 doc39", k=1)[0].source == "doc/039.txt"
+
+
+def test_cli_build_resume_finishes_an_interrupted_build(tmp_path: Path, small_commits: None) -> None:
+    folder = tmp_path / "docs"
+    for source, text in DOCS[:40]:
+        (folder / source).parent.mkdir(parents=True, exist_ok=True)
+        (folder / source).write_text(text)
+    out = tmp_path / "c.slimrag"
+    with pytest.raises(KeyboardInterrupt):
+        Index.build(folder, out, embedder=FailingEmbedder(fail_at=3))
+    r = CliRunner().invoke(cli, ["info", str(out)])
+    assert r.exit_code == 0 and "40 chunks, 32 live vectors, 80% embedded (8 awaiting vectors" in r.output, r.output
+    r = CliRunner().invoke(cli, ["build", str(folder), "-o", str(out), "--json"])  # no --resume: refused
+    assert r.exit_code == 2 and "--force" in r.output
+    r = CliRunner().invoke(cli, ["build", str(folder), "-o", str(out), "--resume", "--json"])
+    assert r.exit_code == 0, (r.output, r.exc_info)
+    report = json.loads(r.stdout)
+    assert (report["unchanged"], report["chunks"], report["embedded"]) == (40, 0, 8)
+    with Index.open(out) as idx:  # the embedder from the manifest's record (bench.crash registers "hash")
+        assert idx.coverage().complete and idx.manifest.delta_parts == () and idx.check().ok

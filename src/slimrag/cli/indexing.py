@@ -84,10 +84,13 @@ def check_out(out: str, source: str, force: bool) -> None:
                    "embedding and the write stay here. Partitions exist past 125,000 chunks.")
 @click.option("--ray-address", help="Ray cluster for --ray (host:6379, ray://host:10001, auto); implies --ray. "
                                     "Default: a local Ray on this machine's CPUs.")
+@click.option("--resume", is_flag=True,
+              help="Finish an interrupted build of --out (Ctrl-C, a crash): files already stored are skipped "
+                   "unread, chunks awaiting vectors embedded; the index keeps its own settings.")
 @click.option("--json", "as_json", is_flag=True)
 def build(source: str, out: str, storage: str, chunk_tokens: int, chunk_overlap: int, dtype: str,
           ignore: tuple[str, ...], embedder_url: str | None, embedder_model: str | None, force: bool,
-          use_ray: bool, ray_address: str | None, as_json: bool) -> None:
+          use_ray: bool, ray_address: str | None, resume: bool, as_json: bool) -> None:
     """Build an index from a folder or file.
 
     Stored names (cited in answers, matched by remove, sync and --source): a file of the folder is
@@ -105,7 +108,8 @@ def build(source: str, out: str, storage: str, chunk_tokens: int, chunk_overlap:
         raise click.UsageError("--embedder-model names a model of the --embedder-url server: give --embedder-url too")
     if (use_ray or ray_address) and storage == "flat":
         raise click.UsageError("--ray builds a slim graph's partitions on Ray: use it with --storage slim or auto")
-    check_out(out, source, force)
+    if not (resume and (Path(out) / "manifest.json").is_file()):
+        check_out(out, source, force)
     embedder = None
     if embedder_url:
         from slimrag.embed.remote import RemoteEmbedder
@@ -116,8 +120,15 @@ def build(source: str, out: str, storage: str, chunk_tokens: int, chunk_overlap:
         from slimrag.index.slim.ray_build import ray_partitions
 
         on_ray = ray_partitions(ray_address)
-    with show_progress(), on_ray:
-        idx = Index.build(source, out, config=cfg, embedder=embedder, overwrite=force)
+    replacing = force and Path(out).exists() and not resume  # an interrupted replacement is deleted
+    try:
+        with show_progress(), on_ray:
+            idx = Index.build(source, out, config=cfg, embedder=embedder, overwrite=force, resume=resume)
+    except KeyboardInterrupt:  # the text stored so far answers; the rest waits for --resume
+        if not replacing and (Path(out) / "manifest.json").is_file():
+            click.echo(f"interrupted: {out} answers from what it stored (chunks awaiting vectors are found by "
+                       f"keyword search); `slimrag build {source} -o {out} --resume` finishes it", err=True)
+        raise SystemExit(130) from None
     print_report(idx.last_report, as_json)
 
 
@@ -221,7 +232,11 @@ def info(index: str | None, docs: bool, show_llm: bool, as_json: bool) -> None:
         if s.get("slim_bytes"):
             click.echo(f"  slim: {s['slim_bytes']['per_vector']:.1f} B/vector + "
                        f"{s['slim_bytes']['fixed']:,.0f} B fixed (codebooks)")
-        click.echo(f"  {c['documents']} documents, {c['chunks']} chunks, {c['live_vectors']} live vectors")
+        cov = s["coverage"]
+        click.echo(f"  {c['documents']} documents, {c['chunks']} chunks, {c['live_vectors']} live vectors, "
+                   f"{cov['share']:.0%} embedded" + (f" ({cov['awaiting']:,} awaiting vectors: "
+                                                     "`slimrag build --resume` or `add` embeds them)"
+                                                     if cov["awaiting"] else ""))
         t = s["text"]
         cp = t["catalog_parts"]
         click.echo(f"  bytes: catalog {t['catalog_bytes']:,} (text {cp['text']:,}, keyword index {cp['keyword']:,}, "

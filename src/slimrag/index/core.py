@@ -43,6 +43,7 @@ from slimrag.index import layout
 from slimrag.index import manifest as manifest_file
 from slimrag.index.browse import IndexBrowse
 from slimrag.index.check import CheckReport, IndexChecker
+from slimrag.index.coverage import Coverage
 from slimrag.index.lock import WriterLock
 from slimrag.index.manifest import Manifest
 from slimrag.index.query import IndexQuery
@@ -129,8 +130,16 @@ class Index:
     @classmethod
     def build(cls, source: Inputs, out: str | Path, *, storage: str | None = None, embedder: Embedder | None = None,
               config: IndexConfig | None = None, overwrite: bool = False,
-              slim: SlimConfig | None = None, wait: float | None = None) -> Index:
+              slim: SlimConfig | None = None, wait: float | None = None, resume: bool = False) -> Index:
         """Build an index at ``out`` from a folder, files, or ``(source, text)`` pairs, then compact it.
+        The text of every file is stored before anything is embedded (`slimrag.index.writer`), so
+        ``out`` answers keyword and evidence queries while the vectors fill in, and a build
+        interrupted then (Ctrl-C, a kill) leaves an index that answers.
+
+        resume: when ``out`` is already an index (an interrupted build's), finish it instead:
+        `add` ``source`` to it (files stored already are skipped unread, chunks awaiting vectors
+        embedded) and compact; the index keeps its own config and storage (``storage``, ``config``
+        and ``slim`` are for a new index only). Without an index at ``out`` it builds one.
         storage: "flat" (exact vectors), "slim" (graph + PQ codes, embeddings recomputed at query
         time), or "auto" (slim from ``IndexConfig.auto_slim_chunks`` chunks on). The add and the
         compaction run under one hold of the writer lock; ``wait``: see `Index`.
@@ -144,6 +153,8 @@ class Index:
             config = IndexConfig(**{**asdict(config), "storage": storage})
         root = Path(source) if isinstance(source, (str, Path)) and Path(source).is_dir() else None
         out = Path(out)
+        if resume and (out / layout.MANIFEST).is_file():
+            return cls._resume(source, out, embedder, wait)
         fresh = replaceable(out) if overwrite and out.exists() else None
         if fresh is None:
             idx = cls.create(out, embedder=embedder, config=config, source_root=root, overwrite=overwrite,
@@ -166,6 +177,17 @@ class Index:
             raise
         idx = cls(out, idx.embedder, wait=wait)
         idx.last_report = report
+        return idx
+
+    @classmethod
+    def _resume(cls, source: Inputs, out: Path, embedder: Embedder | None, wait: float | None) -> Index:
+        """`build` with ``resume`` of the index at ``out``: add and compact under one hold of the
+        writer lock (no compaction when nothing was written and the generation holds everything)."""
+        idx = cls(out, embedder, wait=wait)
+        with idx.locked():
+            idx.last_report = idx.add(source)
+            if idx.manifest.delta_parts or idx.catalog.counts()["tombstones"]:
+                idx.compact()
         return idx
 
     @classmethod
@@ -293,6 +315,20 @@ class Index:
                      config: SearchConfig | None = None) -> list[list[Hit]]:
         """`IndexQuery.search_batch`: vector search for many queries at once."""
         return self._query.search_batch(queries, k, source, config)
+
+    def coverage(self) -> Coverage:
+        """Live chunks and how many have a vector; the others await theirs, found by keyword
+        search meanwhile (`slimrag.index.coverage`)."""
+        return self.state.coverage()
+
+    @property
+    def last_coverage(self) -> Coverage | None:
+        """What the last `search` of this handle covered (`IndexQuery.last_coverage`), None before one."""
+        return self._query.last_coverage
+
+    def embed_awaiting(self) -> int:
+        """`IndexWriter.embed_awaiting`: embed every chunk awaiting vectors; returns how many."""
+        return self._writer.embed_awaiting()
 
     def documents(self) -> list[Document]:
         """All stored documents."""

@@ -77,14 +77,15 @@ def prefill_mode(model: Decoder, *, seed: int = 0) -> str:
     without ``dense_rows`` whose kernel's rows are independent, else ``chunks`` where a row's
     float32 product in a :data:`CHUNK`-row call does not depend on its place in the call nor its
     neighbours, else ``segments`` (one forward per segment). Both checked on layer 0's
-    projections and the output head with random rows at several offsets and counts."""
+    projections with random rows at several offsets and counts (the output head multiplies one
+    row per pass, so it needs no check; leaving it out keeps the check under ~0.1 s)."""
     layer = model.layers[0]
-    mats = [layer.attn.qkv, layer.attn.o, layer.gate_up, layer.down, model.lm_head]
+    mats = [layer.attn.qkv, layer.attn.o, layer.gate_up, layer.down]
     quantized = not isinstance(layer.attn.qkv, torch.Tensor)
     mode = ROWS if quantized and getattr(model, "dense_rows", None) is None else CHUNKS
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    rows = 3 * CHUNK
-    cuts = [(0, 1), (5, 7), (9, 12), (20, 27), (30, 47), (40, 40 + CHUNK + 3), (0, rows)]
+    rows = CHUNK + 24
+    cuts = [(0, 1), (5, 7), (9, 12), (20, 27), (30, 47), (10, 10 + CHUNK + 3), (0, rows)]
     with torch.inference_mode():
         for w in mats:
             x = torch.randn(rows, w.shape[1], generator=gen).to(dtype=model.dtype, device=model.device)

@@ -230,10 +230,11 @@ def test_stream_holds_back_partial_characters_and_stop_prefixes() -> None:
 
 
 def test_engine_logits_match_transformers_on_the_gguf(gen: LocalGenerator, hf_reference) -> None:  # noqa: ANN001
-    """The engine's dequantized weights and forward against transformers' load of the same GGUF:
-    every position's logits within 1e-4 (measured: equal to the bit on this prompt)."""
+    """The engine's dequantized weights (``quantized=False``; the default computes on the blocks,
+    another computation) and forward against transformers' load of the same GGUF: every
+    position's logits within 1e-4 (measured: equal to the bit on this prompt)."""
     ids = [i for seg in gen.encode_segments(Prompt(QUESTION, passages=(CATS, DOGS))) for i in seg]
-    model = gen.load().model
+    model = weights.load_model(device="cpu", quantized=False).model
     with torch.inference_mode():
         want = hf_reference(torch.tensor([ids])).logits[0]
         got = model.forward(torch.tensor(ids), torch.arange(len(ids)), model.new_cache(), logits="all")

@@ -76,7 +76,6 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -91,11 +90,12 @@ from slimrag.api.disconnect import ClientGone, until_gone
 from slimrag.api.errors import APIError, install_handlers
 from slimrag.api.gate import Gate, bearer_matches, check_api_key
 from slimrag.api.hosts import HostGuard, HostRule
-from slimrag.api.metrics import Metrics
 from slimrag.api.page import PageFront
 from slimrag.api.schemas import ChatRequest
+from slimrag.route.metrics import RouterMetrics
 from slimrag.route.policy import Replica, RouterConfig, choose, replica_url
 from slimrag.route.prefix_tree import PrefixTree
+from slimrag.route.upstream import Failure, head_of, reason_of
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -112,72 +112,9 @@ FORWARDED = ("authorization", "content-type", "accept")
 RETURNED = ("content-type", "cache-control", "content-encoding", "www-authenticate")
 
 
-class RouterMetrics(Metrics):
-    """The router's counters (request counting as in `Metrics`, plus per-replica ones) and gauges."""
-
-    HELP = {
-        "slimrag_requests_total": Metrics.HELP["slimrag_requests_total"],
-        "slimrag_errors_total": Metrics.HELP["slimrag_errors_total"],
-        "slimrag_router_routed_total": "Requests answered, by replica and routing reason.",
-        "slimrag_router_upstream_total": "Attempts sent to replicas, by replica and status (error: none came).",
-        "slimrag_router_failures_total": "Attempts failed before the first byte, or answers broken off, by replica.",
-        "slimrag_router_health_checks_total": "Active health checks, by replica and result (ok, failed).",
-    }
-    GAUGES = {
-        "slimrag_router_in_flight": ("Requests in flight through the router, by replica.", lambda r: r.in_flight),
-        "slimrag_router_healthy": ("1 when the replica is not cooling down after a failure.",
-                                   lambda r: int(r.healthy())),
-        "slimrag_router_tree_chars": ("Characters in the replica's approximate prefix tree.",
-                                      lambda r: r.tree.size),
-    }
-
-    def render_all(self, replicas: Sequence[Replica]) -> str:
-        """The counters, then one gauge line per replica."""
-        lines = [self.render().rstrip("\n")]
-        for name, (text, value) in self.GAUGES.items():
-            lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge"]
-            lines += [f'{name}{{replica="{r.url}"}} {value(r)}' for r in replicas]
-        return "\n".join(lines) + "\n"
-
-
 def routing_key(req: ChatRequest) -> str:
     """The text a chat completion is routed by: each message as ``<role>text`` and a newline."""
     return "".join(f"<{m.role}>{m.text()}\n" for m in req.messages)
-
-
-@dataclass(frozen=True, slots=True)
-class _Failure:
-    """Why an attempt failed before any byte reached the client; ``down``: leave the replica out
-    for the cool-down (unreachable, timed out, 503/504), not for another 5xx, which may be this
-    request's own fault and would otherwise take every replica down at once."""
-
-    reason: str
-    down: bool
-
-
-def _reason(status: int, body: bytes) -> str:
-    """A failed replica's status and error message (OpenAI's shape when it is that)."""
-    try:
-        message = json.loads(body)["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        message = body[:200].decode("utf-8", errors="replace")
-    return f"status {status}: {message}"
-
-
-#: Most bytes of a failed replica's error body read for the log and the 502 (the rest is dropped).
-MAX_ERROR_BYTES = 64 * 1024
-
-
-async def _head_of(upstream: httpx.Response) -> bytes:
-    """At most `MAX_ERROR_BYTES` of ``upstream``'s body: a replica's error is read to be named,
-    never buffered whole, whatever it sends."""
-    parts, size = [], 0
-    async for chunk in upstream.aiter_bytes():
-        parts.append(chunk)
-        size += len(chunk)
-        if size >= MAX_ERROR_BYTES:
-            break
-    return b"".join(parts)[:MAX_ERROR_BYTES]
 
 
 class _Relayed(StreamingResponse):
@@ -286,7 +223,7 @@ class Router:
                        code="replicas_unavailable")
 
     async def _attempt(self, replica: Replica, method: str, path: str, body: bytes,
-                       headers: dict[str, str]) -> Response | _Failure:
+                       headers: dict[str, str]) -> Response | Failure:
         """Send the request to ``replica``: its answer, committed, or why it failed before any byte."""
         replica.in_flight += 1
         upstream: httpx.Response | None = None
@@ -296,16 +233,16 @@ class Router:
             got = await self._wait(replica, self.client.send(sent, stream=True))
             if isinstance(got, _Lost):
                 self.metrics.inc("slimrag_router_upstream_total", replica=replica.url, status="error")
-                return _Failure("failed its health check while the request waited for an answer", down=True)
+                return Failure("failed its health check while the request waited for an answer", down=True)
             upstream = got
             status = upstream.status_code
             self.metrics.inc("slimrag_router_upstream_total", replica=replica.url, status=str(status))
             if status >= 500:  # retried elsewhere; only an unreachable or overloaded replica is left out
-                return _Failure(_reason(status, await _head_of(upstream)), down=status in (503, 504))
+                return Failure(reason_of(status, await head_of(upstream)), down=status in (503, 504))
             chunks = upstream.aiter_raw()
             first = await self._wait(replica, anext(chunks, b""))
             if isinstance(first, _Lost):
-                return _Failure("failed its health check before the first byte of its answer", down=True)
+                return Failure("failed its health check before the first byte of its answer", down=True)
             returned = {k: v for k in RETURNED if (v := upstream.headers.get(k)) is not None}
             owned = False
             return _Relayed(self._relay(replica, upstream, first, chunks), status,
@@ -313,7 +250,7 @@ class Router:
         except httpx.TransportError as exc:  # connection refused or reset, timeouts, broken HTTP
             if upstream is None:
                 self.metrics.inc("slimrag_router_upstream_total", replica=replica.url, status="error")
-            return _Failure(f"{type(exc).__name__}: {exc or 'no detail'}", down=True)
+            return Failure(f"{type(exc).__name__}: {exc or 'no detail'}", down=True)
         finally:
             if owned:
                 replica.in_flight -= 1

@@ -1,0 +1,44 @@
+"""What the router keeps of a replica's failed attempt: why it failed (`Failure`, whether it takes
+the replica down), and at most `MAX_ERROR_BYTES` of its error body, never the whole of it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import httpx
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why an attempt failed before any byte reached the client; ``down``: leave the replica out
+    for the cool-down (unreachable, timed out, 503/504), not for another 5xx, which may be this
+    request's own fault and would otherwise take every replica down at once."""
+
+    reason: str
+    down: bool
+
+
+def reason_of(status: int, body: bytes) -> str:
+    """A failed replica's status and error message (OpenAI's shape when it is that)."""
+    try:
+        message = json.loads(body)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = body[:200].decode("utf-8", errors="replace")
+    return f"status {status}: {message}"
+
+
+#: Most bytes of a failed replica's error body read for the log and the 502 (the rest is dropped).
+MAX_ERROR_BYTES = 64 * 1024
+
+
+async def head_of(upstream: httpx.Response) -> bytes:
+    """At most `MAX_ERROR_BYTES` of ``upstream``'s body: a replica's error is read to be named,
+    never buffered whole, whatever it sends."""
+    parts, size = [], 0
+    async for chunk in upstream.aiter_bytes():
+        parts.append(chunk)
+        size += len(chunk)
+        if size >= MAX_ERROR_BYTES:
+            break
+    return b"".join(parts)[:MAX_ERROR_BYTES]

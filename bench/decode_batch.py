@@ -9,8 +9,8 @@ threads, default 1):
    random neighbours. Rows of one class can be batched without changing a request's numbers.
 2. Step cost. One decode step over ``--context`` tokens of KV per sequence: the engine's
    one-token :meth:`Decoder.forward` (batching off) against
-   :func:`slimrag.llm.engine.batch.decode_step` for 1, 4 and 8 sequences (padded to 4 or 8
-   rows), median of ``--steps``; ms per step and per token.
+   :func:`slimrag.llm.engine.batch.decode_step` for 1, 4 and 8 sequences (each row computed as
+   its own one-token forward would be), median of ``--steps``; ms per step and per token.
 
 Writes ``bench/results/decode_batch.json``.
 """
@@ -65,7 +65,7 @@ def main() -> None:
     import torch
     import torch.nn.functional as F
 
-    from slimrag.llm.engine.batch import decode_step, invariant_widths
+    from slimrag.llm.engine.batch import decode_step, rows_are_exact
     from slimrag.llm.weights import load_model
 
     torch.set_num_threads(args.threads)
@@ -81,8 +81,8 @@ def main() -> None:
             for name, w in mats.items():
                 classes[fname][name] = row_classes(form, w, range(1, 17))
                 print(f"{fname:<16} {name:<8} {tuple(w.shape)}: {classes[fname][name]}", flush=True)
-        widths = invariant_widths(model)
-        print(f"invariant_widths: {widths}")
+        together = rows_are_exact(model)
+        print(f"rows_are_exact (one product call for all rows): {together}")
         caches = []
         gen = torch.Generator().manual_seed(1)
         for _ in range(8):
@@ -106,9 +106,8 @@ def main() -> None:
         rows = []
         cases: list[tuple[str, int, Callable[[], object]]] = [("forward (off)", 1, old)]
         for b in (1, 4, 8):
-            width = next(w for w in widths if w >= b)
-            cases.append((f"decode_step x{b} (w={width})", b, lambda b=b, width=width: decode_step(
-                model, [5] * b, [args.context] * b, caches[:b], width)))
+            cases.append((f"decode_step x{b}", b, lambda b=b: decode_step(
+                model, [5] * b, [args.context] * b, caches[:b], together=together)))
         for name, n, fn in cases:
             step = timed(fn, n)
             rows.append({"case": name, "sequences": n, "ms_per_step": round(1000 * step, 1),
@@ -116,7 +115,7 @@ def main() -> None:
             print(f"{name:<26} {1000 * step:7.1f} ms/step {1000 * step / n:7.1f} ms/token", flush=True)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({"context": args.context, "threads": args.threads, "loadavg": os.getloadavg(),
-                                   "row_classes": classes, "invariant_widths": widths, "rows": rows}, indent=1))
+                                   "row_classes": classes, "rows_are_exact": together, "rows": rows}, indent=1))
     print(f"wrote {RESULTS}")
 
 

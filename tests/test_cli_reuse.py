@@ -8,6 +8,7 @@ registry handed out (serve: and stop before the HTTP server would start).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from slimrag.embed.local import LocalEmbedder
 from slimrag.errors import ModelNotFoundError
 from slimrag.index.core import Index
 from slimrag.llm import backends, weights
-from slimrag.llm.kv.config import PERSISTENT, REUSE_MODES, CacheConfig
+from slimrag.llm.kv.config import PERSISTENT, REUSE_MODES
 
 
 @pytest.fixture()
@@ -55,7 +56,7 @@ def test_ask_reuse_blend_reaches_the_generators_cache_config(index: Path, made: 
     r = CliRunner().invoke(cli, ["ask", str(index), "Where does Whiskers sleep?", "-k", "1", "--max-tokens", "1",
                                  "--reuse", "blend", "--recompute", "boundary:8", "--json"])
     assert r.exit_code == 0, r.output
-    assert [g.cache_spec for g in made] == [CacheConfig(reuse="blend", recompute="boundary:8")]
+    assert [g.cache_spec for g in made] == [replace(PERSISTENT, reuse="blend", recompute="boundary:8")]
     assert made[0].reuse.recompute == "boundary:8"
     assert json.loads(r.stdout.strip().splitlines()[-1])["usage"]["reuse"] == "blend"
 
@@ -75,7 +76,7 @@ def test_serve_reuse_reaches_the_generator(index: Path, made: list[Any], monkeyp
     r = CliRunner().invoke(cli, ["serve", str(index), "--port", "0", "--reuse", "blend", "--recompute", "none"])
     assert r.exit_code == 0, r.output
     assert served[0].llm is made[0] and served[1]["host"] == "127.0.0.1" and served[1]["port"] > 0
-    assert made[0].cache_spec == CacheConfig(reuse="blend", recompute="none")
+    assert made[0].cache_spec == replace(PERSISTENT, reuse="blend", recompute="none")
     r = CliRunner().invoke(cli, ["serve", str(index), "--port", "0"])
     assert r.exit_code == 0, r.output
     assert made[1].cache_spec == PERSISTENT  # no flag: the default exact tree, its disk tier kept across processes

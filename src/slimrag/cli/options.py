@@ -144,10 +144,12 @@ def cache_config(llm: str | None = None) -> Any:
                                "its own: drop one of the two")
     if "recompute" in values and values.get("reuse") != "blend":
         raise click.UsageError("--recompute chooses what blend reuse computes again: give --reuse blend too")
-    from slimrag.llm.kv.config import CacheConfig
+    from dataclasses import replace
 
-    try:
-        return CacheConfig(**values)
+    from slimrag.llm.kv.config import PERSISTENT
+
+    try:  # the embedded model's default tier (persistent on disk), with the flags' reuse mode
+        return replace(PERSISTENT, **values)
     except ValueError as e:
         raise config_error(e, {"reuse": "--reuse", "recompute": "--recompute"}) from e
 

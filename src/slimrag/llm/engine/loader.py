@@ -2,7 +2,7 @@
 
 GGUF: :mod:`slimrag.llm.engine.gguf` parses the header, the config comes from the metadata
 (:meth:`ModelConfig.from_gguf`), the tokenizer too (:meth:`Tokenizer.from_gguf`). On a float32
-CPU model the projections stored as Q4_0/Q4_1/Q8_0 stay in their blocks
+CPU model the projections stored as Q4_0/Q4_1/Q8_0/Q4_K/Q6_K stay in their blocks
 (:class:`~slimrag.llm.engine.qlinear.QuantLinear`, one ONNX Runtime session each; the output head
 of a tied model reads the embedding table's blocks); every other tensor (norms, the embedding
 lookup table, other block types) is dequantized one by one into the target dtype. Nothing is written to disk: there is no
@@ -50,7 +50,7 @@ def load_gguf(path: Path, *, device: str = "cpu", dtype: torch.dtype = torch.flo
               workers: int | None = None, quantized: bool = True, dense_rows: int | None = None,
               ) -> tuple[Decoder, Tokenizer]:
     """A GGUF file (see the module header). ``workers``: dequantizing threads (default: up to 4
-    of this machine's cores). ``quantized``: keep the projections stored as Q4_0/Q4_1/Q8_0 in
+    of this machine's cores). ``quantized``: keep the projections stored as Q4_0/Q4_1/Q8_0/Q4_K/Q6_K in
     their blocks and compute on them (:mod:`slimrag.llm.engine.qlinear`; float32 CPU models
     only); False dequantizes every tensor to ``dtype``. ``dense_rows``: :class:`Decoder`'s
     threshold for float32 products in long forwards (None: always quantized)."""

@@ -69,7 +69,7 @@ def test_loop_is_stop_on_the_wire_and_loop_in_the_slimrag_field(index: Index) ->
 
 def test_blend_usage_reports_cached_recomputed_and_reuse(index: Index, smollm: weights.LoadedModel) -> None:
     gen = LocalGenerator(loaded=smollm, cache=CacheConfig(reuse="blend", recompute="boundary:4"))
-    rag = RAG(index, gen, guards=Guards(floor=None))
+    rag = RAG(index, gen, guards=Guards(floor=None), answer="free")  # passage KV reuse: whole passages in the prompt
     with running(create_app(rag)) as url, httpx.Client(base_url=url, timeout=TIMEOUT) as c:
         first = chat(c, k=3, max_tokens=1).json()
         again = [json.loads(line[5:]) for line in chat(c, k=3, max_tokens=1, stream=True,
@@ -80,10 +80,13 @@ def test_blend_usage_reports_cached_recomputed_and_reuse(index: Index, smollm: w
     usage = again[-1]["usage"]
     passages = len(again[-1]["slimrag"]["sources"])
     assert passages == 3  # (the prompt may grow: a reordered prompt states the relevance ranking)
-    # one passage follows the system segment exactly; the other two are placed from their
-    # entries, and boundary:4 computes the first 4 tokens of each again
+    # at least the first passage follows the system segment exactly; each passage placed from
+    # its entry has its first 4 tokens computed again (boundary:4). Since the one-forward prefill
+    # (ae73437) the second request finds two passages on an exact path and places one (4
+    # recomputed; 8 before): counted here as whole placed passages, at least one.
     assert usage["prompt_tokens_details"]["reuse"] == "blend"
-    assert usage["prompt_tokens_details"]["recomputed_tokens"] == 4 * (passages - 1)
+    recomputed = usage["prompt_tokens_details"]["recomputed_tokens"]
+    assert recomputed % 4 == 0 and 4 <= recomputed <= 4 * (passages - 1)
     assert 0 < usage["prompt_tokens_details"]["cached_tokens"] < usage["prompt_tokens"]
 
 

@@ -110,7 +110,7 @@ def test_rag_reuses_passages_across_questions(smollm: weights.LoadedModel, docs_
 
     idx = Index.build(docs_dir, tmp_path / "warm.slimrag", embedder=embedder)
     gen, cfg = LocalGenerator(loaded=smollm), GenerationConfig(max_new_tokens=3)
-    rag = RAG(idx, llm=gen, generation=cfg)
+    rag = RAG(idx, llm=gen, generation=cfg, answer="free")
     first = rag.ask("What is the name of the office cat?", k=3)
     assert first.usage.cached_tokens == 0 and len(first.sources) == 3
     question = "Where does the office cat sleep?"
@@ -148,7 +148,7 @@ def test_chat_turn_two_is_served_from_turn_one_and_its_answer_exactly(
     idx = Index.build(docs_dir, tmp_path / "chat.slimrag", embedder=embedder)
     gen = _Recording(loaded=smollm)
     cfg = GenerationConfig(max_new_tokens=NEW_TOKENS)
-    conv = RAG(idx, llm=gen, generation=cfg).chat(replay=True)
+    conv = RAG(idx, llm=gen, generation=cfg, answer="free").chat(replay=True)
     first = conv.ask("Where does Whiskers sleep?", k=2)
     kept = conv.prefix()
     second = conv.ask("And how do I install slimrag on Windows?", k=2)

@@ -14,7 +14,17 @@ import pytest
 import torch
 
 from slimrag.llm import weights
-from slimrag.llm.engine.qlinear import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0, QuantLinear, QuantPart, dequantize, linear
+from slimrag.llm.engine.qlinear import (
+    Q4_0,
+    Q4_1,
+    Q4_K,
+    Q6_K,
+    Q8_0,
+    QuantLinear,
+    QuantPart,
+    dequantize,
+    linear,
+)
 
 BOUND = {Q4_0: 0.03, Q4_1: 0.03, Q8_0: 0.01, Q4_K: 0.03, Q6_K: 0.01}
 

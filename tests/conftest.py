@@ -37,14 +37,18 @@ DOCS = {
 }
 
 
-def pdf_with_content(content: bytes) -> bytes:
-    """A one-page PDF whose page content stream is ``content`` verbatim, with a correct xref."""
+def pdf_with_content(content: bytes, flate: bool = False) -> bytes:
+    """A one-page PDF whose page content stream is ``content`` (verbatim, or Flate-compressed with
+    ``flate``: a few KB that a reader expands to megabytes), with a correct xref."""
+    import zlib
+
+    stream, filters = (zlib.compress(content, 9), b" /Filter /FlateDecode") if flate else (content, b"")
     objs = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
         b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
         b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
         b"/Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length " + str(len(content)).encode() + b" >>\nstream\n" + content + b"\nendstream",
+        b"<< /Length " + str(len(stream)).encode() + filters + b" >>\nstream\n" + stream + b"\nendstream",
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
     ]
     out = bytearray(b"%PDF-1.4\n")

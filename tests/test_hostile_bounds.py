@@ -19,6 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import pdf_with_content
 
 from slimrag.index.state import embed_input
 from slimrag.ingest import rawfile
@@ -257,36 +258,15 @@ def test_an_epub_spine_repeating_one_chapter_reads_it_once(tmp_path: Path) -> No
     assert used < 250_000
 
 
-def _flate_pdf(content: bytes) -> bytes:
-    """A one-page PDF whose content stream is ``content``, Flate-compressed, with a correct xref."""
-    import zlib
-
-    packed = zlib.compress(content, 9)
-    objs = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-            b"/Resources << /Font << /F1 5 0 R >> >> >>",
-            b"<< /Length " + str(len(packed)).encode() + b" /Filter /FlateDecode >>\nstream\n" + packed
-            + b"\nendstream", b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for i, body in enumerate(objs, 1):
-        offsets.append(len(out))
-        out += f"{i} 0 obj\n".encode() + body + b"\nendobj\n"
-    xref = len(out)
-    out += f"xref\n0 {len(objs) + 1}\n0000000000 65535 f \n".encode()
-    out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
-    out += f"trailer\n<< /Size {len(objs) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
-    return bytes(out)
-
-
 def test_a_pdf_whose_text_expands_past_100x_is_skipped(tmp_path: Path) -> None:
     """A page of 1.2 MB of text in a Flate stream of a few KB: over 100x the file, too large."""
     p = tmp_path / "bomb.pdf"
-    p.write_bytes(_flate_pdf(b"BT /F1 12 Tf 72 720 Td " + (b"(" + b"a" * 200 + b") Tj ") * 6000 + b"ET"))
+    page = b"BT /F1 12 Tf 72 720 Td " + (b"(" + b"a" * 200 + b") Tj ") * 6000 + b"ET"
+    p.write_bytes(pdf_with_content(page, flate=True))
     assert p.stat().st_size < 10_000
     with pytest.raises(SkipFile, match="100x") as e:
         read_file(p)
     assert e.value.kind == TOO_LARGE
     ok = tmp_path / "ok.pdf"
-    ok.write_bytes(_flate_pdf(b"BT /F1 12 Tf 72 720 Td (The glacier calved at noon.) Tj ET"))
+    ok.write_bytes(pdf_with_content(b"BT /F1 12 Tf 72 720 Td (The glacier calved at noon.) Tj ET", flate=True))
     assert "glacier" in read_file(ok)[0].text

@@ -243,23 +243,29 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+
+def wait_listening(proc: subprocess.Popen[str], port: int, timeout_s: float = 60) -> None:
+    """Until ``slimrag mcp --http`` (``proc``) accepts connections on ``port``; fails the test when
+    it exits first (with its stderr) or does not listen within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"slimrag mcp --http exited: {proc.stderr.read() if proc.stderr else ''}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                pytest.fail(f"slimrag mcp --http did not listen within {timeout_s:.0f} s")
+            time.sleep(0.2)
+
 def test_streamable_http_transport(corpus: tuple[Path, Path]) -> None:
     _, index = corpus
     port = _free_port()
     proc = subprocess.Popen([*CLI, str(index), "--http", "--port", str(port)], env=ENV,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"slimrag mcp --http exited: {proc.stderr.read() if proc.stderr else ''}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail("slimrag mcp --http did not listen within 60 s")
-                time.sleep(0.2)
+        wait_listening(proc, port)
 
         async def main() -> tuple[set[str], dict[str, Any]]:
             with anyio.fail_after(SESSION_LIMIT_S):

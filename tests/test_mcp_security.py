@@ -24,7 +24,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import write_tree
 from mcp import ClientSession
-from test_mcp import CLI, ENV, SESSION_LIMIT_S, _free_port, error_text, run_stdio, structured
+from test_mcp import CLI, ENV, SESSION_LIMIT_S, _free_port, error_text, run_stdio, structured, wait_listening
 
 from slimrag.cli import cli
 from slimrag.index.core import Index
@@ -265,17 +265,7 @@ def http_server(index: Path) -> Iterator[str]:
                              "--session-idle", "2"], env={**ENV, "SLIMRAG_MCP_KEY": KEY},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"slimrag mcp --http exited: {proc.stderr.read() if proc.stderr else ''}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail("slimrag mcp --http did not listen within 60 s")
-                time.sleep(0.2)
+        wait_listening(proc, port)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         proc.terminate()

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from slimrag.llm.engine.cache import KVCache
 from slimrag.llm.engine.norm import rms_norm
+from slimrag.llm.engine.qlinear import QuantLinear
 from slimrag.llm.engine.rope import Rope
 
 
@@ -29,13 +30,14 @@ from slimrag.llm.engine.rope import Rope
 class AttentionWeights:
     """One layer's attention parameters. ``qkv``: ``[(heads + 2 kv_heads) * head_dim, hidden]``;
     ``qkv_bias``: matching bias or None; ``q_norm``/``k_norm``: per-head RMSNorm weights (Qwen3)
-    or None; ``o``: ``[hidden, heads * head_dim]``."""
+    or None; ``o``: ``[hidden, heads * head_dim]``. A projection is a float tensor or a
+    :class:`~slimrag.llm.engine.qlinear.QuantLinear` (the GGUF's blocks, the default on CPU)."""
 
-    qkv: torch.Tensor
+    qkv: torch.Tensor | QuantLinear
     qkv_bias: torch.Tensor | None
     q_norm: torch.Tensor | None
     k_norm: torch.Tensor | None
-    o: torch.Tensor
+    o: torch.Tensor | QuantLinear
 
 
 def causal_mask(n: int, past: int, device: torch.device) -> torch.Tensor:

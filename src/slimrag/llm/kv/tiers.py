@@ -39,6 +39,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+from collections.abc import Callable
 
 from slimrag.llm.kv.config import DISK, CacheConfig
 from slimrag.llm.kv.eviction import EVICTION_POLICIES
@@ -77,6 +78,9 @@ class Tiers:
         self._heaps: list[list[tuple[tuple[float, ...], int, Node]]] = [[] for _ in named]
         self._seq = itertools.count()
         self._ids = itertools.count(1)  # node ids (disk file names); the sentinel is 0
+        #: Told of every change: ("stored" | "removed" | "moved", node, the tier it was in before
+        #: a move, else its tier); set by `KVTree.subscribe` (`slimrag.llm.kv.events`).
+        self.observer: Callable[[str, Node, int], None] | None = None
 
     def offer(self, node: Node | None) -> None:
         """Push ``node`` as a candidate of every tier it may now be evictable from (call it when
@@ -102,6 +106,7 @@ class Tiers:
                 if self.storage.persistent:
                     self._write_through(node)
                 self.offer(node)
+                self._observe("stored", node, tier)
                 return node
         return None
 
@@ -128,6 +133,7 @@ class Tiers:
         self.members[disk].add(node)
         self._account(disk, nbytes)
         self.offer(node)
+        self._observe("stored", node, disk)
         return node
 
     def forget(self, sentinel: Node) -> None:
@@ -176,6 +182,7 @@ class Tiers:
         for child in list(node.children.values()):
             self.drop(child)
         assert node.pins == 0, f"dropping pinned {node}"
+        self._observe("removed", node, node.tier)
         if node.kv is not None:
             self._account(node.tier, -node.nbytes)
         if node.disk is not None:
@@ -202,6 +209,7 @@ class Tiers:
 
     def _move(self, node: Node, tier: int, kv: SegmentKV | None) -> None:
         """Re-home ``node`` in ``tier`` (its old tier's bytes are already uncounted)."""
+        old = node.tier
         self.members[node.tier].discard(node)
         self.members[tier].add(node)
         node.tier, node.kv = tier, kv
@@ -209,6 +217,11 @@ class Tiers:
             self._account(tier, node.nbytes)
         self.offer(node)
         self.offer(node.parent)  # it may have lost its last child in the old tier
+        self._observe("moved", node, old)
+
+    def _observe(self, change: str, node: Node, tier: int) -> None:
+        if self.observer is not None:
+            self.observer(change, node, tier)
 
     def _evictable(self, node: Node, tier: int) -> bool:
         if node.pins:

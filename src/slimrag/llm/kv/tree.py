@@ -57,6 +57,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from slimrag.llm.kv.config import CacheConfig
+from slimrag.llm.kv.events import AllBlocksCleared, KVEvent, tier_observer
 from slimrag.llm.kv.node import Node
 from slimrag.llm.kv.payload import SegmentKV, prefill_cost
 from slimrag.llm.kv.persist import StoredSegment
@@ -133,6 +134,7 @@ class KVTree:
         self._lock = threading.RLock()
         self._tick = 0
         self._counts = dict.fromkeys(("requests", "hits", "misses", "served_tokens"), 0)
+        self._listener: Callable[[KVEvent], None] | None = None
         scan = getattr(self.tiers.storage, "scan", None)
         if self.tiers.storage.persistent and callable(scan) and self.tiers.disk_tier is not None:
             self._restore(scan(self.tiers.budgets[self.tiers.disk_tier]))
@@ -322,6 +324,12 @@ class KVTree:
                 tokens += node.tokens
             return keys, tokens
 
+    def subscribe(self, listener: Callable[[KVEvent], None]) -> None:
+        """Tell ``listener`` each change as KV events (`slimrag.llm.kv.events`; under the tree's lock:
+        only queue them), after ``AllBlocksCleared`` and the nodes held now, parents first."""
+        with self._lock:
+            self._listener, self.tiers.observer = listener, tier_observer(listener, self.tiers.names, self.nodes())
+
     def stats(self) -> KVTreeStats:
         """A snapshot of the counters and per-tier bytes."""
         with self._lock:
@@ -371,6 +379,8 @@ class KVTree:
                 for root in list(self._sentinel.children.values()):
                     self.tiers.drop(root)
             self.tiers.storage.close()
+            if self._listener is not None:
+                self._listener(AllBlocksCleared())
 
     # -- internals (caller holds the lock) -----------------------------------------------------
 

@@ -358,7 +358,7 @@ def cmd_details(args: argparse.Namespace) -> list[dict]:
             shutil.copytree(Path(args.fresh) / f"{name}-slim.slimrag", out)
             cat = Catalog(out / "catalog.sqlite")
             with cat.transaction():
-                set_keyword_detail(cat.db, detail, cat.postings, colsize)
+                set_keyword_detail(cat.db, detail, colsize)
                 cat.db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('optimize')")
             cat.db.execute("VACUUM")
             cat.close()

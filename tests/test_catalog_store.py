@@ -1,6 +1,6 @@
 """The compact text store: chunks round-trip through compression, keyword search ranks exactly as
 the legacy layout (FTS5 detail=full over plain text) does (the postings index of
-`slimrag.catalog.postings` included: same ids, same scores, bit for bit), and legacy catalogs open, keep working
+`slimrag.catalog.keyword.postings` included: same ids, same scores, bit for bit), and legacy catalogs open, keep working
 and upgrade in place. Real SQLite files throughout; the legacy reference is the schema indexes
 were built with before the compact store."""
 
@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from slimrag.catalog import Catalog
-from slimrag.catalog.schema import LEGACY_SCHEMA, keyword_detail
+from slimrag.catalog.keyword import kind_of as keyword_detail
+from slimrag.catalog.schema import LEGACY_SCHEMA
 from slimrag.types import Chunk, Document
 
 WORDS = ("index vector graph chunk text search query keyword score rank embed model token window "
@@ -367,7 +368,7 @@ def test_postings_through_merges_deletes_and_other_connections(tmp_path: Path, d
     document (levels 0 and 1 fill and merge, `postings.FANOUT` = 8), documents deleted from merged and
     unmerged segments alike, a write through another connection, a compaction's full merge, and a
     switch to FTS5 and back; every step ranks as the legacy catalog, ids and scores."""
-    from slimrag.catalog import postings
+    from slimrag.catalog.keyword import postings
 
     post, old = Catalog(tmp_path / "p.sqlite"), legacy(tmp_path / "old.sqlite")
     qs = queries(docs, 40, seed=11)
@@ -403,11 +404,11 @@ def test_postings_through_merges_deletes_and_other_connections(tmp_path: Path, d
     with post.transaction():
         from slimrag.catalog import upgrade
 
-        upgrade.set_keyword_detail(post.db, "full", post.postings)
+        upgrade.set_keyword_detail(post.db, "full")
     assert keyword_detail(post.db) == "full"
     same()
     with post.transaction():
-        upgrade.set_keyword_detail(post.db, "postings", post.postings)
+        upgrade.set_keyword_detail(post.db, "postings")
     assert keyword_detail(post.db) == "postings"
     same()
     post.db.execute("UPDATE keyword_stats SET tokens=tokens+1")
@@ -421,7 +422,7 @@ def test_postings_blocks_round_trip() -> None:
     past one byte."""
     import numpy as np
 
-    from slimrag.catalog import postings_block
+    from slimrag.catalog.keyword import postings_block
 
     rng = np.random.default_rng(0)
     terms = sorted({f"t{i}" for i in range(300)} | {"ä", "z" * 40})
@@ -456,7 +457,7 @@ def test_compaction_brings_a_catalog_of_the_old_default_to_the_postings(tmp_path
 def test_postings_merge_segments_whose_chunk_ids_do_not_ascend(tmp_path: Path, docs: list) -> None:
     """Commits may arrive with lower chunk ids than earlier ones (a caller's own ids): merged
     segments still hold each term's chunks in id order, and rank as one commit of it all does."""
-    from slimrag.catalog import postings
+    from slimrag.catalog.keyword import postings
 
     rows = [(c.chunk_id, c.text) for _, cs in docs for c in cs]
     one, many = (sqlite3.connect(tmp_path / f"{n}.sqlite") for n in ("one", "many"))
@@ -476,15 +477,15 @@ def test_postings_merge_segments_whose_chunk_ids_do_not_ascend(tmp_path: Path, d
     assert many.execute("SELECT MAX(level) FROM keyword_segments").fetchone()[0] >= 1
     for q in queries(docs, 40, seed=13):
         words = q.split()
-        assert got.search(words, 10, text) == ref.search(words, 10, text), q
+        assert got.search_words(words, 10, text) == ref.search_words(words, 10, text), q
     got.merge()
-    assert got.search(["lighthouse", "keeper"], 50, text) == ref.search(["lighthouse", "keeper"], 50, text)
+    assert got.search_words(["lighthouse", "keeper"], 50, text) == ref.search_words(["lighthouse", "keeper"], 50, text)
 
 
 def test_phrase_counts_of_ascii_text_equal_fts5_tokens() -> None:
     """The regular-expression count of a phrase in ASCII text equals the count over FTS5's own
     tokens (overlapping starts, punctuation and case between tokens); other text goes through FTS5."""
-    from slimrag.catalog.tokenizer import Tokenizer
+    from slimrag.catalog.keyword.tokenizer import Tokenizer
 
     rng = random.Random(3)
     alphabet = ["a", "b", "ab", "A", "B", "1", "é", "a1"]
@@ -503,7 +504,7 @@ def test_postings_levels_past_the_merge_cap_stay_unmerged(tmp_path: Path, docs: 
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Segments holding more than `postings.MERGE_MAX_BYTES` are not merged, by a level or by a
     compaction (so a merge's memory stays bounded); search still ranks as the legacy catalog."""
-    from slimrag.catalog import postings
+    from slimrag.catalog.keyword import postings
 
     monkeypatch.setattr(postings, "MERGE_MAX_BYTES", 6_000)  # a few level-0 segments
     post, old = Catalog(tmp_path / "p.sqlite"), legacy(tmp_path / "old.sqlite")

@@ -2,10 +2,10 @@
 
 - `store`: `Catalog`, the one class callers use.
 - `schema`: the tables of the compact layout and of the legacy one (indexes built before it).
+- `compact`, `legacy`: each layout's reads and writes of documents and chunks.
 - `codec`: how a chunk's text and metadata are compressed (zstd with a trained dictionary).
-- `keyword`: a query's words, and FTS5 match expressions and searches.
-- `postings`: the default keyword index: BM25 postings without positions in zstd blocks
-  (`postings_block`), tokenized by FTS5's own tokenizer (`tokenizer`); FTS5's scores, bit for bit.
+- `keyword/`: the keyword index behind one interface (`KeywordIndex`): the default postings
+  (BM25 without positions in zstd blocks; FTS5's scores, bit for bit) or FTS5 itself.
 - `upgrade`: converting a legacy catalog, training a missing dictionary, choosing the keyword
   index's detail, merging and vacuuming.
 """

@@ -18,7 +18,8 @@ Compact layout (``PRAGMA user_version`` = `COMPACT`)
 - ``chunk_text``: a view of ``(chunk_id, text)`` that decodes blocks through the SQL function
   ``slimrag_text``, registered on every connection the `Catalog` opens (a bare ``sqlite3`` shell
   cannot read the text, and cannot delete chunks: the delete trigger calls the function too).
-- the keyword index: by default ``keyword_*``, the postings of `slimrag.catalog.postings`
+- the keyword index (`slimrag.catalog.keyword`): by default ``keyword_*``, the postings of
+  `slimrag.catalog.keyword.postings`
   (term counts and chunk lengths, no positions: FTS5's BM25 at 0.4x of FTS5's bytes). Catalogs
   built before it have ``chunks_fts``: FTS5, external content over ``chunk_text``, so the text
   is stored once, with ``detail=full``: term positions and counts, and chunk lengths (``columnsize``), so a
@@ -43,8 +44,6 @@ import hashlib
 import sqlite3
 from pathlib import Path
 from typing import Any
-
-from slimrag.catalog import postings
 
 #: ``PRAGMA user_version`` of a compact catalog (legacy catalogs have 0)
 COMPACT = 3
@@ -116,38 +115,15 @@ CREATE TABLE documents{s} (
             "CREATE TABLE IF NOT EXISTS tombstones (chunk_id INTEGER PRIMARY KEY)"]
 
 
-def compact_views(detail: str) -> list[str]:
-    """The indexes, view, keyword index and trigger of the compact layout, one statement each
-    (created once the tables carry their final names: a view and a trigger name their table).
-    ``detail``: FTS5's detail option."""
+def compact_views() -> list[str]:
+    """The indexes and view of the compact layout, one statement each (created once the tables
+    carry their final names: a view names its table). The keyword index and its delete trigger
+    come after them (`slimrag.catalog.keyword.create`)."""
     return [
         "CREATE INDEX chunks_doc ON chunks(doc, ordinal)",
         "CREATE INDEX documents_key ON documents(key)",
         f"CREATE VIEW chunk_text AS SELECT c.chunk_id, slimrag_text(c.chunk_id, b.first, b.body) AS text "
         f"FROM chunks c JOIN blocks b ON b.first=({BLOCK_OF.format(id='c.chunk_id')})",
-        *keyword_index(detail),
-    ]
-
-
-def keyword_index(detail: str, columnsize: bool | None = None) -> list[str]:
-    """The keyword index of ``detail``: ``postings`` (`slimrag.catalog.postings`: its tables and
-    delete trigger, filled by the caller), or the FTS5 table over ``chunk_text`` and the trigger that keeps it (and the tombstones)
-    current when chunks are deleted. ``columnsize=0`` goes with ``detail=none`` unless
-    ``columnsize`` says otherwise: ``none`` re-reads each matched chunk anyway, and keeping the
-    lengths bought only 15% of its query time for 2% more bytes (disfl_qa, `bench.text_store
-    details`)."""
-    if detail == "postings":
-        return list(postings.TABLES)
-    if columnsize is None:
-        columnsize = detail != "none"
-    return [
-        "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, content='chunk_text', content_rowid='chunk_id', "
-        f"detail={detail}{'' if columnsize else ', columnsize=0'})",
-        f"""CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
-    INSERT INTO chunks_fts(chunks_fts, rowid, text) SELECT 'delete', old.chunk_id,
-        slimrag_text(old.chunk_id, b.first, b.body) FROM blocks b WHERE b.first=({BLOCK_OF.format(id='old.chunk_id')});
-    INSERT OR IGNORE INTO tombstones(chunk_id) VALUES (old.chunk_id);
-END""",
     ]
 
 
@@ -162,19 +138,6 @@ def layout_of(db: sqlite3.Connection) -> int | None:
             "use the slimrag version that built it, or rebuild the index")
     has = db.execute("SELECT 1 FROM sqlite_schema WHERE type='table' AND name='chunks'").fetchone()
     return LEGACY if has else None
-
-
-def keyword_detail(db: sqlite3.Connection) -> str:
-    """The ``detail`` option the keyword index was created with (``full`` when not given), or
-    ``postings`` for `slimrag.catalog.postings`."""
-    if postings.present(db):
-        return "postings"
-    row = db.execute("SELECT sql FROM sqlite_schema WHERE name='chunks_fts'").fetchone()
-    sql = (row[0] if row else "").replace(" ", "").lower()
-    for d in ("none", "column"):
-        if f"detail={d}" in sql:
-            return d
-    return "full"
 
 
 def own_bytes(text: str, metadata: dict[str, Any], prev: tuple[str, dict[str, Any]] | None) -> int:

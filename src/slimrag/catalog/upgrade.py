@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from slimrag.catalog import codec, postings
-from slimrag.catalog.schema import COMPACT, POLICIES, compact_tables, compact_views, keyword_index, own_bytes
+from slimrag.catalog import codec, keyword
+from slimrag.catalog.compact import install_dictionary, sha_bytes, write_blocks
+from slimrag.catalog.schema import COMPACT, POLICIES, compact_tables, compact_views, own_bytes
 
 #: VACUUM when free pages are at least this share of the file (it rewrites the whole file)
 VACUUM_SHARE = 0.125
@@ -26,17 +27,16 @@ VACUUM_BELOW_CHUNKS = 20_000
 #: rewrite the text blocks when more than this share of their slots hold deleted chunks
 DEAD_SHARE = 0.25
 #: below this many chunks a compaction merges the whole keyword index (FTS5 'optimize': on
-#: disfl_qa 7% smaller; seconds at most); from it on, a bounded step of `MERGE_PAGES`
+#: disfl_qa 7% smaller; seconds at most); from it on, a bounded step
+#: (`slimrag.catalog.keyword.fts5.MERGE_PAGES`; the postings merge by their own levels)
 OPTIMIZE_BELOW_CHUNKS = 100_000
-#: pages of keyword-index merging a compaction of a large index does (FTS5 'merge')
-MERGE_PAGES = 500
 #: chunks read and written per batch while converting
 BATCH = 2048
 
 
-def convert(db: sqlite3.Connection, coder: codec.Codec, detail: str, keyword: postings.Postings) -> None:
-    """Convert a legacy catalog to the compact layout; call inside a write transaction.
-    ``keyword``: the catalog's postings index (filled when ``detail`` is ``postings``)."""
+def convert(db: sqlite3.Connection, coder: codec.Codec, detail: str) -> None:
+    """Convert a legacy catalog to the compact layout, with a keyword index of ``detail``; call
+    inside a write transaction."""
     for stmt in compact_tables("_new"):  # statement by statement: executescript would commit
         db.execute(stmt)
     db.executemany("INSERT INTO documents_new(key, source, sha, mtime, size) VALUES (slimrag_key(?1),?1,?,?,?)",
@@ -64,49 +64,21 @@ def convert(db: sqlite3.Connection, coder: codec.Codec, detail: str, keyword: po
     for stmt in ("DROP TRIGGER IF EXISTS chunks_ai", "DROP TRIGGER IF EXISTS chunks_ad", "DROP TABLE chunks_fts",
                  "DROP INDEX IF EXISTS chunks_source", "DROP TABLE chunks", "DROP TABLE documents",
                  "ALTER TABLE documents_new RENAME TO documents", "ALTER TABLE chunks_new RENAME TO chunks",
-                 "ALTER TABLE blocks_new RENAME TO blocks", *compact_views(detail)):
+                 "ALTER TABLE blocks_new RENAME TO blocks", *compact_views()):
         db.execute(stmt)
-    fill_keyword_index(db, detail, keyword)
+    keyword.create(db, detail)
+    keyword.open_index(db, True).rebuild()
     db.execute(f"PRAGMA application_id={POLICIES.index(detail)}")  # the policy, as a new catalog records it
     db.execute(f"PRAGMA user_version={COMPACT}")
 
 
-def set_keyword_detail(db: sqlite3.Connection, detail: str, keyword: postings.Postings,
-                       columnsize: bool | None = None) -> None:
+def set_keyword_detail(db: sqlite3.Connection, detail: str, columnsize: bool | None = None) -> None:
     """Recreate the keyword index with another detail (an FTS5 option, or ``postings``) and fill
     it from the text; call inside a write transaction (the old index stays until it commits).
-    ``keyword``: the catalog's postings index, whose caches the new index replaces."""
-    db.execute("DROP TRIGGER chunks_ad")
-    db.execute("DROP TABLE IF EXISTS chunks_fts")
-    postings.drop(db)
-    for stmt in keyword_index(detail, columnsize):
-        db.execute(stmt)
-    fill_keyword_index(db, detail, keyword)
-
-
-def fill_keyword_index(db: sqlite3.Connection, detail: str, keyword: postings.Postings) -> None:
-    """Index every chunk's text in a new, empty keyword index of ``detail``: through the
-    catalog's own `postings.Postings`, so that it drops what it cached of an index this replaces
-    (segment numbers start again in a new table)."""
-    if detail == "postings":
-        keyword.rebuild_from_text()
-    else:
-        db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('rebuild')")
-
-
-def write_blocks(db: sqlite3.Connection, coder: codec.Codec, payloads: list[tuple[int, str]],
-                 table: str = "blocks") -> None:
-    """Store ``(chunk_id, payload)`` pairs, ascending by id, as blocks: runs of consecutive ids
-    cut every `codec.BLOCK_CHUNKS`."""
-    runs: list[list[tuple[int, str]]] = []
-    for cid, p in payloads:
-        run = runs[-1] if runs else None
-        if run is None or cid != run[-1][0] + 1 or len(run) >= codec.BLOCK_CHUNKS:
-            runs.append([(cid, p)])
-        else:
-            run.append((cid, p))
-    db.executemany(f"INSERT INTO {table}(first, n, body) VALUES (?,?,?)",
-                   ((r[0][0], len(r), coder.encode([p for _, p in r])) for r in runs))
+    An open `Catalog` on ``db`` sees the schema change and opens the new index."""
+    keyword.drop(db)
+    keyword.create(db, detail, columnsize)
+    keyword.open_index(db, True).rebuild()
 
 
 def rewrite_blocks(db: sqlite3.Connection, coder: codec.Codec) -> int:
@@ -148,18 +120,6 @@ def add_dictionary(db: sqlite3.Connection, coder: codec.Codec) -> bool:
     return True
 
 
-def install_dictionary(db: sqlite3.Connection, coder: codec.Codec, samples: list[str]) -> bool:
-    """Train a dictionary on ``samples``, store it and encode with it; False when too little
-    text to train on (the coder keeps what it used)."""
-    data = codec.train(samples)
-    if data is None:
-        return False
-    number = int(db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM dictionaries").fetchone()[0])
-    db.execute("INSERT INTO dictionaries(id, data) VALUES (?,?)", (number, data))
-    coder.use(number, data)
-    return True
-
-
 def wanted_detail(db: sqlite3.Connection, compact: bool, current: str, default: str, full_from: int) -> str:
     """The keyword index's detail that the catalog's policy (``PRAGMA application_id``, see
     `schema.POLICIES`; ``default`` for a legacy catalog and for code 0) asks for now:
@@ -174,36 +134,22 @@ def wanted_detail(db: sqlite3.Connection, compact: bool, current: str, default: 
     return "full" if int(db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]) >= full_from else "none"
 
 
-def finish(db: sqlite3.Connection, rewritten: bool, keyword: postings.Postings) -> None:
-    """Merge the keyword index (all of it after a rewrite or below `OPTIMIZE_BELOW_CHUNKS`
-    chunks; otherwise a bounded step of `MERGE_PAGES`, so a compaction of a large index does not
-    rewrite its whole keyword index each time; ``postings`` merge by their own levels then),
-    then VACUUM when the chunks were ``rewritten`` (their pages are left part-filled) or
-    enough pages are free; outside a transaction. ``keyword``: the catalog's postings index."""
+def finish(db: sqlite3.Connection, rewritten: bool, index: keyword.KeywordIndex) -> None:
+    """Merge the keyword index ``index`` (all of it after a rewrite or below
+    `OPTIMIZE_BELOW_CHUNKS` chunks, otherwise a bounded step, so a compaction of a large index
+    does not rewrite its whole keyword index each time), then VACUUM when the chunks were
+    ``rewritten`` (their pages are left part-filled) or enough pages are free; outside a
+    transaction."""
     n = int(db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])
-    small = n < OPTIMIZE_BELOW_CHUNKS
-    if postings.present(db):
-        if rewritten or small:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                keyword.merge()
-            except BaseException:
-                db.execute("ROLLBACK")
-                keyword.forget()
-                raise
-            db.execute("COMMIT")
-    elif rewritten or small:
-        db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('optimize')")
-    else:
-        db.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES('merge', ?)", (MERGE_PAGES,))
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        index.merge(rewritten or n < OPTIMIZE_BELOW_CHUNKS)
+    except BaseException:
+        db.execute("ROLLBACK")
+        index.forget()
+        raise
+    db.execute("COMMIT")
     free = int(db.execute("PRAGMA freelist_count").fetchone()[0])
     pages = int(db.execute("PRAGMA page_count").fetchone()[0])
     if rewritten or (pages and free >= VACUUM_SHARE * pages) or (free and n < VACUUM_BELOW_CHUNKS):
         db.execute("VACUUM")
-
-
-def sha_bytes(doc_id: str) -> bytes | str:
-    """A document id as the compact layout stores it: the 32 bytes of a SHA-256 hex digest (the
-    ids `Index` makes), any other id a caller gave as the string itself."""
-    return bytes.fromhex(doc_id) if len(doc_id) == 64 and all(c in "0123456789abcdef" for c in doc_id) else doc_id
-

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from slimrag.catalog.keyword import KeywordDamage
 from slimrag.errors import IndexFormatError
 from slimrag.index import layout
 from slimrag.index.state import embed_input
@@ -151,7 +152,7 @@ class IndexChecker:
 
     def _repair(self, found: CheckReport) -> Repair:
         st = self.state
-        rebuilt = any(e.startswith(st.catalog.KEYWORD_ERRORS) for e in found.sqlite_errors)
+        rebuilt = any(isinstance(e, KeywordDamage) for e in found.sqlite_errors)
         if rebuilt:
             st.catalog.rebuild_keyword_index()
         if found.bad_parts:

@@ -1,4 +1,4 @@
-"""FTS5's ``bm25()`` in numpy, for the postings keyword index (`slimrag.catalog.postings`).
+"""FTS5's ``bm25()`` in numpy, for the postings keyword index (`slimrag.catalog.keyword.postings`).
 
 SQLite's ``fts5Bm25Function``: k1 = 1.2, b = 0.75, idf = log((N - n + 0.5) / (n + 0.5)) floored
 at 1e-6, a row's score the sum over the query's phrases, in query order, of idf x f(k1 + 1) /

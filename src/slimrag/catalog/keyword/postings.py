@@ -41,9 +41,11 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 import zstandard
 
-from slimrag.catalog import bm25
-from slimrag.catalog.postings_block import Block, decode, encode
-from slimrag.catalog.tokenizer import Tokenizer
+from slimrag.catalog.keyword import bm25
+from slimrag.catalog.keyword.base import ChunkSource, KeywordDamage
+from slimrag.catalog.keyword.postings_block import Block, alive, by_term, decode, encode
+from slimrag.catalog.keyword.tokenizer import Tokenizer
+from slimrag.catalog.keyword.words import words as query_words
 
 #: terms per compressed block (256: disfl_qa's postings 0.22x of its text, 1024 gains 0.01)
 BLOCK_TERMS = 256
@@ -94,31 +96,13 @@ def present(db: sqlite3.Connection) -> bool:
     return db.execute("SELECT 1 FROM sqlite_schema WHERE name='keyword_segments'").fetchone() is not None
 
 
-def _alive(ids: np.ndarray, live: np.ndarray) -> np.ndarray:
-    """Which of ``ids`` are stored chunks, by `Postings._live_lengths`."""
-    inside = ids < len(live)
-    out = np.zeros(len(ids), dtype=bool)
-    out[inside] = live[ids[inside]] >= 0
-    return out
-
-
-def _by_term(rank: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """The order of postings by term rank, then chunk id. A stable sort by rank alone when that
-    leaves each term's ids ascending (a commit's rows, or segments, in chunk-id order: timsort
-    merges the sorted runs), else a full two-key sort."""
-    order = np.argsort(rank, kind="stable")
-    ids_sorted = ids[order]
-    later = np.diff(rank[order]) == 0  # a posting after another of its term
-    if (ids_sorted[1:] > ids_sorted[:-1])[later].all():
-        return order
-    return np.lexsort((ids, rank))
-
-
 # -- the index ------------------------------------------------------------------------------------
 class Postings:
-    """The index in one catalog connection: writes (`add`, `merge`, `rebuild`) run inside the
-    caller's transaction; `search` reads. It keeps no reference to its `Catalog` (which owns
+    """`KeywordIndex` in one catalog connection: writes (`add`, `merge`, `rebuild`) run inside
+    the caller's transaction; `search` reads. It keeps no reference to its `Catalog` (which owns
     it), so an unclosed catalog is freed, and its file closed, as soon as it is dropped."""
+
+    kind = "postings"
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db
@@ -172,7 +156,7 @@ class Postings:
         new[1:] = key[1:] != key[:-1]
         rank = np.cumsum(new) - 1
         chunk = ids[row]
-        order = _by_term(rank, chunk)
+        order = by_term(rank, chunk)
         terms = [names[i] for i in np.flatnonzero(new).tolist()]
         self._write_segment(0, terms, np.bincount(rank, minlength=len(terms)), chunk[order], cnt[order])
         self._cascade()
@@ -226,10 +210,13 @@ class Postings:
             self._merge([seg for seg, _ in got], level + 1)
             level += 1
 
-    def merge(self) -> None:
-        """Merge every segment into one, dropping deleted chunks' postings (a compaction); a
-        no-op when there is one segment and nothing was deleted since the last merge. Past
-        `MERGE_MAX_BYTES` of segments, only the levels merge (`_cascade`)."""
+    def merge(self, full: bool = True) -> None:
+        """``full``: merge every segment into one, dropping deleted chunks' postings (a
+        compaction); a no-op when there is one segment and nothing was deleted since the last
+        merge. Past `MERGE_MAX_BYTES` of segments, only the levels merge (`_cascade`). Not
+        ``full``: nothing (the levels merge as commits fill them)."""
+        if not full:
+            return
         size = int(self.db.execute("SELECT COALESCE(SUM(length(body)), 0) FROM keyword_segments").fetchone()[0])
         if size > MERGE_MAX_BYTES:
             self._cascade()
@@ -260,9 +247,9 @@ class Postings:
         all_ids = np.concatenate(ids) if ids else np.zeros(0, np.uint32)
         all_tfs = np.concatenate(tfs) if tfs else np.zeros(0, np.uint16)
         if int(self.db.execute("SELECT dead FROM keyword_stats WHERE id=0").fetchone()[0]):  # else all live
-            keep = _alive(all_ids.astype(np.int64), self._live_lengths())  # chunks deleted since a full merge
+            keep = alive(all_ids.astype(np.int64), self._live_lengths())  # chunks deleted since a full merge
             rank, all_ids, all_tfs = rank[keep], all_ids[keep], all_tfs[keep]
-        order = _by_term(rank, all_ids)
+        order = by_term(rank, all_ids)
         per_term = np.bincount(rank, minlength=len(terms))
         held = per_term > 0  # a term whose every chunk was deleted goes
         marks = ",".join("?" * len(segs))
@@ -271,8 +258,8 @@ class Postings:
             self._write_segment(level, [t for t, h in zip(terms, held.tolist(), strict=True) if h], per_term[held],
                                 all_ids[order], all_tfs[order], final)
 
-    def rebuild_from_text(self, batch: int = 2048) -> None:
-        """`rebuild` from the catalog's ``chunk_text`` view, ``batch`` chunks a segment."""
+    def rebuild(self, batch: int = 2048) -> None:
+        """`reindex` from the catalog's ``chunk_text`` view, ``batch`` chunks a segment, then merge."""
         def batches() -> Iterable[list[tuple[int, str]]]:
             last = -1
             while True:
@@ -282,10 +269,10 @@ class Postings:
                     return
                 yield rows
                 last = rows[-1][0]
-        self.rebuild(batches())
+        self.reindex(batches())
         self.merge()
 
-    def rebuild(self, rows: Iterable[Sequence[tuple[int, str]]]) -> None:
+    def reindex(self, rows: Iterable[Sequence[tuple[int, str]]]) -> None:
         """Empty the index and index ``rows`` (batches of ``(chunk_id, text)``) anew."""
         for name in ("keyword_segments", "keyword_lengths"):
             self.db.execute(f"DELETE FROM {name}")
@@ -297,7 +284,7 @@ class Postings:
     # -- reading --------------------------------------------------------------------------------
     def _live_lengths(self) -> np.ndarray:
         """Tokens per chunk indexed by chunk id; -1 where no chunk is stored (ids past the end
-        are not stored either, see `_alive`)."""
+        are not stored either, see `postings_block.alive`)."""
         if self._lengths is None:
             got = np.array(self.db.execute("SELECT chunk_id, n FROM keyword_lengths").fetchall(),
                            dtype=np.int64).reshape(-1, 2)
@@ -341,11 +328,18 @@ class Postings:
         if len(ids) > 1:
             order = np.argsort(a, kind="stable")
             a, f = a[order], f[order]
-        keep = _alive(a, live)
+        keep = alive(a, live)
         return a[keep], f[keep]
 
-    def search(self, words: Sequence[str], k: int, texts: Callable[[Sequence[int]], list[str]],
-               allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+    def search(self, query: str, k: int, source_glob: str | None,
+               chunks: ChunkSource) -> list[tuple[int, float]]:
+        """The ``k`` best chunks for ``query`` (its words, `slimrag.catalog.keyword.words`), those
+        of sources matching ``source_glob`` only (the statistics still count every chunk)."""
+        allowed = None if not source_glob else np.array(chunks.live_ids(source_glob), dtype=np.int64)
+        return self.search_words(query_words(query), k, chunks.texts, allowed)
+
+    def search_words(self, words: Sequence[str], k: int, texts: Callable[[Sequence[int]], list[str]],
+                     allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
         """The ``k`` best chunks for the query ``words`` (each a phrase of its tokens, all
         OR-ed) by FTS5's BM25: (chunk_id, score) best first, ties by ascending id. ``texts``:
         chunk texts by id (`Catalog.texts`), which a phrase needs. ``allowed``: sorted chunk ids
@@ -394,18 +388,19 @@ class Postings:
             counts += [c for c in got if c]
         return np.array(ids, dtype=np.int64), np.array(counts, dtype=np.int64)
 
-    def integrity_errors(self) -> list[str]:
+    def check(self) -> list[KeywordDamage]:
         """What disagrees between the index and the chunks table: chunks without a length row
         or the reverse, and totals that differ from the lengths."""
-        errors = []
+        errors: list[KeywordDamage] = []
         missing = self.db.execute("SELECT COUNT(*) FROM chunks c WHERE NOT EXISTS "
                                   "(SELECT 1 FROM keyword_lengths k WHERE k.chunk_id=c.chunk_id)").fetchone()[0]
         extra = self.db.execute("SELECT COUNT(*) FROM keyword_lengths k WHERE NOT EXISTS "
                                 "(SELECT 1 FROM chunks c WHERE c.chunk_id=k.chunk_id)").fetchone()[0]
         if missing or extra:
-            errors.append(f"keyword: {missing} chunks not indexed, {extra} lengths of chunks not stored")
+            errors.append(KeywordDamage(f"keyword: {missing} chunks not indexed, {extra} lengths of chunks not stored"))
         rows, tokens = self.db.execute("SELECT rows, tokens FROM keyword_stats WHERE id=0").fetchone()
         want = self.db.execute("SELECT COUNT(*), COALESCE(SUM(n), 0) FROM keyword_lengths").fetchone()
         if (rows, tokens) != tuple(want):
-            errors.append(f"keyword: totals {rows} chunks / {tokens} tokens, lengths say {want[0]} / {want[1]}")
+            errors.append(KeywordDamage(f"keyword: totals {rows} chunks / {tokens} tokens, "
+                                        f"lengths say {want[0]} / {want[1]}"))
         return errors

@@ -1,4 +1,4 @@
-"""One block of the postings keyword index (`slimrag.catalog.postings`): up to its `BLOCK_TERMS`
+"""One block of the postings keyword index (`slimrag.catalog.keyword.postings`): up to its `BLOCK_TERMS`
 sorted terms with their chunk ids and term counts, as bytes that zstd compresses well.
 
 Layout (little-endian): the numbers of terms and of postings and the byte length of the names
@@ -72,3 +72,23 @@ def decode(body: bytes) -> Block:
     before = np.concatenate([[0], cs])[starts[:-1]]
     ids = cs - np.repeat(before, counts) - 1
     return Block(terms, starts, ids, tfs)
+
+
+def alive(ids: np.ndarray, live: np.ndarray) -> np.ndarray:
+    """Which of ``ids`` are stored chunks, by `Postings._live_lengths` (-1: not stored)."""
+    inside = ids < len(live)
+    out = np.zeros(len(ids), dtype=bool)
+    out[inside] = live[ids[inside]] >= 0
+    return out
+
+
+def by_term(rank: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The order of postings by term rank, then chunk id. A stable sort by rank alone when that
+    leaves each term's ids ascending (a commit's rows, or segments, in chunk-id order: timsort
+    merges the sorted runs), else a full two-key sort."""
+    order = np.argsort(rank, kind="stable")
+    ids_sorted = ids[order]
+    later = np.diff(rank[order]) == 0  # a posting after another of its term
+    if (ids_sorted[1:] > ids_sorted[:-1])[later].all():
+        return order
+    return np.lexsort((ids, rank))

@@ -1,4 +1,4 @@
-"""FTS5's tokens from Python, for the postings keyword index (`slimrag.catalog.postings`)."""
+"""FTS5's tokens from Python, for the postings keyword index (`slimrag.catalog.keyword.postings`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Keyword queries: their words, and as FTS5 match expressions and searches.
+"""Keyword queries: their words, and as FTS5 match expressions.
 
 A query is reduced to its words (``\\w+``), each quoted and all OR-ed, so user text with FTS5
 syntax characters (quotes, ``-``, ``:``) never raises a syntax error and every word counts
@@ -12,8 +12,6 @@ nearly every word of prose, read the same under both.
 from __future__ import annotations
 
 import re
-import sqlite3
-from typing import Any
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)  # FTS5's unicode61 tokens: letters and digits
@@ -40,22 +38,3 @@ def _term(word: str, detail: str) -> str:
     if detail == "full" or len(tokens) <= 1:
         return '"' + word.replace('"', '""') + '"'
     return "(" + " AND ".join(f'"{t}"' for t in tokens) + ")"
-
-
-def fts5_search(db: sqlite3.Connection, query: str, k: int, detail: str, source_glob: str | None,
-                compact: bool) -> list[tuple[int, float]]:
-    """`Catalog.keyword_search` on an FTS5 keyword index of ``detail`` (``compact``: the
-    catalog's layout, which decides how a chunk finds its source)."""
-    match = match_expression(query, detail)
-    if match is None:
-        return []
-    if not source_glob:
-        sql = "SELECT f.rowid, -bm25(chunks_fts) FROM chunks_fts f WHERE chunks_fts MATCH ? "
-        args: tuple[Any, ...] = (match, k)
-    else:
-        sql = ("SELECT f.rowid, -bm25(chunks_fts) FROM chunks_fts f JOIN chunks c ON c.chunk_id=f.rowid "
-               + ("JOIN documents d ON d.doc=c.doc WHERE chunks_fts MATCH ? AND d.source GLOB ? " if compact
-                  else "WHERE chunks_fts MATCH ? AND c.source GLOB ? "))
-        args = (match, source_glob, k)
-    sql += "ORDER BY bm25(chunks_fts) LIMIT ?"
-    return [(int(r[0]), float(r[1])) for r in db.execute(sql, args)]

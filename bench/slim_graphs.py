@@ -127,11 +127,11 @@ _LOCAL = {"nndescent": _nndescent(32, 10), "nndescent-6": _nndescent(24, 6), "ns
 def _runner_of(local):
     """A `pool.PartitionRunner` building each partition's lists with ``local`` (vectors -> local ids)."""
     from slimrag.index.slim.pool import to_global
-    from slimrag.index.slim.rows import Reader
+    from slimrag.index.slim.rows import RowReader
 
     def run(x, parts, config, knn):
         for rows in parts:
-            reader = Reader(x)
+            reader = RowReader(x)
             v = np.ascontiguousarray(reader.take(rows))
             reader.done()
             yield to_global(rows, local(v))

@@ -225,14 +225,14 @@ def frontier(work: Path, passages: int | None, codes: list[str], targets: list[f
              rows: list[dict]) -> None:
     """Recall target vs rows recomputed on one kept generation (see the module header)."""
     from slimrag.index.slim.build import exact_top
-    from slimrag.index.slim.rows import Reader
+    from slimrag.index.slim.rows import RowReader
 
     x, q = _frontier_data(work, passages, nq)
     q = q[:nq]
     if (work / "truth.npy").exists() and len(np.load(work / "truth.npy")) >= len(q):
         truth = np.load(work / "truth.npy")[: len(q)]
     else:
-        ids, sc = exact_top(Reader(x), q, np.full(len(q), -1), 10)
+        ids, sc = exact_top(RowReader(x), q, np.full(len(q), -1), 10)
         truth = np.take_along_axis(ids, np.argsort(-sc, axis=1), axis=1)
         np.save(work / "truth.npy", truth)
     if not (work / "gen" / "slim.json").exists():

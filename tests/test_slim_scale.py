@@ -77,7 +77,7 @@ def test_partition_order_and_bounded_reads_change_no_edge(data, monkeypatch):
     plain = forward_prune(x, pool, limits, PARTS)
     monkeypatch.setattr(rows, "RELEASE_BYTES", 512 * 1024)  # 6 MB of vectors: a bounded reader
     monkeypatch.setattr("slimrag.index.slim.prune._SET_NODES", 700)
-    assert rows.Reader(mm).bounded
+    assert rows.RowReader(mm).bounded
     ordered = forward_prune(mm, pool, limits, PARTS, order)
     assert np.array_equal(plain[3], ordered[3])  # the closest candidates kept for repairs
 
@@ -204,7 +204,7 @@ def test_reader_gathers_exactly_and_releases_only_file_pages(tmp_path, monkeypat
     for budget in (rows.RELEASE_BYTES, 64 * 1024):  # the file fits the budget whole; it does not
         monkeypatch.setattr(rows, "RELEASE_BYTES", budget)
         for src in (x, mm, mm[7:4007]):
-            r = rows.Reader(src)
+            r = rows.RowReader(src)
             assert r.mapped == (src is not x) and r.bounded == (src is not x and budget < src.nbytes)
             want_x = np.asarray(src)
             for want in (ids % len(src), np.sort(ids.reshape(-1) % len(src)), ids[0] % len(src), ids[:0]):
@@ -236,7 +236,7 @@ def test_gathers_keep_mapped_pages_bounded(tmp_path, monkeypatch):
     for sample in (np.sort(spread), spread, spread.reshape(80, 100)):
         rows.release_file_pages()
         before = _rss_file_kib()
-        got = rows.Reader(mm).take(sample)
+        got = rows.RowReader(mm).take(sample)
         bounded = _rss_file_kib() - before
         assert got.shape == (*sample.shape, d) and float(got.sum()) == 8000 * d
         # at most RELEASE_BYTES + one chunk (a quarter of it) + a folio of slack: ~7 MB

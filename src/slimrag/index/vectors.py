@@ -40,6 +40,7 @@ from slimrag.index.flat import FlatVectors
 from slimrag.index.manifest import Manifest
 from slimrag.index.slim import SlimArtifacts, SlimConfig, build_slim
 from slimrag.index.slim.rows import RELEASE_BYTES, release_file_pages
+from slimrag.index.slim.searcher import Recompute
 from slimrag.index.slim.store import SlimVectors
 from slimrag.index.slim.update import SlimUpdate
 
@@ -47,10 +48,6 @@ log = logging.getLogger("slimrag.index")
 
 #: rows per block when a compaction streams vectors to a file
 COPY_ROWS = 16_384
-
-#: exact embeddings of stored chunks by chunk id, recomputed from their text
-Recompute = Callable[[np.ndarray], np.ndarray]
-
 
 class VectorStore(Protocol):
     """What an open index asks of its vectors, whatever the generation kind."""

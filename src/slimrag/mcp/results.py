@@ -91,7 +91,7 @@ class PassageChunk:
 
 
 @dataclass(frozen=True)
-class Passage:
+class PassageExcerpt:
     """A chunk shown in its document: the chunk and its neighbours before and after it."""
 
     chunk_id: int
@@ -103,7 +103,7 @@ class Passage:
     after: list[PassageChunk]
 
     @classmethod
-    def from_excerpt(cls, ex: Excerpt) -> Passage:
+    def from_excerpt(cls, ex: Excerpt) -> PassageExcerpt:
         c = ex.chunk
         return cls(c.chunk_id, f"{c.source}#{c.ordinal}", c.source, ex.page, c.text,
                    [PassageChunk.from_chunk(b) for b in ex.before], [PassageChunk.from_chunk(a) for a in ex.after])

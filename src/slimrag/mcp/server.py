@@ -60,7 +60,7 @@ from slimrag.mcp.results import (
     AnswerResult,
     DocumentInfo,
     DocumentList,
-    Passage,
+    PassageExcerpt,
     PassageHit,
     SearchResult,
 )
@@ -210,13 +210,13 @@ class SlimragTools:
         chunk_id: Annotated[int, Field(description="The chunk_id of a passage from search or ask.", ge=0)],
         around: Annotated[int, Field(description="How many neighbouring passages of the same document to "
                                                  "include on each side.", ge=0, le=MAX_AROUND)] = 1,
-    ) -> Passage:
+    ) -> PassageExcerpt:
         """Open a passage in its document: the passage and its neighbours before and after it.
 
         Returns the passage (`label`, `source`, `page`, `text`) with `before` and `after`: the
         chunks of the same document just before and after it, in reading order (fewer at the
         start or end of the document). Use it when a search hit is cut off or needs context."""
-        return self._call(lambda idx: Passage.from_excerpt(idx.passage(chunk_id, around)))
+        return self._call(lambda idx: PassageExcerpt.from_excerpt(idx.passage(chunk_id, around)))
 
     def add_paths(
         self,

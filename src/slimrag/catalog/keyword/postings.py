@@ -44,7 +44,7 @@ import zstandard
 from slimrag.catalog.keyword import bm25
 from slimrag.catalog.keyword.base import ChunkSource, KeywordDamage
 from slimrag.catalog.keyword.postings_block import Block, alive, by_term, decode, encode
-from slimrag.catalog.keyword.tokenizer import Tokenizer
+from slimrag.catalog.keyword.tokenizer import Fts5Tokenizer
 from slimrag.catalog.keyword.words import words as query_words
 
 #: terms per compressed block (256: disfl_qa's postings 0.22x of its text, 1024 gains 0.01)
@@ -106,7 +106,7 @@ class Postings:
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db
-        self._tok: Tokenizer | None = None
+        self._tok: Fts5Tokenizer | None = None
         self._zc = zstandard.ZstdCompressor(level=LEVEL)
         self._zc_compact = zstandard.ZstdCompressor(level=LEVEL_COMPACT)
         self._zd = zstandard.ZstdDecompressor()
@@ -116,9 +116,9 @@ class Postings:
         self._version = -1
 
     @property
-    def tokenizer(self) -> Tokenizer:
+    def tokenizer(self) -> Fts5Tokenizer:
         if self._tok is None:
-            self._tok = Tokenizer()
+            self._tok = Fts5Tokenizer()
         return self._tok
 
     def _remember_lengths(self, ids: np.ndarray, lengths: np.ndarray) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 
-class Tokenizer:
+class Fts5Tokenizer:
     """FTS5's ``unicode61`` tokenizer, run by an in-memory FTS5 table: the only way to get its
     exact tokens (case folding, diacritics, which characters separate) from Python."""
 

@@ -163,13 +163,13 @@ from slimrag.index.slim.build import build_slim, calibrate_pq_error
 from slimrag.index.slim.config import SlimConfig
 from slimrag.index.slim.graph import Graph, GraphConfig, build_graph
 from slimrag.index.slim.pq import PQConfig, ProductQuantizer, train_pq
-from slimrag.index.slim.searcher import Recompute, SearchResult, SearchStats, SlimSearcher
+from slimrag.index.slim.searcher import Recompute, SearchStats, SlimSearcher, WalkResult
 from slimrag.index.slim.store import SlimVectors
 from slimrag.index.slim.update import SlimUpdate, UpdateConfig, UpdateStats, update_slim
 from slimrag.index.slim.vcache import VectorCache
 
 __all__ = [
-    "Graph", "GraphConfig", "PQConfig", "ProductQuantizer", "Recompute", "SearchResult", "SearchStats",
+    "Graph", "GraphConfig", "PQConfig", "ProductQuantizer", "Recompute", "WalkResult", "SearchStats",
     "SlimArtifacts", "SlimConfig", "SlimSearcher", "SlimUpdate", "SlimVectors", "UpdateConfig", "UpdateStats",
     "VectorCache", "build_graph", "build_slim", "calibrate_pq_error", "slim_bytes", "train_pq", "update_slim",
 ]

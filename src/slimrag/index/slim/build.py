@@ -1,7 +1,7 @@
 """Build a slim generation from unit-norm vectors: graph, PQ, codes, hubs, entry layer, PQ error bound.
 
 The vectors may be an ``np.memmap`` (the write path streams a build's vectors to disk): every
-step reads them in blocks or gathers (`rows.Reader`) and none holds a dense matrix with n rows of
+step reads them in blocks or gathers (`rows.RowReader`) and none holds a dense matrix with n rows of
 more than a few dozen columns, so the build's memory is the graph's edge lists, the codes and one
 partition's HNSW (``pool.py``), not the vectors.
 """
@@ -22,7 +22,7 @@ from slimrag.index.slim.pq import (
     training_rows,
 )
 from slimrag.index.slim.prune import PhaseClock
-from slimrag.index.slim.rows import Reader
+from slimrag.index.slim.rows import RowReader
 
 #: most held-out rows `heldout_error` encodes
 _HELDOUT = 4096
@@ -49,7 +49,7 @@ def build_slim(vectors: np.ndarray, config: SlimConfig | None = None, *, stats: 
     pq_error = calibrate_pq_error(x, pq, codes, config.error_quantile, seed=config.pq.seed, graph=graph)
     pq_mse = heldout_error(x, pq, codes, config.pq.resolve(len(x), x.shape[1]))
     clock.lap("calibrate")
-    hub_vectors = Reader(x).take(hub_rows).astype(np.float16)
+    hub_vectors = RowReader(x).take(hub_rows).astype(np.float16)
     art = SlimArtifacts(graph, pq, codes, hub_rows, hub_vectors, entry_rows, pq_error, pq_mse)
     art = replace(art, stop_table=calibrate_stop(x, art, seed=config.graph.seed))
     clock.lap("stop")
@@ -57,9 +57,9 @@ def build_slim(vectors: np.ndarray, config: SlimConfig | None = None, *, stats: 
 
 
 def encode_rows(pq: ProductQuantizer, x: np.ndarray, block: int = 65536) -> np.ndarray:
-    """PQ codes of every row of ``x``, read ``block`` rows at a time (`rows.Reader`)."""
+    """PQ codes of every row of ``x``, read ``block`` rows at a time (`rows.RowReader`)."""
     out = np.empty((len(x), pq.code_bytes), dtype=np.uint8)
-    reader = Reader(x)
+    reader = RowReader(x)
     for start, rows in reader.blocks(block):
         out[start : start + len(rows)] = pq.encode(rows)
     reader.done()
@@ -83,7 +83,7 @@ def calibrate_pq_error(
     rng = np.random.default_rng(seed)
     qs = np.sort(rng.choice(n, min(samples, n), replace=False))
     near = min(32, n - 1)
-    reader = Reader(x)
+    reader = RowReader(x)
     xq = reader.take(qs)
     if graph is not None:
         top = []
@@ -107,7 +107,7 @@ def calibrate_pq_error(
     return float(np.quantile(np.concatenate(errs), quantile)) if errs else 0.0
 
 
-def exact_top(reader: Reader, xq: np.ndarray, own: np.ndarray, k: int, block: int = 8192,
+def exact_top(reader: RowReader, xq: np.ndarray, own: np.ndarray, k: int, block: int = 8192,
               ) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-``k`` rows (ids int64, scores float32; unordered, ``-1`` where fewer exist) of
     each of the queries ``xq``, which are the rows ``own`` (each excluded from its own list), by
@@ -143,7 +143,7 @@ def heldout_error(x: np.ndarray, pq: ProductQuantizer, codes: np.ndarray, config
     if trained is not None:
         rest = np.setdiff1d(np.arange(n), trained)
         rest = np.sort(rng.choice(rest, min(len(rest), _HELDOUT), replace=False))
-        reader = Reader(x)
+        reader = RowReader(x)
         held = reader.take(rest)
         reader.done()
         return float(pq.direction_error(held, np.asarray(codes)[rest]).mean())
@@ -184,7 +184,7 @@ def calibrate_stop(
     from slimrag.index.slim.searcher import SlimSearcher, wave_ends
 
     n = len(x)
-    reader = Reader(x)
+    reader = RowReader(x)
     rng = np.random.default_rng(seed + 7)
     qs = np.sort(rng.choice(n, min(queries, n), replace=False))
     k = min(k, n - 1)

@@ -13,8 +13,58 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from slimrag.index.slim.graph import GraphConfig
 from slimrag.index.slim.pq import PQConfig
+
+#: how a partition's candidate pool is found (`GraphConfig.pool`; `slimrag.index.slim.pool`)
+POOLS = ("auto", "exact", "hnsw", "hnsw-knn")
+
+
+@dataclass(frozen=True, slots=True)
+class GraphConfig:
+    """Graph construction settings; see `slimrag.index.slim.graph`'s header for each knob's trade-off."""
+
+    base_degree: int = 12
+    max_degree: int = 32
+    hub_fraction: float = 0.05
+    candidates: int = 48
+    alpha: float = 1.0
+    long_range: int = 8
+    block: int = 0
+    seed: int = 0
+    pool: str = "auto"
+    exact_below: int = 50_000
+    hnsw_m: int = 16
+    hnsw_ef: int = 64
+    partition_rows: int = 250_000
+    overlap: int = 2
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.base_degree <= self.max_degree:
+            raise ValueError(
+                f"need 1 <= base_degree <= max_degree, got base_degree={self.base_degree}, "
+                f"max_degree={self.max_degree}"
+            )
+        if self.max_degree > 1024:
+            raise ValueError(f"max_degree above 1024 is never useful, got {self.max_degree}")
+        if self.candidates < self.max_degree:
+            raise ValueError(f"candidates ({self.candidates}) must be >= max_degree ({self.max_degree})")
+        if not 0.0 <= self.hub_fraction <= 1.0:
+            raise ValueError(f"hub_fraction must be in [0, 1], got {self.hub_fraction}")
+        if self.alpha < 1.0:
+            raise ValueError(f"alpha must be >= 1.0, got {self.alpha}")
+        if self.long_range < 0:
+            raise ValueError(f"long_range must be >= 0, got {self.long_range}")
+        if self.block < 0:
+            raise ValueError(f"block must be >= 0 (0 = automatic), got {self.block}")
+        if self.pool not in POOLS:
+            raise ValueError(f"pool must be one of {POOLS}, got {self.pool!r}")
+        if self.exact_below < 0 or self.hnsw_m < 2 or self.hnsw_ef < 1:
+            raise ValueError(
+                f"need exact_below >= 0, hnsw_m >= 2, hnsw_ef >= 1, got {self.exact_below}, {self.hnsw_m}, {self.hnsw_ef}"
+            )
+        if self.partition_rows < 1000 or self.overlap < 1:
+            raise ValueError(f"need partition_rows >= 1000 and overlap >= 1, got {self.partition_rows}, {self.overlap}")
+
 
 #: per-query knobs kept in manifests written before they moved to `SearchConfig`; dropped on read
 MOVED_TO_SEARCH = ("ef", "rerank", "wave", "early_stop")

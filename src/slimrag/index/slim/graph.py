@@ -73,59 +73,12 @@ from pathlib import Path
 
 import numpy as np
 
+from slimrag.index.slim.config import GraphConfig
 from slimrag.index.slim.pool import candidate_pool, partitions, pool_method
 from slimrag.index.slim.prune import PhaseClock, forward_prune, merge_reverse, partition_order, spans
 
 INDPTR_FILE = "graph_indptr.npy"
 INDICES_FILE = "graph_indices.npy"
-POOLS = ("auto", "exact", "hnsw", "hnsw-knn")
-
-
-@dataclass(frozen=True, slots=True)
-class GraphConfig:
-    """Graph construction settings; see the module header for each knob's trade-off."""
-
-    base_degree: int = 12
-    max_degree: int = 32
-    hub_fraction: float = 0.05
-    candidates: int = 48
-    alpha: float = 1.0
-    long_range: int = 8
-    block: int = 0
-    seed: int = 0
-    pool: str = "auto"
-    exact_below: int = 50_000
-    hnsw_m: int = 16
-    hnsw_ef: int = 64
-    partition_rows: int = 250_000
-    overlap: int = 2
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.base_degree <= self.max_degree:
-            raise ValueError(
-                f"need 1 <= base_degree <= max_degree, got base_degree={self.base_degree}, "
-                f"max_degree={self.max_degree}"
-            )
-        if self.max_degree > 1024:
-            raise ValueError(f"max_degree above 1024 is never useful, got {self.max_degree}")
-        if self.candidates < self.max_degree:
-            raise ValueError(f"candidates ({self.candidates}) must be >= max_degree ({self.max_degree})")
-        if not 0.0 <= self.hub_fraction <= 1.0:
-            raise ValueError(f"hub_fraction must be in [0, 1], got {self.hub_fraction}")
-        if self.alpha < 1.0:
-            raise ValueError(f"alpha must be >= 1.0, got {self.alpha}")
-        if self.long_range < 0:
-            raise ValueError(f"long_range must be >= 0, got {self.long_range}")
-        if self.block < 0:
-            raise ValueError(f"block must be >= 0 (0 = automatic), got {self.block}")
-        if self.pool not in POOLS:
-            raise ValueError(f"pool must be one of {POOLS}, got {self.pool!r}")
-        if self.exact_below < 0 or self.hnsw_m < 2 or self.hnsw_ef < 1:
-            raise ValueError(
-                f"need exact_below >= 0, hnsw_m >= 2, hnsw_ef >= 1, got {self.exact_below}, {self.hnsw_m}, {self.hnsw_ef}"
-            )
-        if self.partition_rows < 1000 or self.overlap < 1:
-            raise ValueError(f"need partition_rows >= 1000 and overlap >= 1, got {self.partition_rows}, {self.overlap}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +144,7 @@ def index_dtype(n: int) -> np.dtype:
 
 def build_graph(vectors: np.ndarray, config: GraphConfig | None = None, stats: dict | None = None) -> Graph:
     """Build the pruned proximity graph of unit-norm ``vectors`` (n, d) float32, in memory or an
-    ``np.memmap`` (read in blocks, `rows.Reader`; never copied whole).
+    ``np.memmap`` (read in blocks, `rows.RowReader`; never copied whole).
 
     The result is strongly connected, so best-first search can start from any node. Deterministic
     for the same input and config with an exact pool; HNSW pools vary slightly with faiss's

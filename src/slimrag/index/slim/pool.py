@@ -20,7 +20,7 @@ cheapest pool, at the best recall.
 ``P = ceil(overlap * n / partition_rows)`` k-means partitions (centroids trained on a sample of at
 most ``_KMEANS_SAMPLE`` rows), and each row joins its ``overlap`` nearest centroids' partitions.
 Each partition's HNSW is built alone, from rows read in blocks of the (possibly memory-mapped)
-matrix (`rows.Reader`), and dropped before the next: peak memory is one partition's index, not
+matrix (`rows.RowReader`), and dropped before the next: peak memory is one partition's index, not
 n. A row's pool is the union of its lists from its ``overlap`` partitions; rows in two partitions
 are what stitch the partitions' graphs together. `partitions` is the unit a cluster build
 distributes (``ray_build.py``): each partition's lists depend only on its rows.
@@ -43,10 +43,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from slimrag.index.slim.knn import exact_knn
-from slimrag.index.slim.rows import Reader
+from slimrag.index.slim.rows import RowReader
 
 if TYPE_CHECKING:
-    from slimrag.index.slim.graph import GraphConfig
+    from slimrag.index.slim.config import GraphConfig
 
 #: most rows the partition centroids are trained on
 _KMEANS_SAMPLE = 65536
@@ -71,7 +71,7 @@ def partitions(x: np.ndarray, config: GraphConfig) -> list[np.ndarray]:
     from slimrag.index.slim.kmeans import kmeans
 
     rng = np.random.default_rng(config.seed)
-    reader = Reader(x)
+    reader = RowReader(x)
     sample = reader.take(np.sort(rng.choice(n, min(n, _KMEANS_SAMPLE), replace=False)))
     cent = kmeans(sample, parts, 10, rng)
     del sample
@@ -125,7 +125,7 @@ def hnsw_lists(x: np.ndarray, rows: np.ndarray, config: GraphConfig, knn: bool =
     """`local_lists` of the partition ``rows`` (sorted ids into ``x``), read from ``x`` in blocks
     (so no copy of the partition is held beside faiss's own), as global row ids (len(rows), w)
     int32, ``-1`` padded."""
-    reader = Reader(x)
+    reader = RowReader(x)
     local = _lists(lambda lo, hi: reader.take(rows[lo:hi]), len(rows), x.shape[1], config, knn)
     reader.done()
     return to_global(rows, local)
@@ -164,7 +164,7 @@ def candidate_pool(
     if stats is not None:
         stats["pool"] = method
     if method == "exact":
-        reader = Reader(x)
+        reader = RowReader(x)
         ids, _ = exact_knn(reader.block(0, n), config.candidates, config.block)
         return ids.astype(np.int32)
     if method not in ("hnsw", "hnsw-knn"):

@@ -76,7 +76,7 @@ import numpy as np
 
 from slimrag.index.slim._threads import single_thread_blas
 from slimrag.index.slim.kmeans import subspace_kmeans
-from slimrag.index.slim.rows import Reader
+from slimrag.index.slim.rows import RowReader
 
 CODEBOOKS_FILE = "pq_codebooks.npy"
 CODES_FILE = "pq_codes.npy"
@@ -326,7 +326,7 @@ def train_pq(vectors: np.ndarray, config: PQConfig | None = None) -> ProductQuan
     if d % config.m:
         raise ValueError(f"PQ m={config.m} must divide the vector dimension {d}; try a divisor such as 32 or 48")
     rng = np.random.default_rng(config.seed)
-    reader = Reader(vectors)  # a plain gather of 16,384 rows spread over a large file maps all of it
+    reader = RowReader(vectors)  # a plain gather of 16,384 rows spread over a large file maps all of it
     sample = reader.take(np.arange(n) if n <= config.train_size else _sample_rows(rng, n, config.train_size))
     reader.done()
     sample = np.ascontiguousarray(sample, dtype=np.float32)

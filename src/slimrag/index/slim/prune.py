@@ -3,13 +3,13 @@ reverse-edge merge (Vamana's second pass); what ``graph.build_graph`` runs betwe
 pool and the connectivity repair (the algorithm and knobs are in ``graph.py``'s header).
 
 Memory: every pass works on a batch of ``_PRUNE_BATCH`` nodes or a block of ``_MERGE_BLOCK``
-nodes, reading vectors through `rows.Reader` (a memory-mapped matrix is never copied whole);
+nodes, reading vectors through `rows.RowReader` (a memory-mapped matrix is never copied whole);
 edges are int32/float32 arrays, 12 bytes an edge, kept grouped by node in the order the nodes
 were visited (never sorted as a whole: each node's span is found by counting).
 
 Reads: a node's candidates come from its two partitions, so the passes visit nodes by partition
 pair (`partition_order`) and read the union of ``_SET_NODES`` nodes' candidate rows once into
-memory (`rows.RowSet`, when the matrix is a mapping larger than the Reader's budget). Gathered
+memory (`rows.RowSet`, when the matrix is a mapping larger than the RowReader's budget). Gathered
 straight from the mapping, each batch's ~37,000 rows spread over the whole file, and keeping the
 mapped pages bounded would re-fault most of the file every batch. Measured at 1M stand-in rows
 (`bench.scale`, load 0.7-1.2): peak RSS 1,640 MiB against 2,694 before, build CPU 770 s against
@@ -28,10 +28,10 @@ import numpy as np
 
 from slimrag.index.slim._threads import single_thread_blas
 from slimrag.index.slim.knn import top_k_columns
-from slimrag.index.slim.rows import Reader, rows_of
+from slimrag.index.slim.rows import RowReader, rows_of
 
 if TYPE_CHECKING:
-    from slimrag.index.slim.graph import GraphConfig
+    from slimrag.index.slim.config import GraphConfig
 
 _PRUNE_BATCH = 512
 _SET_NODES = 8192  # nodes whose candidate rows are read together (`rows.RowSet`)
@@ -116,7 +116,7 @@ def forward_prune(
     nodes in ``order``, each node's closest first) and each node's ``_NEAR`` closest candidates
     (n, _NEAR) int32, for connectivity repair."""
     n = len(x)
-    reader = Reader(x)
+    reader = RowReader(x)
     pivots = pivots_of(n, config)
     pivot_vecs = reader.take(pivots)
     extra = min(config.long_range, max(len(pivots) - 1, 0))
@@ -223,7 +223,7 @@ def merge_reverse(
     del rev
     f_lo, f_hi = _node_spans(src, n, order)
     r_lo, r_hi = _node_spans(r_src, n, None)
-    reader = Reader(x)
+    reader = RowReader(x)
     out_s, out_d, out_v = [], [], []
     for a in range(0, n, _MERGE_BLOCK):
         nodes = order[a : a + _MERGE_BLOCK] if order is not None else np.arange(a, min(n, a + _MERGE_BLOCK))

@@ -36,14 +36,14 @@ from typing import Any
 import numpy as np
 
 from slimrag.index.slim import pool
-from slimrag.index.slim.rows import Reader
+from slimrag.index.slim.rows import RowReader
 
 
 def _partition_task(vectors: np.ndarray, config: dict[str, Any], knn: bool, threads: int) -> np.ndarray:
     """Runs on a Ray worker: the partition's candidate lists in local row numbers."""
     import faiss
 
-    from slimrag.index.slim.graph import GraphConfig
+    from slimrag.index.slim.config import GraphConfig
 
     faiss.omp_set_num_threads(threads)
     return pool.local_lists(vectors, GraphConfig(**config), knn)
@@ -60,7 +60,7 @@ class RayRunner:
         self.task = ray.remote(num_cpus=self.threads)(_partition_task)
 
     def __call__(self, x: np.ndarray, parts: list[np.ndarray], config: Any, knn: bool) -> list[np.ndarray]:
-        reader = Reader(x)
+        reader = RowReader(x)
         cfg = asdict(config)
         out: list[np.ndarray | None] = [None] * len(parts)
         pending: dict[Any, int] = {}

@@ -14,22 +14,22 @@ fault, not disk I/O). It applies only to *shared read-only file mappings* (``r--
 ``/proc/self/maps``: ``np.memmap`` in mode "r", ``np.load(mmap_mode="r")``, the delta parts'
 mappings of ``index/layout.py``), where dropping a page can never lose data; anonymous or private
 memory is never touched. :func:`release_file_pages` does the same for every such mapping of the
-process (what a compaction streaming many parts calls). `Reader` releases every ``RELEASE_BYTES``
+process (what a compaction streaming many parts calls). `RowReader` releases every ``RELEASE_BYTES``
 of file it may have mapped. A read maps more than it copies: on this machine's kernel (6.18) a
 fault on a file in the page cache maps the whole large folio around it, ~2 MB (measured: 1.95 MB
 of RSS per isolated row touched), so a gather of rows spread over the file maps the file's whole
-span. `Reader` therefore counts the distinct 2 MB windows of the file each read touches (an upper
+span. `RowReader` therefore counts the distinct 2 MB windows of the file each read touches (an upper
 bound of what it maps: folios are at most that size and aligned to it), cuts every gather,
 sorted first, into chunks of at most a quarter of the budget of windows, and releases when the
 windows touched since the last release reach the budget. So whatever the rows, sorted or not,
-one Reader keeps at most ``RELEASE_BYTES`` plus one chunk of its file mapped. The price is
+one RowReader keeps at most ``RELEASE_BYTES`` plus one chunk of its file mapped. The price is
 faults: a gather spread thin over a large file re-maps a folio for a few rows, so callers that
 gather many rows at random (the prune) first read the union of a batch's rows once into memory
 (``prune.py``). Before this accounting, unsorted gathers counted only the bytes they copied and
 mapped nearly the whole 1.4 GB file at 1M rows (4.4 GB at 3M). A mapping of at most
 ``RELEASE_BYTES`` (or an in-memory matrix) is read directly: mapped whole, it is within budget.
 
-Knob: ``RELEASE_BYTES`` (256 MB): file bytes a Reader may map between releases.
+Knob: ``RELEASE_BYTES`` (256 MB): file bytes a RowReader may map between releases.
 Linux only (``/proc/self/maps`` and ``madvise``); elsewhere releases are no-ops (correct, more RSS).
 """
 
@@ -128,14 +128,14 @@ def is_file_mapped(x: np.ndarray) -> bool:
     return span is not None and any(lo < span[1] and span[0] < hi for lo, hi in shared_file_maps())
 
 
-class Reader:
+class RowReader:
     """Reads rows of ``x`` (n, d) as float32 copies with a bounded mapped set: when ``x`` is a
     shared read-only file mapping larger than ``RELEASE_BYTES``, every read counts the 2 MB file
     windows it may map (a fault maps the large folio around the row, see the module header), and
-    the Reader releases ``x``'s pages whenever the windows counted since the last release reach
+    the RowReader releases ``x``'s pages whenever the windows counted since the last release reach
     ``RELEASE_BYTES``. A gather is read in sorted chunks cut so that no chunk's windows pass a
     quarter of that, so the bound holds within one call too, whatever the rows: at most
-    ``RELEASE_BYTES`` plus one chunk of ``x``'s file is mapped by this Reader at any time. A
+    ``RELEASE_BYTES`` plus one chunk of ``x``'s file is mapped by this RowReader at any time. A
     mapping that fits the budget whole (or an in-memory matrix) is read directly. Not thread-safe
     (one window counter)."""
 
@@ -234,7 +234,7 @@ def _file_offset(x: np.ndarray) -> int:
 
 
 class RowSet:
-    """The rows ``ids`` of a `Reader`'s matrix read once into memory, looked up by global row id.
+    """The rows ``ids`` of a `RowReader`'s matrix read once into memory, looked up by global row id.
 
     The prune gathers a few dozen candidate rows per node, ~37,000 rows a batch spread over the
     file; read straight from a large mapping, each batch would re-map most of the file's folios
@@ -242,7 +242,7 @@ class RowSet:
     bounded) and gathering from memory pays the faults once per set, and the nodes are taken in
     partition order so that a set's union is a neighbourhood, not the file."""
 
-    def __init__(self, reader: Reader, ids: np.ndarray) -> None:
+    def __init__(self, reader: RowReader, ids: np.ndarray) -> None:
         ids = np.asarray(ids).reshape(-1)
         self.ids = np.unique(ids[ids >= 0]).astype(np.int64)
         self.vectors = reader.take(self.ids)
@@ -254,7 +254,7 @@ class RowSet:
         return self.vectors[np.minimum(pos, len(self.ids) - 1)]
 
 
-def rows_of(reader: Reader, ids: np.ndarray) -> Reader | RowSet:
+def rows_of(reader: RowReader, ids: np.ndarray) -> RowReader | RowSet:
     """What to read the rows ``ids`` from: a `RowSet` of them when ``reader`` is bounded (a large
     mapping), else the reader itself (its reads are plain numpy gathers)."""
     return RowSet(reader, ids) if reader.bounded and len(ids) else reader

@@ -50,6 +50,8 @@ from slimrag.index.slim.pq import (
 )
 from slimrag.index.slim.vcache import VectorCache
 
+#: exact embeddings of stored chunks by chunk id, recomputed from their text (what a search
+#: reranks with, and what `slimrag.index.vectors` passes to every kind of store)
 Recompute = Callable[[np.ndarray], np.ndarray]
 
 
@@ -63,7 +65,7 @@ class SearchStats:
 
 
 @dataclass(frozen=True, slots=True)
-class SearchResult:
+class WalkResult:
     """Top rows by exact inner product, best first: ``rows`` int64, ``scores`` float32."""
 
     rows: np.ndarray
@@ -97,14 +99,14 @@ class SlimSearcher:
         self._epoch = 0
 
     def search(self, query: np.ndarray, k: int = 10, skip: np.ndarray | Iterable[int] | None = None,
-               config: SearchConfig | None = None) -> SearchResult:
+               config: SearchConfig | None = None) -> WalkResult:
         """Top-``k`` rows for one unit-norm query vector (d,)."""
         return self.search_batch(np.asarray(query, dtype=np.float32)[None, :], k, skip, config)[0]
 
     def search_batch(
         self, queries: np.ndarray, k: int = 10, skip: np.ndarray | Iterable[int] | None = None,
         config: SearchConfig | None = None,
-    ) -> list[SearchResult]:
+    ) -> list[WalkResult]:
         """Top-``k`` rows for each of ``queries`` (nq, d). ``skip``: a bool mask of length n or row
         ids that must never be returned (tombstones). ``config``: query knobs for this call (ef,
         rerank, wave, early_stop; its ``k`` and ``mode`` are not read), else the searcher's.
@@ -204,7 +206,7 @@ class SlimSearcher:
     def _rerank(
         self, q: np.ndarray, pools: list[tuple[np.ndarray, np.ndarray]], visited: list[int], k: int,
         cfg: SearchConfig,
-    ) -> list[SearchResult]:
+    ) -> list[WalkResult]:
         """Exact level. Each query's pool is walked in PQ order up to ``max(rerank, k)``
         positions, in waves; one ``recompute`` call per wave serves the whole batch."""
         nq = len(q)
@@ -258,7 +260,7 @@ class SlimSearcher:
         for i in range(nq):
             items = sorted(exact[i].items(), key=lambda kv: (-kv[1], kv[0]))[:k]
             out.append(
-                SearchResult(
+                WalkResult(
                     rows=np.array([r for r, _ in items], dtype=np.int64),
                     scores=np.array([s for _, s in items], dtype=np.float32),
                     stats=SearchStats(visited=visited[i], recomputed=recomputed[i], cache_hits=hits[i]),

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Protocol
 
 
-class Ranked(Protocol):
+class EvictionCandidate(Protocol):
     """What a policy reads of a node (see ``kvtree.Node``)."""
 
     hits: int
@@ -30,7 +30,7 @@ class Ranked(Protocol):
 class EvictionPolicy:
     """Orders eviction candidates: the smallest :meth:`priority` tuple goes first."""
 
-    def priority(self, node: Ranked) -> tuple[float, ...]:
+    def priority(self, node: EvictionCandidate) -> tuple[float, ...]:
         """The node's priority tuple; lower is evicted sooner."""
         raise NotImplementedError
 
@@ -42,7 +42,7 @@ class EvictionPolicy:
 class GDSF(EvictionPolicy):
     """Greedy-Dual-Size-Frequency: ``clock_at_access + hits * cost / size``, then least recent."""
 
-    def priority(self, node: Ranked) -> tuple[float, ...]:
+    def priority(self, node: EvictionCandidate) -> tuple[float, ...]:
         return (node.clock + node.hits * node.cost / max(node.nbytes, 1), float(node.last_use))
 
     def aged(self, clock: float, victim: tuple[float, ...]) -> float:
@@ -52,14 +52,14 @@ class GDSF(EvictionPolicy):
 class LRU(EvictionPolicy):
     """Least recently used first."""
 
-    def priority(self, node: Ranked) -> tuple[float, ...]:
+    def priority(self, node: EvictionCandidate) -> tuple[float, ...]:
         return (float(node.last_use),)
 
 
 class LFU(EvictionPolicy):
     """Least frequently used first, least recent among equals."""
 
-    def priority(self, node: Ranked) -> tuple[float, ...]:
+    def priority(self, node: EvictionCandidate) -> tuple[float, ...]:
         return (float(node.hits), float(node.last_use))
 
 

@@ -115,13 +115,15 @@ class SearchConfig:
     """How a query is answered; every field may change from one query to the next.
 
     mode ("hybrid"): "vector" (embedding similarity), "keyword" (BM25, FTS5's scores) or "hybrid"
-    (both, fused by reciprocal rank fusion). Hybrid is the default because it found the gold
-    passage in the top 5 most often on real questions (`bench.retrieval`, docs/benchmarks.md:
-    disfl_qa vector 0.907, keyword 0.947, hybrid 0.953), and keyword alone misses paraphrases.
+    (both, fused by `slimrag.index.fusion.fuse`: convex fusion of the normalised scores with the
+    keyword margin rule). Hybrid is the default because it found the gold passage in the top 5
+    most often on real questions (`bench.retrieval` and `bench.fusion`, docs/benchmarks.md), and
+    keyword alone misses paraphrases.
     This one field is the default of `Index.search`, `RAG`, ``slimrag search`` and the HTTP
     ``/v1/search``. Its cost: a hybrid query runs both searches (the vector one dominates).
-    rrf_k: the RRF constant; 60 is the value of the original paper and damps the influence of
-    any single list's top ranks. candidates: how many hits each list contributes to fusion.
+    rrf_k: the constant of reciprocal rank fusion, read only by the RRF strategies that
+    `bench.fusion` compares (`slimrag.index.fusion.FUSIONS`); the default fusion ignores it.
+    candidates: how many hits each list contributes to fusion.
 
     The slim index's walk and rerank (ignored by flat storage, which is exact; trade-offs measured
     in the header of `slimrag.index.slim`):

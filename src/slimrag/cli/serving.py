@@ -16,6 +16,7 @@ import click
 from slimrag.api.limits import ConnectionLimits
 from slimrag.cli.base import ROUTE, cli, open_index
 from slimrag.cli.options import bind_port, cache_config, host_options, host_rule, reuse_options
+from slimrag.errors import SlimragError
 from slimrag.route.policy import RouterConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -78,12 +79,16 @@ def bind_warning(host: str, api_key: str | None, what: str = "server") -> str | 
 @click.option("--decode-width", type=click.IntRange(1, 64), metavar="ROWS",
               help="Embedded model: most concurrent answers sharing one decode step (default 8; 1 turns "
                    "batching off). An answer does not depend on the others served with it.")
+@click.option("--kv-events", metavar="ENDPOINT",
+              help="Publish the KV cache's changes as vLLM KV events on this ZMQ address, e.g. "
+                   "tcp://127.0.0.1:5557 (replays on the next port); off by default. See docs/kv-events.md.")
 @limit_options
 @host_options
 @reuse_options
 def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None, workers: int,
-          search_workers: int, decode_width: int | None, max_connections: int | None, header_timeout: float,
-          max_body_bytes: int, allow_host: tuple[str, ...], allow_origin: tuple[str, ...]) -> None:
+          search_workers: int, decode_width: int | None, kv_events: str | None, max_connections: int | None,
+          header_timeout: float, max_body_bytes: int, allow_host: tuple[str, ...],
+          allow_origin: tuple[str, ...]) -> None:
     """Serve an index over HTTP: OpenAI-compatible chat completions (RAG) and embeddings, search, metrics."""
     from slimrag.api.gate import check_api_key
     from slimrag.api.listen import listen, run
@@ -95,6 +100,7 @@ def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None
             raise click.BadParameter(str(e), param_hint="--api-key") from e
     cache = cache_config(llm)
     hosts = host_rule(host, allow_host, allow_origin)
+    events = _events_config(kv_events, llm)
     sock = bind_port(host, port)  # before any model loads: a busy port is one line, at once
     if warning := bind_warning(host, api_key):
         click.echo(warning, err=True)
@@ -108,8 +114,11 @@ def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None
             batch = None if decode_width is None else BatchConfig(width=decode_width)
             rag = RAG(idx, make_generator(llm, cache=cache, batch=batch))
             warm_up(rag)  # here, so a missing model is one error line rather than a failed startup
-            app = create_app(rag, api_key=api_key, workers=workers, search_workers=search_workers, warm=False,
-                             hosts=hosts, max_body_bytes=max_body_bytes)
+            try:
+                app = create_app(rag, api_key=api_key, workers=workers, search_workers=search_workers, warm=False,
+                                 hosts=hosts, max_body_bytes=max_body_bytes, kv_events=events)
+            except (OSError, ValueError) as e:  # the event ports are taken, or no KV tree to publish
+                raise click.ClickException(str(e)) from e
             click.echo(f"slimrag: the web page is at {_url(host, listen(sock))}; the OpenAI-compatible API "
                        "under /v1", err=True)
             run(app, sock, host, limits=connection_limits(max_connections, header_timeout))
@@ -133,13 +142,17 @@ def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None
               help="Seconds a failed replica is left out (a passing health check ends it sooner).")
 @click.option("--health-interval", default=ROUTE["health_interval_s"], show_default=True,
               help="Seconds between health checks of each replica (GET /healthz); 0 turns them off.")
+@click.option("--index", "plan_index", type=click.Path(exists=True, file_okay=False), metavar="INDEX",
+              help="The replicas' index: retrieve each chat's passages here and route it by the KV they save "
+                   "on replicas that publish events (serve --kv-events); the replica then does not search.")
 @click.option("--api-key", envvar="SLIMRAG_API_KEY",
               help="Require 'Authorization: Bearer KEY' on every route but the page and /healthz, which then "
                    "names no replica without it; passed on, so give the replicas' key [env: SLIMRAG_API_KEY].")
 @limit_options
 @host_options
 def route(replicas: tuple[str, ...], host: str, port: int, cache_threshold: float, balance_abs_threshold: int,
-          balance_rel_threshold: float, cooldown: float, health_interval: float, api_key: str | None,
+          balance_rel_threshold: float, cooldown: float, health_interval: float, plan_index: str | None,
+          api_key: str | None,
           max_connections: int | None, header_timeout: float, max_body_bytes: int,
           allow_host: tuple[str, ...], allow_origin: tuple[str, ...]) -> None:
     """Route OpenAI-compatible requests over several `slimrag serve` replicas (cache-aware, with failover)."""
@@ -159,12 +172,31 @@ def route(replicas: tuple[str, ...], host: str, port: int, cache_threshold: floa
         config = RouterConfig(cache_threshold=cache_threshold, balance_abs_threshold=balance_abs_threshold,
                               balance_rel_threshold=balance_rel_threshold, cooldown_s=cooldown,
                               health_interval_s=health_interval, max_body_bytes=max_body_bytes)
-        app = create_router_app(list(replicas), config, hosts=hosts, api_key=api_key)
-    except ValueError as e:
+        app = create_router_app(list(replicas), config, hosts=hosts, api_key=api_key, index=plan_index)
+    except (ValueError, SlimragError) as e:  # a bad setting, or an index folder that does not open
         raise click.UsageError(str(e)) from e
     sock = bind_port(host, port)
     click.echo(f"slimrag: the router and its web page are at {_url(host, listen(sock))}", err=True)
     run(app, sock, host, limits=connection_limits(max_connections, header_timeout))
+
+
+def _events_config(endpoint: str | None, llm: str | None) -> Any:
+    """The `EventsConfig` of ``--kv-events`` (None without it); usage errors for a bad address, an
+    ``--llm`` server (which keeps its own cache) or a missing ``route`` extra."""
+    if endpoint is None:
+        return None
+    if llm is not None:
+        raise click.UsageError("--kv-events publishes the embedded model's KV cache; an --llm server keeps its own")
+    try:
+        from slimrag.llm.kv.publish import EventsConfig
+    except ImportError as e:
+        raise click.UsageError(f"--kv-events needs pyzmq and msgpack: pip install 'slimrag[route]' ({e})") from e
+    try:
+        config = EventsConfig(endpoint)
+        config.replay()
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--kv-events") from e
+    return config
 
 
 def _url(host: str, port: int) -> str:

@@ -32,7 +32,7 @@ Capabilities
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -41,6 +41,7 @@ from slimrag.prompt import Prompt, Segment
 from slimrag.types import Usage
 
 if TYPE_CHECKING:
+    from slimrag.llm.kv.events import KVEvent
     from slimrag.prompt import PlanningCache
 
 
@@ -102,6 +103,11 @@ class Generator(ABC):
         """The prefix cache the passage planner should walk (``rag.plan``), or None when this
         generator keeps none it can show (remote backends; the pipeline then keeps a shadow)."""
         return None
+
+    def subscribe_kv(self, listener: Callable[[KVEvent], None]) -> bool:
+        """Tell ``listener`` every change of this generator's KV cache as KV events
+        (`slimrag.llm.kv.events`, what ``serve --kv-events`` publishes); False when it keeps none."""
+        return False
 
     def keep(self, segments: Sequence[Segment]) -> int:
         """Make sure the KV of ``segments`` (a prompt prefix, every segment with a key, the system

@@ -49,6 +49,7 @@ from slimrag.llm.batcher import BatchConfig, BatchStats, DecodeLoop
 from slimrag.llm.decoding import Chooser, chooser, eos_ids, find_stop, greedy, safe_len
 from slimrag.llm.engine import Decoder, KVCache
 from slimrag.llm.kv.config import CacheConfig
+from slimrag.llm.kv.events import KVEvent
 from slimrag.llm.kv.reuse import KVReuse, Lease, PlanningView, make_reuse
 from slimrag.llm.kv.tree import KVTree, KVTreeStats
 from slimrag.llm.runner import PrefillRunner
@@ -147,6 +148,10 @@ class LocalGenerator(Generator):
     def planning_cache(self) -> PlanningView | None:
         """What the planner may walk: the tree under this model's namespace (None: nothing cached)."""
         return PlanningView(self.reuse, self.name) if self.reuse.enabled else None
+
+    def subscribe_kv(self, listener: Callable[[KVEvent], None]) -> bool:
+        """Tell ``listener`` the knowledge tree's changes as KV events (False without a tree)."""
+        return self.reuse.subscribe(listener)
 
     def batch_stats(self) -> BatchStats | None:
         """Decode steps and rows the batcher has run (None with batching off)."""

@@ -3,7 +3,11 @@
 Which replica answers follows SGLang's cache-aware router: the replica whose approximate prefix
 tree best matches the conversation, unless in-flight load is imbalanced, then the least loaded.
 The rule, its knobs and their defaults are in `slimrag.route.policy`; the tree in
-`slimrag.route.prefix_tree`.
+`slimrag.route.prefix_tree`. Replicas that publish KV events (``slimrag serve --kv-events``,
+named in their ``/healthz``) are followed exactly (`slimrag.route.events`, `slimrag.route.kv_view`);
+with ``index`` (``slimrag route --index``) the router retrieves a chat's passages itself
+(`slimrag.route.planner`), routes it by the prefill they save against load
+(`slimrag.route.kv_policy`), and passes them on in ``X-Slimrag-Plan`` so the replica does not search.
 
 Endpoints
     ``POST /v1/chat/completions``: validated as ``slimrag serve`` validates it (`ChatRequest`, so a
@@ -76,26 +80,32 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 import anyio
 import httpx
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.requests import Request
-from starlette.types import Receive, Scope, Send
 
 from slimrag.api.disconnect import ClientGone, until_gone
 from slimrag.api.errors import APIError, install_handlers
 from slimrag.api.gate import Gate, bearer_matches, check_api_key
 from slimrag.api.hosts import HostGuard, HostRule
 from slimrag.api.page import PageFront
+from slimrag.api.plan_header import PLAN_HEADER, format_plan
 from slimrag.api.schemas import ChatRequest
+from slimrag.errors import SlimragError
+from slimrag.route.kv_policy import choose_planned
 from slimrag.route.metrics import RouterMetrics
+from slimrag.route.planner import RoutePlan, RoutePlanner
 from slimrag.route.policy import Replica, RouterConfig, choose, replica_url
 from slimrag.route.prefix_tree import PrefixTree
-from slimrag.route.upstream import Failure, head_of, reason_of
+from slimrag.route.upstream import Failure, Relayed, head_of, reason_of
+
+if TYPE_CHECKING:
+    from slimrag.route.events import EventStreams
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -117,33 +127,18 @@ def routing_key(req: ChatRequest) -> str:
     return "".join(f"<{m.role}>{m.text()}\n" for m in req.messages)
 
 
-class _Relayed(StreamingResponse):
-    """A replica's answer relayed to the client; ``release`` runs once it ends, however it ends."""
-
-    def __init__(self, chunks: AsyncIterator[bytes], status: int, headers: dict[str, str],
-                 release: Callable[[], Awaitable[None]]) -> None:
-        super().__init__(chunks, status_code=status, headers=headers)
-        self.release = release
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            with anyio.CancelScope(shield=True):  # a client that left cancels the scope
-                await self.release()
-
-
 class Router:
     """The replicas, their trees and loads, and the HTTP client of one router app. Event loop only."""
 
-    def __init__(self, replicas: Sequence[str], config: RouterConfig) -> None:
+    def __init__(self, replicas: Sequence[str], config: RouterConfig, planner: RoutePlanner | None = None) -> None:
         urls = [replica_url(u) for u in replicas]
         if not urls:
             raise ValueError("give at least one replica URL")
         if len(set(urls)) != len(urls):
             raise ValueError(f"a replica is given twice: {urls}")
-        self.config = config
+        self.config, self.planner = config, planner
         self.replicas = [Replica(u, PrefixTree(config.max_tree_chars)) for u in urls]
+        self.streams: EventStreams | None = None
         self.metrics = RouterMetrics()
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s),
                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
@@ -168,6 +163,8 @@ class Router:
             try:
                 r = await self.client.get(replica.url + "/healthz", timeout=self.config.health_timeout_s)
                 ok, why = r.status_code == 200, f"status {r.status_code}"
+                if ok:
+                    self._follow_events(replica, r)
             except httpx.TransportError as exc:
                 ok, why = False, f"{type(exc).__name__}: {exc or 'no answer'}"
             self.metrics.inc("slimrag_router_health_checks_total", replica=replica.url,
@@ -186,14 +183,39 @@ class Router:
             for replica in self.replicas:
                 tg.start_soon(check, replica)
 
+    def _follow_events(self, replica: Replica, health: httpx.Response) -> None:
+        """Start (or keep, or stop) the replica's KV event stream as its ``/healthz`` names it."""
+        try:
+            info = health.json().get("kv_events")
+        except (ValueError, AttributeError):  # not JSON, or not an object: it publishes nothing
+            info = None
+        if info is None and self.streams is None:
+            return
+        if self.streams is None:
+            from slimrag.route.events import EventStreams  # pyzmq: only when a replica publishes
+
+            self.streams = EventStreams()
+        replica.events = self.streams.watch(replica.url, info)
+
+    async def plan(self, req: ChatRequest) -> RoutePlan | None:
+        """The chat's passages when the router plans (``--index``), else None; a failed plan routes
+        the chat as before, by its text."""
+        if self.planner is None:
+            return None
+        try:
+            return await self.planner.aplan(req)
+        except (SlimragError, OSError, ValueError) as exc:
+            log.warning("could not plan a chat's passages (%s); routing it by its text", exc)
+            return None
+
     async def watch_health(self) -> None:
         """Check health every ``health_interval_s`` until cancelled."""
         while True:
             await self.check_health()
             await anyio.sleep(self.config.health_interval_s)
 
-    async def forward(self, request: Request, path: str, key: str | None) -> Response:
-        """Answer ``request`` from a replica chosen by ``key`` (see the module header)."""
+    async def forward(self, request: Request, path: str, key: str | None, plan: RoutePlan | None = None) -> Response:
+        """Answer ``request`` from a replica chosen by ``key``, or by ``plan``'s passages (module header)."""
         body = await request.body()
         headers = {k: v for k in FORWARDED if (v := request.headers.get(k)) is not None}
         tried: list[Replica] = []
@@ -201,10 +223,15 @@ class Router:
         while len(tried) < len(self.replicas):
             now = time.monotonic()
             untried = [r for r in self.replicas if r not in tried]
-            replica, reason = choose([r for r in untried if r.healthy(now)] or untried, key, self.config)
+            pool = [r for r in untried if r.healthy(now)] or untried
+            if plan is None:
+                (replica, reason), prefill, sent = choose(pool, key, self.config), 0, headers
+            else:
+                replica, reason, prefill = choose_planned(pool, plan, key, self.config)
+                sent = {**headers, PLAN_HEADER: format_plan(plan.hits)}
             tried.append(replica)
             try:  # a client that leaves before the answer starts: stop waiting, close the upstream
-                outcome = await until_gone(request, self._attempt(replica, request.method, path, body, headers))
+                outcome = await until_gone(request, self._attempt(replica, request.method, path, body, sent, prefill))
             except ClientGone:
                 return Response(status_code=499)  # nobody reads it; counted as the client leaving
             if isinstance(outcome, Response):
@@ -223,9 +250,11 @@ class Router:
                        code="replicas_unavailable")
 
     async def _attempt(self, replica: Replica, method: str, path: str, body: bytes,
-                       headers: dict[str, str]) -> Response | Failure:
-        """Send the request to ``replica``: its answer, committed, or why it failed before any byte."""
+                       headers: dict[str, str], prefill: int = 0) -> Response | Failure:
+        """Send the request to ``replica``: its answer, committed, or why it failed before any byte.
+        ``prefill``: its estimated prefill tokens, counted as pending there until the first byte."""
         replica.in_flight += 1
+        replica.pending_prefill += prefill
         upstream: httpx.Response | None = None
         owned = True  # until the relay takes the upstream response and the in-flight count over
         try:
@@ -245,13 +274,14 @@ class Router:
                 return Failure("failed its health check before the first byte of its answer", down=True)
             returned = {k: v for k in RETURNED if (v := upstream.headers.get(k)) is not None}
             owned = False
-            return _Relayed(self._relay(replica, upstream, first, chunks), status,
+            return Relayed(self._relay(replica, upstream, first, chunks), status,
                             {**returned, "x-slimrag-replica": replica.url}, self._releaser(replica, upstream))
         except httpx.TransportError as exc:  # connection refused or reset, timeouts, broken HTTP
             if upstream is None:
                 self.metrics.inc("slimrag_router_upstream_total", replica=replica.url, status="error")
             return Failure(f"{type(exc).__name__}: {exc or 'no detail'}", down=True)
         finally:
+            replica.pending_prefill -= prefill
             if owned:
                 replica.in_flight -= 1
                 if upstream is not None:
@@ -300,16 +330,18 @@ class Router:
 
 
 def create_router_app(replicas: list[str], config: RouterConfig | None = None,
-                      hosts: HostRule | None = None, api_key: str | None = None) -> FastAPI:
+                      hosts: HostRule | None = None, api_key: str | None = None,
+                      index: str | None = None) -> FastAPI:
     """The router over ``replicas`` (server roots such as ``http://127.0.0.1:8001``; a trailing
     ``/v1`` is dropped), with ``config``'s knobs (defaults: `RouterConfig`), answering the Host and
     Origin values of ``hosts`` (`slimrag.api.hosts`; default the loopback names). ``api_key``:
     required on every route but the page and ``/healthz``, which names the replicas only to a
-    caller with the key (see "Security" in the module header). Raises ValueError for no replica, a
+    caller with the key (see "Security" in the module header). ``index``: the replicas' index folder,
+    to route chats by their passages (`slimrag.route.planner`). Raises ValueError for no replica, a
     repeated one, a URL that is not ``http(s)://host:port``, or a key no client can send."""
     config = config or RouterConfig()
     key = None if api_key is None else check_api_key(api_key)
-    router = Router(replicas, config)
+    router = Router(replicas, config, RoutePlanner(index, chars_per_token=config.chars_per_token) if index else None)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -321,9 +353,14 @@ def create_router_app(replicas: list[str], config: RouterConfig | None = None,
                 watcher.cancel()
                 await asyncio.gather(watcher, return_exceptions=True)
             await router.client.aclose()
+            if router.streams is not None:
+                await router.streams.close()
+            if router.planner is not None:
+                await asyncio.to_thread(router.planner.close)
 
     app = FastAPI(title="slimrag router", summary="cache-aware routing over slimrag replicas", lifespan=lifespan,
                   docs_url=None, redoc_url=None)  # no CDN script: the contract is at /openapi.json
+    app.state.router = router  # for tests and bench/route.py: the replicas' views and loads
     app.add_middleware(Gate, api_key=api_key, max_body_bytes=config.max_body_bytes, metrics=router.metrics)
     app.add_middleware(PageFront, metrics=router.metrics)  # the web page, as a replica serves it
     app.add_middleware(HostGuard, rule=hosts or HostRule(), metrics=router.metrics)  # outermost
@@ -331,7 +368,7 @@ def create_router_app(replicas: list[str], config: RouterConfig | None = None,
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatRequest, request: Request) -> Response:
-        return await router.forward(request, "/v1/chat/completions", routing_key(req))
+        return await router.forward(request, "/v1/chat/completions", routing_key(req), await router.plan(req))
 
     @app.post("/v1/embeddings")
     async def embeddings(request: Request) -> Response:

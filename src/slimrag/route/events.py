@@ -32,9 +32,11 @@ Not thread-safe: one asyncio task (`EventStream.run`) owns the sockets and the v
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import zmq
 import zmq.asyncio
@@ -78,12 +80,20 @@ class EventStream:
         self._ctx = ctx or zmq.asyncio.Context.instance()
         self._held: dict[int, bytes] = {}
         self._skip = 0
+        self._building = False
+        self._want_rebuild = False
         self._sub = self._ctx.socket(zmq.SUB)
         self._sub.setsockopt(zmq.SUBSCRIBE, b"")
         self._sub.setsockopt(zmq.RCVHWM, 100_000)
         self._monitor = self._sub.get_monitor_socket(zmq.EVENT_CONNECTED)
         self._sub.connect(endpoint)
         self._dealer = self._new_dealer()
+
+    def invalidate(self) -> None:
+        """Forget the view now and rebuild it from the replica's replay (its health changed: a
+        replica found down may come back with another cache, or with the same one)."""
+        self.view.clear()
+        self.exact, self._want_rebuild = False, True
 
     def drop_next(self, n: int) -> None:
         """Discard the next ``n`` live batches as if the network lost them (fault injection for
@@ -97,7 +107,10 @@ class EventStream:
         poller.register(self._monitor, zmq.POLLIN)
         try:
             while True:
-                ready = dict(await poller.poll())
+                ready = dict(await poller.poll(100))
+                if self._want_rebuild:
+                    self._want_rebuild = False
+                    await self._rebuild(None)
                 if self._monitor in ready:
                     event = parse_monitor_message(await self._monitor.recv_multipart())
                     if event["event"] == zmq.EVENT_CONNECTED:
@@ -144,7 +157,8 @@ class EventStream:
         now behind the socket, whichever it is)."""
         held = self._held if topic is not None else {}
         self.view.clear()
-        self.topic, self.next_seq, self.exact, self._held = topic, 0, True, held
+        self.topic, self.next_seq, self.exact, self._held = topic, 0, False, held
+        self._building = True
         self.synced_at = time.monotonic()
         await self._replay_from(0)
 
@@ -184,12 +198,16 @@ class EventStream:
         """After a replay: apply what follows on; a batch still missing (the replica's buffer no
         longer holds it) or a replay that timed out leaves a hole, so the view is inexact."""
         self._drain()
-        if timed_out or self._held:
+        complete = not (timed_out or self._held)
+        if not complete:
             self.exact = False
             self.counts.holes += 1
             if self._held:
                 self.next_seq = min(self._held)
                 self._drain()
+        elif self._building:
+            self.exact = True
+        self._building = False
 
     def _apply(self, payload: bytes) -> None:
         try:
@@ -209,3 +227,54 @@ class EventStream:
         dealer = self._ctx.socket(zmq.DEALER)
         dealer.connect(self.replay)
         return dealer
+
+
+class EventStreams:
+    """The KV event streams of a router's replicas, started as their ``/healthz`` names them."""
+
+    def __init__(self, replay_timeout_s: float = 2.0) -> None:
+        self.replay_timeout_s = replay_timeout_s
+        self._running: dict[str, tuple[tuple[str, str], EventStream, asyncio.Task[None]]] = {}
+
+    def watch(self, url: str, info: object) -> EventStream | None:
+        """The stream of the replica at ``url`` whose ``/healthz`` said ``kv_events: info``: started
+        on first sight, replaced when its addresses change, stopped when it names none. A wildcard
+        host in an address (``0.0.0.0``, ``*``, ``[::]``) is replaced by the replica's own."""
+        addresses = _addresses(url, info)
+        running = self._running.get(url)
+        if running is not None and running[0] == addresses:
+            return running[1]
+        if running is not None:
+            running[2].cancel()
+            del self._running[url]
+        if addresses is None:
+            return None
+        stream = EventStream(*addresses, replay_timeout_s=self.replay_timeout_s)
+        self._running[url] = (addresses, stream, asyncio.get_running_loop().create_task(stream.run()))
+        log.info("following the KV events of %s at %s", url, addresses[0])
+        return stream
+
+    async def close(self) -> None:
+        """Stop every stream."""
+        tasks = [task for _, _, task in self._running.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._running.clear()
+
+
+def _addresses(url: str, info: object) -> tuple[str, str] | None:
+    if not isinstance(info, dict):
+        return None
+    endpoint, replay = info.get("endpoint"), info.get("replay")
+    if not isinstance(endpoint, str) or not isinstance(replay, str):
+        return None
+    host = urlsplit(url).hostname or "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+
+    def own(address: str) -> str:
+        head, _, port = address.rpartition(":")
+        scheme, _, bound = head.partition("://")
+        return f"{scheme}://{host}:{port}" if bound in ("0.0.0.0", "*", "[::]", "::") else address
+
+    return own(endpoint), own(replay)

@@ -26,6 +26,12 @@ class RouterMetrics(Metrics):
                                    lambda r: int(r.healthy())),
         "slimrag_router_tree_chars": ("Characters in the replica's approximate prefix tree.",
                                       lambda r: r.tree.size),
+        "slimrag_router_kv_segments": ("Segments in the replica's KV view, from its events (0 without).",
+                                       lambda r: len(r.events.view) if r.events is not None else 0),
+        "slimrag_router_kv_exact": ("1 when the replica's KV view is exact (its events, complete).",
+                                    lambda r: int(r.exact())),
+        "slimrag_router_kv_malformed": ("Malformed KV event messages and events skipped, by replica.",
+                                        lambda r: r.events.counts.malformed if r.events is not None else 0),
     }
 
     def render_all(self, replicas: Sequence[Replica]) -> str:

@@ -58,6 +58,10 @@ Knobs (`RouterConfig`; SGLang's defaults in brackets where ours differ)
     interval. Detection takes at most interval + timeout (4 s by default); a shorter interval
     finds failures sooner for one small request per replica per interval. 0 turns checks off.
     ``max_body_bytes`` 1 MiB: larger request bodies are refused with 413, as ``slimrag serve`` does.
+    ``prefill_weight`` 1.0, ``decode_tokens`` 64 and ``chars_per_token`` 4.0: the cost of a chat
+    routed by its passages over replicas that publish KV events; the rule and each trade-off are in
+    `slimrag.route.kv_policy`. They do nothing when no replica publishes events or the router plans
+    no passages (no ``--index``).
 """
 
 from __future__ import annotations
@@ -65,9 +69,13 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from slimrag.route.prefix_tree import PrefixTree
+
+if TYPE_CHECKING:
+    from slimrag.route.events import EventStream
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +92,9 @@ class RouterConfig:
     max_body_bytes: int = 1 << 20
     health_interval_s: float = 2.0
     health_timeout_s: float = 2.0
+    prefill_weight: float = 1.0
+    decode_tokens: int = 64
+    chars_per_token: float = 4.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.cache_threshold <= 1.0:
@@ -96,7 +107,10 @@ class RouterConfig:
             raise ValueError(f"cooldown_s must be >= 0, got {self.cooldown_s}")
         if self.health_interval_s < 0:
             raise ValueError(f"health_interval_s must be >= 0 (0: no health checks), got {self.health_interval_s}")
-        for name in ("max_tree_chars", "connect_timeout_s", "timeout_s", "max_body_bytes", "health_timeout_s"):
+        if self.prefill_weight < 0 or self.decode_tokens < 0:
+            raise ValueError("prefill_weight and decode_tokens must be >= 0")
+        for name in ("max_tree_chars", "connect_timeout_s", "timeout_s", "max_body_bytes", "health_timeout_s",
+                     "chars_per_token"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
@@ -122,6 +136,14 @@ class Replica:
     down_until: float = 0.0
     #: False from a failed health check until one passes.
     checked_ok: bool = True
+    #: Its KV event stream, once its ``/healthz`` named one (`slimrag.route.events`).
+    events: EventStream | None = None
+    #: Estimated prefill tokens routed here whose first byte has not come back yet.
+    pending_prefill: int = 0
+
+    def exact(self) -> bool:
+        """Whether the router holds an exact view of this replica's cache (its events, complete)."""
+        return self.events is not None and self.events.exact
 
     def healthy(self, now: float | None = None) -> bool:
         """False while cooling down after a failure, or while its health check fails."""
@@ -131,6 +153,8 @@ class Replica:
         """Leave this replica out for ``cooldown_s`` and forget its tree (its cache is likely gone)."""
         self.down_until = time.monotonic() + cooldown_s
         self.tree.clear()
+        if self.events is not None:
+            self.events.invalidate()
 
     def checked(self, ok: bool) -> bool:
         """Record a health check; True when it changed the replica's state. A failed check leaves
@@ -138,6 +162,8 @@ class Replica:
         changed = ok != self.checked_ok
         if not ok and self.checked_ok:
             self.tree.clear()
+        if changed and self.events is not None:  # down: forget; back: rebuild from its replay
+            self.events.invalidate()
         if ok:
             changed = changed or self.down_until > time.monotonic()
             self.down_until = 0.0

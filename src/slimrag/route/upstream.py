@@ -1,12 +1,17 @@
-"""What the router keeps of a replica's failed attempt: why it failed (`Failure`, whether it takes
-the replica down), and at most `MAX_ERROR_BYTES` of its error body, never the whole of it."""
+"""What the router keeps of a replica's attempt: why it failed (`Failure`, whether it takes the
+replica down), at most `MAX_ERROR_BYTES` of its error body, never the whole of it, and the answer
+relayed to the client (`Relayed`)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
+import anyio
 import httpx
+from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,3 +47,19 @@ async def head_of(upstream: httpx.Response) -> bytes:
         if size >= MAX_ERROR_BYTES:
             break
     return b"".join(parts)[:MAX_ERROR_BYTES]
+
+
+class Relayed(StreamingResponse):
+    """A replica's answer relayed to the client; ``release`` runs once it ends, however it ends."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], status: int, headers: dict[str, str],
+                 release: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(chunks, status_code=status, headers=headers)
+        self.release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):  # a client that left cancels the scope
+                await self.release()

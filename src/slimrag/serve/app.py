@@ -24,6 +24,14 @@ Endpoints
     ``GET /``: the web page (ask, streamed answer, citations that open their passage, search,
     status), served with its two static files without the API key; see `slimrag.api.page`.
 
+KV events and routed plans (issue 31)
+    With ``kv_events`` (``slimrag serve --kv-events ENDPOINT``) the generator's knowledge tree
+    publishes its changes on ZMQ as vLLM publishes its KV events (`slimrag.llm.kv.publish`,
+    ``docs/kv-events.md``), and ``GET /healthz`` names the sockets (``kv_events``: ``endpoint``,
+    ``replay``, ``topic``): that is how ``slimrag route`` finds them. A chat that carries a router's
+    ``X-Slimrag-Plan`` (`slimrag.api.plan_header`) is answered from those passages without a
+    second search (`slimrag.serve.planned`). Without either, nothing changes.
+
 Errors and limits
     Connections are guarded before any of this runs (`slimrag.api.connections`: a request head
     within 10 s, its body within 30 s more, at most half the open-files limit held). Every error, FastAPI's own included (422 validation errors become 400, unknown routes 404), is
@@ -52,9 +60,9 @@ import asyncio
 import base64
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from fastapi import FastAPI
@@ -68,6 +76,7 @@ from slimrag.api.hosts import HostGuard, HostRule
 from slimrag.api.metrics import Metrics
 from slimrag.api.openapi import error_responses, publish
 from slimrag.api.page import PageFront
+from slimrag.api.plan_header import PLAN_HEADER, parse_plan
 from slimrag.api.schemas import (
     ChatRequest,
     EmbeddingsRequest,
@@ -77,9 +86,13 @@ from slimrag.api.schemas import (
 )
 from slimrag.rag.pipeline import RAG
 from slimrag.serve.chat import answer_pieces, conversation, extension, generation_config, sse_chunks
+from slimrag.serve.planned import planned_hits, planned_pieces
 from slimrag.serve.web import add_browse_routes
 from slimrag.serve.workers import Abandoned, Worker, Workers
 from slimrag.types import Answer
+
+if TYPE_CHECKING:
+    from slimrag.llm.kv.publish import EventsConfig
 
 T = TypeVar("T")
 
@@ -107,7 +120,7 @@ def warm_up(rag: RAG) -> None:
 
 def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimrag", workers: int = 4,
                search_workers: int = 2, embed_workers: int = 1, max_body_bytes: int = 1 << 20,
-               warm: bool = True, hosts: HostRule | None = None) -> FastAPI:
+               warm: bool = True, hosts: HostRule | None = None, kv_events: EventsConfig | None = None) -> FastAPI:
     """The server for ``rag``'s index folder, generator and settings (see the module header).
 
     api_key: required as a bearer token on every route but ``/healthz`` and the page when set (ValueError for a
@@ -116,7 +129,8 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
     embeddings, each with its own index. max_body_bytes: larger request bodies get 413. warm: load
     the models at startup (:func:`warm_up`); False when the caller already did. hosts: the Host
     and Origin values answered (`slimrag.api.hosts`; default: the loopback names only, as when
-    bound to 127.0.0.1).
+    bound to 127.0.0.1). kv_events: publish the generator's KV cache changes there (see "KV events"
+    in the module header; OSError when its ports are taken, ValueError when the generator keeps no cache).
     """
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
@@ -124,14 +138,26 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
         check_api_key(api_key)  # here, not at the first request (middleware is built lazily)
     chats, searches, embeds = Workers(rag, workers), Workers(rag, search_workers), Workers(rag, embed_workers)
     metrics = Metrics()
+    publisher = None
+    if kv_events is not None:
+        from slimrag.llm.kv.publish import EventPublisher  # pyzmq: only with --kv-events
+
+        publisher = EventPublisher(kv_events)
+        if not warm and not rag.llm.subscribe_kv(publisher.put):
+            publisher.close()
+            raise ValueError("--kv-events publishes the embedded model's KV tree; this generator keeps none")
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if warm:
             await asyncio.to_thread(warm_up, rag)
+            if publisher is not None and not await asyncio.to_thread(rag.llm.subscribe_kv, publisher.put):
+                raise ValueError("--kv-events publishes the embedded model's KV tree; this generator keeps none")
         yield
         for pool in (chats, searches, embeds):
             await asyncio.to_thread(pool.stop)
+        if publisher is not None:
+            await asyncio.to_thread(publisher.close)
 
     app = FastAPI(title="slimrag", summary="RAG over one index, OpenAI-compatible", lifespan=lifespan,
                   docs_url=None, redoc_url=None)  # no CDN script: the contract is at /openapi.json
@@ -152,8 +178,16 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
     async def chat_completions(req: ChatRequest, request: Request) -> Response:
         question, history = conversation(req.messages)
         config = generation_config(req, rag.generation)
-        events = chats.stream(lambda w: answer_pieces(w, question, history, req.k, req.source, config,
-                                                                  req.evidence_only, req.answer))
+        plan = None if req.evidence_only else parse_plan(request.headers.get(PLAN_HEADER))
+
+        def pieces(w: Worker) -> Iterator[str | Answer]:  # a router's plan, when its chunks are all here
+            hits = planned_hits(w, plan) if plan else None
+            if hits:
+                metrics.inc("slimrag_planned_chats_total")  # answered without a search of its own
+                return planned_pieces(w, hits, question, history, config, req.answer)
+            return answer_pieces(w, question, history, req.k, req.source, config, req.evidence_only, req.answer)
+
+        events = chats.stream(pieces)
         try:
             # retrieval, prompt and backend errors before the first piece still get their status
             first = await until_gone(request, anext(events))
@@ -219,8 +253,11 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
         return {"object": "list", "data": data}
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok", "model": model_name}
+    async def healthz() -> dict[str, Any]:
+        if publisher is None:
+            return {"status": "ok", "model": model_name}
+        return {"status": "ok", "model": model_name, "kv_events": {
+            "endpoint": publisher.endpoint, "replay": publisher.replay_endpoint, "topic": publisher.topic}}
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics_text() -> PlainTextResponse:

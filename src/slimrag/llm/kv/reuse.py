@@ -44,6 +44,7 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from slimrag.llm.kv.config import CacheConfig
+from slimrag.llm.kv.events import KVEvent
 from slimrag.llm.kv.payload import assemble_kv, split_kv
 from slimrag.llm.kv.tree import KVTree, KVTreeStats, Match
 from slimrag.prompt import CachedSegment, Prompt, root_key
@@ -130,6 +131,10 @@ class KVReuse(ABC):
         """True when a computed prompt prefix is stored as an exact path that a later prompt
         starting with it is served from (what ``LocalGenerator.keep`` needs). Blend reuse stores
         only system segments and position-independent entries, so it does not."""
+        return False
+
+    def subscribe(self, listener: Callable[[KVEvent], None]) -> bool:
+        """Tell ``listener`` every change of the cache as KV events; False when it keeps none."""
         return False
 
     def stats(self) -> KVTreeStats | None:
@@ -221,6 +226,10 @@ class TreeReuse(KVReuse):
 
     def stats(self) -> KVTreeStats:
         return self.tree.stats()
+
+    def subscribe(self, listener: Callable[[KVEvent], None]) -> bool:
+        self.tree.subscribe(listener)
+        return True
 
     def close(self) -> None:
         self.tree.close()

@@ -1,0 +1,102 @@
+"""`RoutePlanner`: the router retrieves a chat's passages itself, to route by them (issue 31).
+
+A slimrag replica reuses the KV of the *retrieved passages* (its knowledge tree), so what a
+request will find cached depends on its passages, not on its text. With ``slimrag route --index
+PATH`` the router opens the replicas' index read-only and runs the retrieval a replica would run
+for the chat (`slimrag.rag.pipeline.RAG.turn`): the question is the last user message holding text,
+a follow-up's query is condensed with the earlier questions' words (``"words"``, the replicas'
+default), the search runs in the default mode with the chat's ``k`` and ``source``, and the
+relevance floor (`slimrag.rag.guards.answerable`) is checked. The hits are passed to the chosen
+replica (``X-Slimrag-Plan``), which then does not search again; a question below the floor gets
+no plan (the replica abstains on its own search).
+
+The passages' cache keys (`slimrag.prompt.Prompt.passage_key`) are what a replica's tree and its
+KV events are keyed by, so `slimrag.route.kv_view.KVView.plan` can replay the replica's planner
+over its view. Token counts of passages no replica holds are estimated from their text
+(``chars_per_token``, default 4: English under SmolLM2's tokenizer); held ones are known exactly.
+
+Cost: one query embedding and one search per chat, on one thread of the router (the index's SQLite
+connection belongs to it): a few ms to tens of ms on a CPU, paid instead of the replica's own search.
+The router must serve the same index folder as the replicas (same chunk ids) and their system
+prompt (the default one); it loads the index's embedder, not the generator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from slimrag.api.schemas import ChatRequest
+from slimrag.config import SearchConfig
+from slimrag.index.core import Index
+from slimrag.prompt import DEFAULT_SYSTEM, Passage, Prompt
+from slimrag.rag.condense import with_words
+from slimrag.rag.guards import DEFAULT_FLOOR, answerable
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePlan:
+    """A chat's passages: ``hits`` ((chunk id, score), relevance order), their cache ``keys``
+    (same order) and estimated ``tokens`` per passage segment."""
+
+    hits: tuple[tuple[int, float], ...]
+    keys: tuple[str, ...]
+    tokens: tuple[int, ...]
+
+
+def chat_turn(req: ChatRequest) -> tuple[str, list[str]]:
+    """The question (the last user message holding text) and the earlier user questions."""
+    at = max(i for i, m in enumerate(req.messages) if m.is_question())  # the schema requires one
+    earlier = [m.text() for m in req.messages[:at] if m.role == "user" and m.text().strip()]
+    return req.messages[at].text(), earlier
+
+
+class RoutePlanner:
+    """The retrieval of the replicas, run by the router on its own thread (module header)."""
+
+    def __init__(self, index: str | Path, *, mode: str | None = None, floor: float | None = DEFAULT_FLOOR,
+                 system: str = DEFAULT_SYSTEM, chars_per_token: float = 4.0) -> None:
+        if chars_per_token <= 0:
+            raise ValueError(f"chars_per_token must be positive, got {chars_per_token}")
+        self.path, self.mode = Path(index), mode or SearchConfig().mode
+        self.floor, self.system, self.chars_per_token = floor, system, chars_per_token
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="route-plan")
+        self._index: Index | None = None
+        self._pool.submit(self._open).result()  # a bad folder fails here, at start-up
+
+    def _open(self) -> Index:
+        if self._index is None:
+            self._index = Index.open(self.path)
+        return self._index
+
+    def plan(self, req: ChatRequest) -> RoutePlan | None:
+        """The chat's passages, or None below the relevance floor (blocking; the planner's thread)."""
+        index = self._open()
+        question, earlier = chat_turn(req)
+        query = with_words(question, earlier) if earlier else question
+        queries = [question] + ([query] if query != question else [])
+        hits = index.search(query, k=req.k, mode=self.mode, source=req.source)
+        if not answerable(index, self.mode, queries, hits, self.floor, req.source):
+            return None
+        hits = sorted(hits, key=lambda h: (-h.score, h.chunk_id))
+        template = Prompt(question, (), self.system)
+        passages = [Passage(str(h.chunk_id), f"{h.source}#{h.metadata.get('ordinal', 0)}", h.text) for h in hits]
+        keys = tuple(template.passage_key(p) for p in passages)
+        tokens = tuple(max(1, round(len(template.passage_text(p)) / self.chars_per_token)) for p in passages)
+        return RoutePlan(tuple((h.chunk_id, h.score) for h in hits), keys, tokens)
+
+    async def aplan(self, req: ChatRequest) -> RoutePlan | None:
+        """`plan` from the event loop (on the planner's thread)."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self.plan, req)
+
+    def close(self) -> None:
+        """Close the index and stop the thread."""
+        def shut() -> None:
+            if self._index is not None:
+                self._index.close()
+                self._index = None
+
+        self._pool.submit(shut).result()
+        self._pool.shutdown()

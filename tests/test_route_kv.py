@@ -1,0 +1,115 @@
+"""Routing by what replicas really hold (issue 31), end to end on 127.0.0.1: two real `slimrag serve`
+apps with the embedded model publish their knowledge trees' changes (``kv_events``), and a real
+router with ``index`` follows them, retrieves each chat's passages itself, routes by the prefill
+they save, and passes them on so the replica does not search again.
+
+Ground truth is each replica's own tree (its nodes' path hashes and token counts), compared with
+the router's view of it; and the replica's ``slimrag_planned_chats_total`` counts the chats it
+answered without a search of its own."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from asgi_server import running
+from click.testing import CliRunner
+from conftest import DOCS, write_tree
+from test_kv_events import tree_held
+
+from slimrag.cli import cli
+from slimrag.embed.local import LocalEmbedder
+from slimrag.index.core import Index
+from slimrag.llm import weights
+from slimrag.llm.kv.publish import EventsConfig
+from slimrag.llm.local import LocalGenerator
+from slimrag.rag.guards import Guards
+from slimrag.rag.pipeline import RAG
+from slimrag.route.app import create_router_app
+from slimrag.route.policy import RouterConfig
+from slimrag.serve.app import create_app
+
+TIMEOUT = 120.0  # prefills of the embedded model on a loaded 2-core machine
+CATS, BREAD = "Where does Whiskers sleep?", "How long does the bread bake?"
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder) -> Iterator[Index]:
+    docs = write_tree(tmp_path_factory.mktemp("docs"), DOCS)
+    with Index.build(docs, tmp_path_factory.mktemp("idx") / "route.slimrag", embedder=embedder) as idx:
+        yield idx
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def ask(client: httpx.Client, question: str) -> httpx.Response:
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": question}], "k": 2, "max_tokens": 2,
+                            "answer": "free"}
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    return r
+
+
+def planned(client: httpx.Client) -> float:
+    line = next(x for x in client.get("/metrics").text.splitlines() if x.startswith("slimrag_planned_chats_total"))
+    return float(line.split()[-1])
+
+
+def test_the_router_follows_replica_events_and_routes_chats_by_their_passages(
+        index: Index, smollm: weights.LoadedModel) -> None:
+    rags = [RAG(index, LocalGenerator(loaded=smollm), guards=Guards(floor=None)) for _ in range(2)]
+    trees = [r.llm.reuse.tree for r in rags]  # type: ignore[attr-defined]
+    apps = [create_app(r, kv_events=EventsConfig("tcp://127.0.0.1:*"), workers=2) for r in rags]
+    with running(apps[0]) as u0, running(apps[1]) as u1:
+        routed = create_router_app([u0, u1], RouterConfig(health_interval_s=0.2), index=str(index.root))
+        router = routed.state.router
+        with running(routed) as url, httpx.Client(base_url=url, timeout=TIMEOUT) as client, \
+                httpx.Client(base_url=u0, timeout=TIMEOUT) as direct0, \
+                httpx.Client(base_url=u1, timeout=TIMEOUT) as direct1:
+            wait_for(lambda: all(r.exact() for r in router.replicas), "both replicas' views")
+            assert direct0.get("/healthz").json()["kv_events"]["endpoint"].startswith("tcp://127.0.0.1:")
+
+            first = ask(client, CATS)
+            home = [u0, u1].index(first.headers["x-slimrag-replica"])
+            view = router.replicas[home].events.view
+            wait_for(lambda: len(view) > 0 and view.held() == tree_held(trees[home]), "the view of the tree")
+
+            # A client that talks to the other replica directly: state only its events can tell.
+            other, direct = 1 - home, [direct0, direct1][1 - home]
+            ask(direct, BREAD)
+            other_view = router.replicas[other].events.view
+            wait_for(lambda: len(other_view) > 0 and other_view.held() == tree_held(trees[other]),
+                     "the directly used replica's view")
+
+            before = [planned(direct0), planned(direct1)]
+            again = ask(client, CATS)
+            bread = ask(client, BREAD)
+            assert again.headers["x-slimrag-replica"] == [u0, u1][home]
+            assert bread.headers["x-slimrag-replica"] == [u0, u1][other]
+            assert again.json()["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+            assert bread.json()["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+            assert [planned(direct0), planned(direct1)] == [before[0] + (home == 0) + (other == 0),
+                                                            before[1] + (home == 1) + (other == 1)]
+            metrics = client.get("/metrics").text
+            assert 'reason="kv"' in metrics and "slimrag_router_kv_exact" in metrics
+            for i in range(2):
+                wait_for(lambda i=i: router.replicas[i].events.view.held() == tree_held(trees[i]), "views")
+
+
+def test_serve_kv_events_flag_is_checked(tmp_path: Any) -> None:
+    runner = CliRunner()
+    idx = tmp_path / "i.slimrag"
+    idx.mkdir()
+    bad = runner.invoke(cli, ["serve", str(idx), "--port", "0", "--kv-events", "127.0.0.1:5557"])
+    assert bad.exit_code == 2 and "tcp://" in bad.output
+    remote = runner.invoke(cli, ["serve", str(idx), "--port", "0", "--llm", "http://127.0.0.1:9/v1",
+                                 "--kv-events", "tcp://127.0.0.1:5557"])
+    assert remote.exit_code == 2 and "--llm" in remote.output

@@ -148,3 +148,46 @@ def test_column_grows_without_copying_per_append() -> None:
     assert flat.live.tolist() == [True, False, True]
     ids, _ = flat.search(np.array([0, 1, 0, 0], np.float32), 3)
     assert ids.tolist() == [[9, 5]]  # the killed row is never returned
+
+
+def _held(root: Path) -> list[str]:
+    """Files under ``root`` this process holds: open descriptors and memory mappings."""
+    import os
+
+    inside = str(root.resolve())
+    fds = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+           if os.path.exists(f"/proc/self/fd/{fd}")]
+    maps = [line.split(maxsplit=5)[-1] for line in Path("/proc/self/maps").read_text().splitlines()
+            if len(line.split(maxsplit=5)) == 6]
+    return sorted({p for p in fds + maps if p.startswith(inside)})
+
+
+@pytest.mark.parametrize("storage", ["flat", "slim"])
+def test_indexes_free_their_files_without_the_garbage_collector(tmp_path: Path, storage: str) -> None:
+    """With ``gc.disable()``, a closed index and a dropped unclosed one hold no descriptor and no
+    mapping of their folder: nothing among catalog, codec, state, store and searcher refers back to
+    its owner, so reference counting alone frees them (issue 32)."""
+    import gc
+
+    from slimrag.index.slim import PQConfig, SlimConfig
+
+    root = tmp_path / "i"
+    kw = {"storage": storage, "slim": SlimConfig(pq=PQConfig(m=16))} if storage == "slim" else {}
+    built = Index.build(docs("a", 300, 1), root, embedder=HashEmbedder(), **kw)
+    built.add(docs("b", 5, 2))  # a delta part, mapped
+    built.close()
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        for close in (True, False):
+            idx = Index.open(root, HashEmbedder())
+            assert idx.search("uniq3 a3", k=3, mode="vector") and idx.search("uniq3", k=1, mode="keyword")
+            assert _held(root), "the open index holds its files"
+            if close:
+                idx.close()
+            del idx
+            assert _held(root) == [], f"{'closed' if close else 'dropped'} index still holds {_held(root)}"
+    finally:
+        if was:
+            gc.enable()

@@ -32,8 +32,10 @@ is left on so misuse fails loudly).
 from __future__ import annotations
 
 import functools
+import logging
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -44,10 +46,22 @@ from slimrag.catalog.keyword import create as create_keyword_index
 from slimrag.catalog.legacy import LegacyRows
 from slimrag.types import Chunk, Document
 
+log = logging.getLogger(__name__)
+
 KEYWORD_DETAIL = "postings"
 FULL_FROM_CHUNKS = 5000
 _DETAILS = ("postings", "full", "none", "auto")
 _PARAMS = 900  # SQLite's bound-parameter limit, with room
+
+
+def _weak_text(codec_ref: weakref.ref[codec.Codec]) -> Callable[[int, int, bytes], str]:
+    """The SQL function ``slimrag_text`` over the codec that ``codec_ref`` names (`Codec.text`)."""
+    def text(chunk_id: int, first: int, body: bytes) -> str:
+        coder = codec_ref()
+        if coder is None:
+            raise sqlite3.ProgrammingError("slimrag_text called after its catalog was dropped")
+        return coder.text(chunk_id, first, body)
+    return text
 
 
 class Catalog:
@@ -61,10 +75,11 @@ class Catalog:
             raise ValueError(f"keyword_detail must be one of {', '.join(_DETAILS)}, not {keyword_detail!r}")
         self.path = Path(path)
         self.db = schema.connect(self.path)
-        # the codec loads dictionaries through the connection, not through this object: no
-        # reference cycle, so an unclosed catalog's file closes as soon as it is dropped
+        # the codec loads dictionaries through the connection, and the connection's SQL function
+        # reaches the codec by a weak reference: no reference cycle, so an unclosed catalog's
+        # file closes as soon as it is dropped, without waiting for a garbage collection
         self.codec = codec.Codec(functools.partial(compact.read_dictionary, self.db))
-        self.db.create_function("slimrag_text", 3, self.codec.text, deterministic=True)
+        self.db.create_function("slimrag_text", 3, _weak_text(weakref.ref(self.codec)), deterministic=True)
         self.db.create_function("slimrag_key", 1, schema.source_key, deterministic=True)
         self._seen: int | None = None  # the schema version `_rows` and `_keyword` were chosen at
         self._rows: CompactRows | LegacyRows | None = None
@@ -81,6 +96,17 @@ class Catalog:
     def close(self) -> None:
         """Close the connection (checkpointing the WAL)."""
         self.db.close()
+
+    def __del__(self) -> None:
+        # CPython's sqlite3 connection sits in a reference cycle of its own (its statement cache),
+        # so without this a dropped, unclosed catalog would hold its file until a collection
+        db = getattr(self, "db", None)
+        if db is None:
+            return
+        try:
+            db.close()
+        except sqlite3.ProgrammingError as e:  # dropped in a thread other than its own: the collector closes it
+            log.debug("catalog %s: not closed when dropped: %s", self.path, e)
 
     def _layout(self) -> CompactRows | LegacyRows:
         """The layout's rows, chosen again (with the keyword index) when the schema changed."""

@@ -199,8 +199,8 @@ class Index:
         return cls(Path(path), embedder, wait=wait)
 
     def close(self) -> None:
-        """Close the catalog."""
-        self.state.catalog.close()
+        """Close the catalog and unmap the vectors (`IndexState.close`)."""
+        self.state.close()
 
     def __enter__(self) -> Index:
         return self

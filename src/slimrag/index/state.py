@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,7 @@ from slimrag.errors import IndexFormatError
 from slimrag.index import layout, vectors
 from slimrag.index import manifest as manifest_file
 from slimrag.index.coverage import Coverage, awaiting_ids, counts_key
+from slimrag.index.flat import FlatVectors
 from slimrag.index.lock import WriterLock
 from slimrag.index.manifest import Manifest
 from slimrag.index.vectors import VectorStore
@@ -57,6 +59,25 @@ def embed_input(chunk: Chunk | ChunkText) -> str:
     if heading and not chunk.text.lstrip("# ").startswith(heading):
         return f"{heading}\n{chunk.text}"
     return chunk.text
+
+
+@dataclass(frozen=True)
+class StoredText:
+    """Exact embeddings of stored chunks by id, recomputed from their text: the `Recompute` a
+    slim store reranks with. An object of its own rather than the bound `IndexState.recompute`:
+    the state holds the store, so a bound method would close a reference cycle, and an unclosed
+    index would hold its files until the next garbage collection."""
+
+    catalog: Catalog
+    embedder: Embedder
+    batch: int
+
+    def __call__(self, chunk_ids: np.ndarray) -> np.ndarray:
+        chunks = self.catalog.chunks(chunk_ids)
+        missing = [int(i) for i in chunk_ids if int(i) not in chunks]
+        if missing:
+            raise IndexFormatError(f"chunks {missing[:5]} are in the index but not in the catalog; run compact()")
+        return self.embedder.embed([embed_input(chunks[int(i)]) for i in chunk_ids], batch_size=self.batch)
 
 
 class IndexState:
@@ -90,21 +111,23 @@ class IndexState:
     def reload(self) -> None:
         """Open the vectors of the current manifest from disk (a generation switch, or another
         process's compaction), and read the liveness mask."""
-        self.vectors, self.bad_parts = vectors.open_store(self.root, self.manifest, self.recompute)
+        recompute = StoredText(self.catalog, self.embedder, self.config.embed_batch)
+        self.vectors, self.bad_parts = vectors.open_store(self.root, self.manifest, recompute)
         self._read_live()
 
     def _read_live(self) -> None:
         self._seen_data = self.catalog.data_version()  # before the read: a commit in between is seen later
         self.vectors.set_live(np.asarray(self.catalog.live_ids(), dtype=np.int64))
 
+    def close(self) -> None:
+        """Close the catalog and let go of the vectors' mappings: a closed index holds no file of
+        its folder, even while the object lives on (its searches then find nothing)."""
+        self.catalog.close()
+        self.vectors = FlatVectors(np.zeros(0, np.int64), np.zeros((0, self.vectors.dim), np.float32))
+
     def recompute(self, chunk_ids: np.ndarray) -> np.ndarray:
         """Exact embeddings of stored chunks, recomputed from their text (the slim index keeps none)."""
-        chunks = self.catalog.chunks(chunk_ids)
-        missing = [int(i) for i in chunk_ids if int(i) not in chunks]
-        if missing:
-            raise IndexFormatError(f"chunks {missing[:5]} are in the index but not in the catalog; run compact()")
-        return self.embedder.embed([embed_input(chunks[int(i)]) for i in chunk_ids],
-                                   batch_size=self.config.embed_batch)
+        return StoredText(self.catalog, self.embedder, self.config.embed_batch)(chunk_ids)
 
     def awaiting(self) -> np.ndarray:
         """Live chunk ids with no vector row yet, ascending (`slimrag.index.coverage`): what

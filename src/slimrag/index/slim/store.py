@@ -15,6 +15,7 @@ mostly skipped. Thread-safety: one lock around the searcher (it owns a cache and
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +33,11 @@ from slimrag.index.slim.update import SlimUpdate, UpdateConfig, update_slim
 SMALL_FILTER = 64
 #: graph rows per ``recompute`` call in `SlimVectors.live_vectors` (bounds the texts held at once)
 RECOMPUTE_BATCH = 2048
+
+
+def _by_rows(recompute_ids: Callable[[np.ndarray], np.ndarray], gen_ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Exact vectors of generation rows ``rows``: their chunk ids' recomputed embeddings."""
+    return recompute_ids(gen_ids[rows])
 
 
 class SlimVectors:
@@ -52,7 +58,8 @@ class SlimVectors:
         self._ids = Column(np.concatenate([self.gen_ids, delta.ids]))
         self._live = Column(np.ones(len(self._ids), dtype=bool))
         self._recompute_ids = recompute_ids
-        self.searcher = SlimSearcher(artifacts, lambda rows: recompute_ids(self.gen_ids[rows]), config)
+        # by rows of this generation; a lambda over ``self`` would close a reference cycle
+        self.searcher = SlimSearcher(artifacts, functools.partial(_by_rows, recompute_ids, self.gen_ids), config)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:

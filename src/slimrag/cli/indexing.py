@@ -26,7 +26,6 @@ from slimrag.cli.options import config_error, url_option_check
 from slimrag.cli.progress import show_progress
 from slimrag.cli.sources import example_names
 from slimrag.config import DTYPES, STORAGES, IndexConfig
-from slimrag.index.sources import match_sources
 
 #: IndexConfig field -> the build flag that sets it (for error messages).
 BUILD_FLAGS = {"storage": "--storage", "chunk_tokens": "--chunk-tokens", "chunk_overlap": "--chunk-overlap",
@@ -173,14 +172,13 @@ def remove(ctx: click.Context, index: str, paths: tuple[str, ...]) -> None:
     or absolute), folders, or quoted globs ('notes/*.txt'); `slimrag info INDEX --docs` lists the
     stored names. Exits 1 when a path matched nothing (after removing what did match)."""
     with open_index(index) as idx:
-        names = [d.source for d in idx.documents()]
-        match = match_sources(paths, names, idx.manifest.source_root)
-        for arg in match.nothing:
-            click.echo(f"warning: nothing in {index} matches {arg!r}; stored names look like "
-                       f"{example_names(names)} (see `slimrag info {index} --docs`)", err=True)
-        chunks = idx.remove_sources(match.sources)  # stored names: not read as paths a second time
-    click.echo(f"removed {len(match.sources)} documents ({chunks} chunks)")
-    if match.nothing:
+        removal = idx.remove_matching(paths, warn=False)  # names matched under the writer lock
+        names = [d.source for d in idx.documents()] if removal.nothing else []
+    for arg in removal.nothing:
+        click.echo(f"warning: nothing in {index} matches {arg!r}; stored names look like "
+                   f"{example_names(names)} (see `slimrag info {index} --docs`)", err=True)
+    click.echo(f"removed {len(removal.sources)} documents ({removal.chunks} chunks)")
+    if removal.nothing:
         ctx.exit(1)
 
 

@@ -293,9 +293,9 @@ class Index:
         """`IndexWriter.remove`: remove documents as a user names them; returns chunks removed."""
         return self._writer.remove(paths, cwd=cwd)
 
-    def remove_matching(self, paths: str | Sequence[str], *, cwd: Path | None = None) -> Removal:
+    def remove_matching(self, paths: str | Sequence[str], *, cwd: Path | None = None, warn: bool = True) -> Removal:
         """`IndexWriter.remove_matching`: `remove`, returning what each path matched."""
-        return self._writer.remove_matching(paths, cwd=cwd)
+        return self._writer.remove_matching(paths, cwd=cwd, warn=warn)
 
     def remove_sources(self, sources: Sequence[str]) -> int:
         """`IndexWriter.remove_sources`: remove documents by their exact stored names."""

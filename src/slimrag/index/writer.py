@@ -328,14 +328,15 @@ class IndexWriter:
         dropped at the next `compact`."""
         return self.remove_matching(paths, cwd=cwd).chunks
 
-    def remove_matching(self, paths: str | Sequence[str], *, cwd: Path | None = None) -> Removal:
+    def remove_matching(self, paths: str | Sequence[str], *, cwd: Path | None = None, warn: bool = True) -> Removal:
         """`remove`, returning what each path matched. Names are matched under the writer lock,
-        against the documents stored then."""
+        against the documents stored then. ``warn``: log each path that matched nothing (a caller
+        that reports `Removal.nothing` itself, as the CLI does, passes False)."""
         paths = [paths] if isinstance(paths, str) else list(paths)
         with self.locked():
             names = [d.source for d in self.state.catalog.documents()]
             match = match_sources(paths, names, self.state.manifest.source_root, cwd)
-            for arg in match.nothing:
+            for arg in match.nothing if warn else ():
                 log.warning("%s: nothing stored matches %r; nothing removed for it", self.state.root, arg)
             chunks = self.remove_sources(match.sources)
         return Removal(match.sources, match.nothing, chunks)

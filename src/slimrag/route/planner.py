@@ -72,7 +72,11 @@ class RoutePlanner:
         return self._index
 
     def plan(self, req: ChatRequest) -> RoutePlan | None:
-        """The chat's passages, or None below the relevance floor (blocking; the planner's thread)."""
+        """The chat's passages, or None below the relevance floor (blocking, from any thread: the
+        search runs on the planner's own)."""
+        return self._pool.submit(self._plan, req).result()
+
+    def _plan(self, req: ChatRequest) -> RoutePlan | None:
         index = self._open()
         question, earlier = chat_turn(req)
         query = with_words(question, earlier) if earlier else question
@@ -89,7 +93,7 @@ class RoutePlanner:
 
     async def aplan(self, req: ChatRequest) -> RoutePlan | None:
         """`plan` from the event loop (on the planner's thread)."""
-        return await asyncio.get_running_loop().run_in_executor(self._pool, self.plan, req)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self._plan, req)
 
     def close(self) -> None:
         """Close the index and stop the thread."""

@@ -1,0 +1,461 @@
+"""Routing side by side (issue 31): round robin, today's approximate tree, and KV events + passages.
+
+    .venv/bin/python -m bench.route [--requests 36] [--direct 12]
+
+(it plans the questions first, then takes ``/tmp/slimrag-timing.lock`` for the measured runs only.)
+
+One run, one machine, three `slimrag serve` replicas on 127.0.0.1 over the disfl_qa flat index
+(``bench/data/disfl_qa.slimrag``, see `bench.qa_workload`), the embedded model, ``--kv-events`` on.
+For each policy the replicas start afresh (their own ``$SLIMRAG_HOME``, its ``models`` linked to
+the real one, so no KV survives from one policy to the next):
+
+- **rr**: the client sends request i to replica i mod 3 itself (no router hop);
+- **approx**: ``create_router_app`` without an index (today's router: SGLang's approximate tree);
+- **events**: ``create_router_app(index=...)``: exact views from the replicas' events, passages
+  retrieved by the router, prefill saved against load, the plan passed on.
+
+Workload: ``--requests`` questions through the policy (``--concurrency`` 3 clients) and, at the
+same time, ``--direct`` questions sent straight to replica 0 by a second client (state a router
+cannot guess from what it sent). Questions follow a Zipf(``--zipf-s`` 1.0) popularity over
+``--passages`` (40) disfl_qa passages (3% of the corpus's 1,204 documents take every retrieval);
+each chat asks for ``k`` 4 passages, a ``free`` answer (the grounded default prefills evidence
+sentences, not passages) of ``--max-tokens`` 8, streamed, so TTFT is the first content byte.
+
+Reported per policy (router client only): prompt tokens reused (``cached_tokens``), TTFT p50/p90,
+requests/s, and how often the chosen replica held the longest real cached prefix of the request's
+passages at send time. "Real" is read from the bench's own mirror of every replica's tree (its own
+`EventStream` per replica, checked equal to the trees in tests/test_kv_events.py) and the
+replicas' own planner replayed on it (`KVView.plan`); requests no replica held any of are left
+out of that share.
+
+Faults (``--faults``, a fourth run with the events policy): replica 0 publishes nothing (started
+without ``--kv-events``; routed by its approximate tree), replica 2 is killed (SIGKILL) a third of
+the way in and restarted, and five batches of replica 1's events are dropped at the router.
+Reported: requests routed to the dead replica later than one health interval after the kill,
+how long after the restart the router's view of it was exact again, the replayed gap, and whether
+the router's views equal the mirror's at the end.
+
+Fleet (``--fleet 16,64``): a discrete-event simulation of 16 and 64 replicas with the costs
+measured here (TTFT = a + b × uncached tokens; decode time per request), each replica a simulated
+knowledge tree (``--sim-budget`` tokens), one request at a time (a slimrag replica admits one
+prefill at a time), Poisson arrivals at ``--sim-load`` of the fleet's uncached capacity, the same
+three policies with the router's real code (`choose`, `choose_planned`, `KVView`).
+
+Writes ``bench/results/route.json`` and prints a table. The machine has 2 cores shared by three
+replicas, the router and the clients: absolute times are slow; compare within the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.qa_workload import INDEX, zipf
+from bench.route_sim import simulate_fleet
+from slimrag.api.schemas import ChatRequest
+from slimrag.files import slimrag_home
+from slimrag.route.events import EventStream
+from slimrag.route.planner import RoutePlan, RoutePlanner
+
+RESULTS = Path(__file__).parent / "results" / "route.json"
+TIMEOUT = 300.0
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Replica:
+    """A `slimrag serve` process with its own ``$SLIMRAG_HOME`` (fresh KV, shared models)."""
+
+    def __init__(self, home: Path, events: bool = True) -> None:
+        self.home, self.events = home, events
+        self.port, self.ev_port = free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        home.mkdir(parents=True, exist_ok=True)
+        if not (home / "models").exists():
+            (home / "models").symlink_to(slimrag_home() / "models")
+
+    def start(self) -> None:
+        cmd = [sys.executable, "-m", "slimrag", "serve", str(INDEX), "--port", str(self.port), "--workers", "2",
+               "--search-workers", "1"]
+        if self.events:
+            cmd += ["--kv-events", f"tcp://127.0.0.1:{self.ev_port}"]
+        env = {**os.environ, "SLIMRAG_HOME": str(self.home), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def wait(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None and self.proc.poll() is None, f"replica {self.url} exited"
+            try:
+                if httpx.get(self.url + "/healthz", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        raise TimeoutError(f"replica {self.url} did not start")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+
+@contextmanager
+def replicas(root: Path, events: tuple[bool, ...] = (True, True, True)) -> Iterator[list[Replica]]:
+    reps = [Replica(root / f"r{i}", e) for i, e in enumerate(events)]
+    try:
+        for r in reps:
+            r.start()
+        for r in reps:
+            r.wait()
+        yield reps
+    finally:
+        for r in reps:
+            r.kill()
+
+
+@contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """``app`` under uvicorn in a thread on a free 127.0.0.1 port."""
+    import socket
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+class Mirror:
+    """The bench's own view of every replica's tree, from their events, on a loop thread."""
+
+    def __init__(self, reps: list[Replica]) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.streams: list[EventStream | None] = [None] * len(reps)
+        self.tasks: list[Any] = []
+        for i, r in enumerate(reps):
+            if r.events:
+                self.watch(i, r)
+
+    def watch(self, i: int, r: Replica) -> None:
+        async def start() -> None:
+            stream = EventStream(f"tcp://127.0.0.1:{r.ev_port}", f"tcp://127.0.0.1:{r.ev_port + 1}")
+            self.streams[i] = stream
+            self.tasks.append(asyncio.get_running_loop().create_task(stream.run()))
+
+        asyncio.run_coroutine_threadsafe(start(), self.loop).result()
+
+    def cached(self, plan: RoutePlan) -> list[int]:
+        async def read() -> list[int]:
+            return [s.view.plan(plan.keys).cached_tokens if s is not None else 0 for s in self.streams]
+
+        return asyncio.run_coroutine_threadsafe(read(), self.loop).result()
+
+    def held(self, i: int) -> dict[Any, Any]:
+        async def read() -> dict[Any, Any]:
+            s = self.streams[i]
+            return s.view.held() if s is not None else {}
+
+        return asyncio.run_coroutine_threadsafe(read(), self.loop).result()
+
+    def close(self) -> None:
+        async def stop() -> None:
+            for t in self.tasks:
+                t.cancel()
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(stop(), self.loop).result()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+def chat_body(question: str, args: argparse.Namespace) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": question}], "k": args.k, "max_tokens": args.max_tokens,
+            "answer": "free", "stream": True, "stream_options": {"include_usage": True}}
+
+
+def ask(client: httpx.Client, url: str, question: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One streamed chat: TTFT (first content), usage, the replica that answered."""
+    t0 = time.perf_counter()
+    ttft, usage, replica = None, None, None
+    with client.stream("POST", url + "/v1/chat/completions", json=chat_body(question, args)) as r:
+        r.raise_for_status()
+        replica = r.headers.get("x-slimrag-replica", url)
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                raise RuntimeError(chunk["error"])
+            if ttft is None and any(c["delta"].get("content") for c in chunk.get("choices", [])):
+                ttft = time.perf_counter() - t0
+            usage = chunk.get("usage") or usage
+    end = time.perf_counter() - t0
+    u = usage or {}
+    return {"ttft": ttft if ttft is not None else end, "total": end, "replica": replica,
+            "prompt": u.get("prompt_tokens", 0), "cached": u.get("prompt_tokens_details", {}).get("cached_tokens", 0)}
+
+
+def run_policy(policy: str, reps: list[Replica], plans: dict[str, RoutePlan | None], questions: list[str],
+               direct: list[str], args: argparse.Namespace, faults: bool = False) -> dict[str, Any]:
+    """The workload through ``policy`` over running ``reps``; per-request records and summary."""
+    from slimrag.route.app import create_router_app
+    from slimrag.route.policy import RouterConfig
+
+    mirror = Mirror(reps)
+    time.sleep(1.0)  # the mirror's first replays
+    urls = [r.url for r in reps]
+    config = RouterConfig(health_interval_s=args.health_interval)
+    app = None if policy == "rr" else create_router_app(urls, config, index=str(INDEX) if policy == "events" else None)
+    records: list[dict[str, Any]] = []
+    fault_log: dict[str, Any] = {}
+    lock = threading.Lock()
+    with ExitStack() as stack:
+        front = stack.enter_context(serving(app)) if app is not None else None
+        router = app.state.router if app is not None else None
+        if router is not None:  # wait until the router follows every publishing replica
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not all(
+                    r.exact() for r, rep in zip(router.replicas, reps, strict=True) if rep.events):
+                time.sleep(0.1)
+        client = stack.enter_context(httpx.Client(timeout=TIMEOUT))
+        t_start = time.perf_counter()
+
+        def one(i: int, question: str) -> None:
+            plan = plans.get(question)
+            before = mirror.cached(plan) if plan is not None else None
+            url = urls[i % len(urls)] if front is None else front
+            sent = time.monotonic()
+            rec = ask(client, url, question, args)
+            rec.update(i=i, sent=sent, before=before, chosen=urls.index(rec["replica"]))
+            with lock:
+                records.append(rec)
+
+        def direct_client() -> list[dict[str, Any]]:
+            out = []
+            for q in direct:
+                out.append(ask(client, urls[0], q, args))
+            return out
+
+        with ThreadPoolExecutor(args.concurrency + 1) as pool:
+            side = pool.submit(direct_client)
+            futures = []
+            for i, q in enumerate(questions):
+                if faults and i == len(questions) // 3:
+                    fault_log.update(inject(reps, router, mirror))
+                futures.append(pool.submit(one, i, q))
+                while sum(not f.done() for f in futures) >= args.concurrency:
+                    time.sleep(0.01)
+            for f in futures:
+                f.result()
+            direct_records = side.result()
+        wall = time.perf_counter() - t_start
+        if faults:
+            fault_log.update(settle(reps, router, mirror, records, fault_log, args))
+    mirror.close()
+    return summarize(policy, records, direct_records, wall) | ({"faults": fault_log} if faults else {})
+
+
+def inject(reps: list[Replica], router: Any, mirror: Mirror) -> dict[str, Any]:
+    """Kill replica 2 (restarted in a thread 3 s later) and drop 5 of replica 1's event batches."""
+    router.replicas[1].events.drop_next(5)
+    gaps_before = router.replicas[1].events.counts.gaps
+    killed_at = time.monotonic()
+    reps[2].kill()
+    out: dict[str, Any] = {"killed_at": killed_at, "gaps_before": gaps_before}
+
+    def restart() -> None:
+        time.sleep(3.0)
+        reps[2].start()
+        reps[2].wait()
+        out["restarted_at"] = time.monotonic()
+        mirror_restart = mirror.streams[2]
+        assert mirror_restart is not None  # its SUB socket reconnects to the new process by itself
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (router.replicas[2].exact() and router.replicas[2].healthy()):
+            time.sleep(0.05)
+        out["exact_again_s"] = round(time.monotonic() - out["restarted_at"], 3)
+
+    thread = threading.Thread(target=restart, daemon=True)
+    thread.start()
+    out["thread"] = thread
+    return out
+
+
+def settle(reps: list[Replica], router: Any, mirror: Mirror, records: list[dict[str, Any]],
+           log: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    log.pop("thread").join(60)
+    time.sleep(1.0)
+    killed, back = log["killed_at"], log.get("restarted_at", float("inf"))
+    late = [r for r in records if r["chosen"] == 2 and killed + args.health_interval + 2.0 < r["sent"] < back]
+    views_equal = {i: router.replicas[i].events.view.held() == mirror.held(i)
+                   for i in (1, 2) if router.replicas[i].events is not None}
+    s1 = router.replicas[1].events.counts
+    return {"routed_to_dead_after_one_health_check": len(late), "exact_again_s": log.get("exact_again_s"),
+            "replica1_gaps": s1.gaps - log["gaps_before"], "replica1_holes": s1.holes,
+            "views_equal_mirror": views_equal, "replica0_publishes": False,
+            "replica0_answered": sum(r["chosen"] == 0 for r in records),
+            "routed_reasons": router.metrics.render_all(router.replicas).count('reason="kv"')}
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def summarize(policy: str, records: list[dict[str, Any]], direct: list[dict[str, Any]], wall: float) -> dict[str, Any]:
+    ttfts = [r["ttft"] for r in records]
+    judged = [r for r in records if r["before"] is not None and max(r["before"]) > 0]
+    best = sum(r["before"][r["chosen"]] == max(r["before"]) for r in judged)
+    return {"policy": policy, "requests": len(records), "prompt_tokens": sum(r["prompt"] for r in records),
+            "cached_tokens": sum(r["cached"] for r in records),
+            "ttft_p50_s": round(statistics.median(ttfts), 3), "ttft_p90_s": round(pct(ttfts, 0.9), 3),
+            "req_per_s": round(len(records) / wall, 3), "wall_s": round(wall, 1),
+            "chose_longest": f"{best}/{len(judged)}", "chose_longest_share": round(best / len(judged), 3) if judged else None,
+            "direct_requests": len(direct), "direct_cached_tokens": sum(r["cached"] for r in direct),
+            "per_replica": [sum(r["chosen"] == i for r in records) for i in range(3)],
+            "records": [{k: v for k, v in r.items() if k != "replica"} for r in records]}
+
+
+@contextmanager
+def timing_lock(path: str = "/tmp/slimrag-timing.lock") -> Iterator[None]:
+    """The machine's shared timing lock, held for the measured part only (planning is not timed)."""
+    import fcntl
+
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def calibrate(root: Path, plans: dict[str, RoutePlan | None], args: argparse.Namespace) -> dict[str, float]:
+    """Costs for the fleet simulation, on one idle replica: a cold and a warm TTFT per question."""
+    qs = [q for q, p in plans.items() if p is not None][: args.calibrate]
+    cold, warm = [], []
+    with replicas(root, (True,)) as reps, httpx.Client(timeout=TIMEOUT) as client:
+        for q in qs:
+            cold.append(ask(client, reps[0].url, q, args))
+            warm.append(ask(client, reps[0].url, q, args))
+    # TTFT = a + b × uncached tokens, through the cold and warm means; decode = total − TTFT
+    uc = statistics.mean(r["prompt"] - r["cached"] for r in cold)
+    uw = statistics.mean(r["prompt"] - r["cached"] for r in warm)
+    tc, tw = statistics.mean(r["ttft"] for r in cold), statistics.mean(r["ttft"] for r in warm)
+    b = (tc - tw) / max(1.0, uc - uw)
+    decode = statistics.mean(r["total"] - r["ttft"] for r in cold + warm)
+    return {"a_s": round(max(0.0, tw - b * uw), 4), "b_s_per_token": round(b, 6), "decode_s": round(decode, 4),
+            "cold_ttft_s": round(tc, 3), "warm_ttft_s": round(tw, 3), "cold_uncached": round(uc), "warm_uncached": round(uw)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--requests", type=int, default=36)
+    ap.add_argument("--direct", type=int, default=12)
+    ap.add_argument("--concurrency", type=int, default=3)
+    ap.add_argument("--passages", type=int, default=40)
+    ap.add_argument("--zipf-s", type=float, default=1.0)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument("--health-interval", type=float, default=1.0)
+    ap.add_argument("--policies", default="rr,approx,events")
+    ap.add_argument("--faults", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--calibrate", type=int, default=3)
+    ap.add_argument("--fleet", default="16,64")
+    ap.add_argument("--sim-budget", type=int, default=3000, help="KV tokens a simulated replica holds")
+    ap.add_argument("--sim-load", type=float, default=0.8)
+    ap.add_argument("--sim-requests", type=int, default=1000, help="Zipf arrivals drawn for the fleet (40 per replica used)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+
+    questions = [q.text for q in zipf(args.requests, args.passages, args.zipf_s, seed=args.seed)]
+    direct = [q.text for q in zipf(args.direct, args.passages, args.zipf_s, seed=args.seed + 1)]
+    sim_questions = [q.text for q in zipf(args.sim_requests, 200, args.zipf_s, seed=args.seed + 2)] if args.fleet else []
+    planner = RoutePlanner(INDEX)
+    t = time.perf_counter()
+    plans = {q: planner.plan(ChatRequest.model_validate(chat_body(q, args) | {"stream": False}))
+             for q in dict.fromkeys(questions + direct + sim_questions)}
+    print(f"planned {len(plans)} questions in {time.perf_counter() - t:.1f}s (before the timing lock)", file=sys.stderr)
+    out: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "policies": {}}
+    with timing_lock(), tempfile.TemporaryDirectory(prefix="route-bench-") as tmp:
+        root = Path(tmp)
+        for n, policy in enumerate(args.policies.split(",")):
+            with replicas(root / f"{policy}-{n}") as reps:
+                out["policies"][policy] = run_policy(policy, reps, plans, questions, direct, args)
+            print(table_row(out["policies"][policy]), file=sys.stderr)
+        if args.faults:
+            with replicas(root / "faults", (False, True, True)) as reps:
+                out["faults"] = run_policy("events", reps, plans, questions, direct, args, faults=True)
+            print("faults:", out["faults"]["faults"], file=sys.stderr)
+        out["costs"] = calibrate(root / "calibrate", plans, args)
+    if args.fleet:
+        out["fleet"] = {n: simulate_fleet(int(n), sim_questions, plans, out["costs"], args)
+                        for n in args.fleet.split(",")}
+    planner.close()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1, default=str))
+    print(report(out))
+
+
+def table_row(s: dict[str, Any]) -> str:
+    return (f"{s['policy']:<8} {s['cached_tokens']:>8}/{s['prompt_tokens']:<8} {s['ttft_p50_s']:>7.2f} "
+            f"{s['ttft_p90_s']:>7.2f} {s['req_per_s']:>6.3f} {s['chose_longest']:>8} {s['direct_cached_tokens']:>8} "
+            f"{s['per_replica']}")
+
+
+def report(out: dict[str, Any]) -> str:
+    lines = ["policy   reused/prompt tokens  p50 s   p90 s  req/s  longest  direct-reused  per-replica"]
+    lines += [table_row(s) for s in out["policies"].values()]
+    pol = out["policies"]
+    if "approx" in pol and "events" in pol:
+        a, e = pol["approx"], pol["events"]
+        lines.append(f"events/approx: reused {e['cached_tokens'] / max(1, a['cached_tokens']):.2f}x, "
+                     f"p90 TTFT {e['ttft_p90_s'] / a['ttft_p90_s']:.2f}x")
+    if "faults" in out:
+        lines.append(f"faults: {out['faults']['faults']}")
+    lines.append(f"costs: {out.get('costs')}")
+    for n, rows in out.get("fleet", {}).items():
+        for row in rows:
+            lines.append(f"fleet {n:>3} {row['policy']:<7} reused {row['reused_share']:.3f}  p50 {row['ttft_p50_s']:.2f}"
+                         f"  p90 {row['ttft_p90_s']:.2f}  req/s {row['req_per_s']:.2f}  longest {row['chose_longest_share']}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

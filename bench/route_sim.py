@@ -1,0 +1,163 @@
+"""The fleet part of ``bench.route``: 16 or 64 simulated replicas under the three routing policies.
+
+Each replica is a simulated knowledge tree (`KVTree.simulated`, one byte per token, ``sim_budget``
+tokens) serving one request at a time in arrival order: a request's TTFT is its wait plus
+``a + b × uncached tokens`` and it then decodes for ``decode_s`` (costs measured by
+``bench.route``'s calibration on a real replica). The replica plans each request's passage order
+on its own tree (`slimrag.rag.plan.plan_passages`), matches and inserts as the engine does. The
+routers are the real code: round robin; today's rule (`choose` over `PrefixTree`s of the chats'
+text, inserted when a prefill ends); events + passages (`choose_planned` over `KVView`s that the
+trees' own events keep, as the replicas' events would). Arrivals are Poisson at ``sim_load`` times
+the fleet's capacity with nothing cached. The system segment is ``SYSTEM_TOKENS`` long (the
+embedded model's default system prompt).
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from slimrag.llm.kv import CacheConfig, KVTree, SegmentKV
+from slimrag.rag.plan import plan_passages
+from slimrag.route.kv_policy import choose_planned
+from slimrag.route.kv_view import KVView
+from slimrag.route.planner import RoutePlan
+from slimrag.route.policy import Replica, RouterConfig, choose
+from slimrag.route.prefix_tree import PrefixTree
+
+SYSTEM_TOKENS = 45
+ROOT = "model|system"
+
+
+@dataclass
+class _Events:
+    """What `Replica.exact` reads of an event stream: a view kept by the tree's own events."""
+
+    view: KVView
+    exact: bool = True
+
+
+@dataclass
+class _Job:
+    arrival: float
+    plan: RoutePlan
+    key: str
+    estimate: int
+    order: tuple[str, ...] = ()
+    cached: int = 0
+    match: Any = None
+
+
+@dataclass
+class _Server:
+    tree: KVTree
+    queue: deque[_Job] = field(default_factory=deque)
+    busy: bool = False
+
+
+def _tokens(plan: RoutePlan) -> dict[str, int]:
+    return dict(zip(plan.keys, plan.tokens, strict=True))
+
+
+def run_sim(policy: str, n: int, arrivals: list[tuple[float, str, RoutePlan]], costs: dict[str, float],
+            budget: int) -> dict[str, Any]:
+    a, b, decode = costs["a_s"], costs["b_s_per_token"], costs["decode_s"]
+    config = RouterConfig()
+    servers = [_Server(KVTree.simulated(CacheConfig(device="cpu", host_bytes=budget))) for _ in range(n)]
+    reps = [Replica(f"http://sim-{i}:1", PrefixTree()) for i in range(n)]
+    if policy == "events":
+        for s, r in zip(servers, reps, strict=True):
+            view = KVView()
+            s.tree.subscribe(view.apply)
+            r.events = _Events(view)  # type: ignore[assignment]
+    heap: list[tuple[float, int, str, int, _Job]] = []
+    seq = 0
+    ttfts: list[float] = []
+    prompt = cached = longest = judged = arrived = 0
+    last = 0.0
+
+    def push(t: float, kind: str, i: int, job: _Job) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(heap, (t, seq, kind, i, job))
+
+    def start(i: int, now: float) -> None:
+        s = servers[i]
+        if s.busy or not s.queue:
+            return
+        job = s.queue.popleft()
+        s.busy = True
+        plan = plan_passages(job.plan.keys, s.tree, ROOT)
+        job.order = plan.order
+        job.match = s.tree.match(ROOT, job.order)
+        job.cached = job.match.tokens
+        total = SYSTEM_TOKENS + sum(job.plan.tokens)
+        push(now + a + b * (total - job.cached), "prefilled", i, job)
+
+    for t, question, plan in arrivals:
+        push(t, "arrive", -1, _Job(t, plan, f"<user>{question}\n", 0))
+    while heap:
+        now, _, kind, i, job = heapq.heappop(heap)
+        last = now
+        if kind == "arrive":
+            real = [plan_passages(job.plan.keys, s.tree, ROOT).cached_tokens for s in servers]
+            if policy == "rr":
+                i, arrived = arrived % n, arrived + 1
+            elif policy == "approx":
+                i = reps.index(choose(reps, job.key, config)[0])
+            else:
+                replica, _, job.estimate = choose_planned(reps, job.plan, job.key, config)
+                i = reps.index(replica)
+            if max(real) > 0:
+                judged += 1
+                longest += real[i] == max(real)
+            reps[i].in_flight += 1
+            reps[i].pending_prefill += job.estimate
+            servers[i].queue.append(job)
+            start(i, now)
+        elif kind == "prefilled":
+            s, tokens = servers[i], _tokens(job.plan)
+            done = len(job.match.nodes)
+            payloads = ([SegmentKV.simulated(SYSTEM_TOKENS)] if done == 0 else []) + [
+                SegmentKV.simulated(tokens[key]) for key in job.order[max(0, done - 1):]]
+            s.tree.insert(ROOT, job.order, payloads)
+            s.tree.release(job.match)
+            reps[i].pending_prefill -= job.estimate
+            reps[i].tree.insert(job.key)
+            total = SYSTEM_TOKENS + sum(job.plan.tokens)
+            ttfts.append(now - job.arrival)
+            prompt += total
+            cached += job.cached
+            push(now + decode, "done", i, job)
+        else:
+            reps[i].in_flight -= 1
+            servers[i].busy = False
+            start(i, now)
+    first = arrivals[0][0]
+    ttfts.sort()
+    return {"policy": policy, "replicas": n, "requests": len(ttfts), "reused_share": round(cached / prompt, 3),
+            "ttft_p50_s": round(statistics.median(ttfts), 3), "ttft_p90_s": round(ttfts[int(0.9 * (len(ttfts) - 1))], 3),
+            "req_per_s": round(len(ttfts) / (last - first), 3),
+            "chose_longest_share": round(longest / judged, 3) if judged else None}
+
+
+def simulate_fleet(n: int, questions: list[str], plans: dict[str, RoutePlan | None], costs: dict[str, float],
+                   args: Any) -> list[dict[str, Any]]:
+    """The three policies over ``n`` simulated replicas (module header)."""
+    rng = random.Random(args.seed)
+    usable = [q for q in questions if plans.get(q) is not None]
+    usable = (usable * (1 + 40 * n // max(1, len(usable))))[: 40 * n]  # 40 arrivals per replica
+    mean_tokens = statistics.mean(SYSTEM_TOKENS + sum(plans[q].tokens) for q in usable)  # type: ignore[union-attr]
+    service = costs["a_s"] + costs["b_s_per_token"] * mean_tokens + costs["decode_s"]
+    rate = args.sim_load * n / service
+    t, arrivals = 0.0, []
+    for q in usable:
+        t += rng.expovariate(rate)
+        plan = plans[q]
+        assert plan is not None
+        arrivals.append((t, q, plan))
+    return [run_sim(policy, n, arrivals, costs, args.sim_budget) for policy in ("rr", "approx", "events")]

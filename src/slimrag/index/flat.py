@@ -24,8 +24,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from slimrag.config import SearchConfig
-    from slimrag.index.slim.config import SlimConfig
-    from slimrag.index.slim.update import SlimUpdate
+    from slimrag.index.manifest import Manifest
 
 
 class Column:
@@ -151,7 +150,7 @@ class FlatVectors:
         """Never: a delta row and a generation row cost the same bytes and the same search time."""
         return False
 
-    def updated(self, config: SlimConfig) -> SlimUpdate:
+    def update_into(self, root: Path, gen: int, manifest: Manifest) -> None:
         """Flat generations have no incremental update (`incremental` is False)."""
         raise NotImplementedError("a flat generation is rewritten, not updated")
 

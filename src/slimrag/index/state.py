@@ -63,10 +63,10 @@ def embed_input(chunk: Chunk | ChunkText) -> str:
 
 @dataclass(frozen=True)
 class StoredText:
-    """Exact embeddings of stored chunks by id, recomputed from their text: the `Recompute` a
-    slim store reranks with. An object of its own rather than the bound `IndexState.recompute`:
-    the state holds the store, so a bound method would close a reference cycle, and an unclosed
-    index would hold its files until the next garbage collection."""
+    """Exact embeddings of stored chunks by id, recomputed from their text: the
+    `slimrag.index.recompute.Recompute` a slim store reranks with. An object of its own rather
+    than the bound `IndexState.recompute`: the state holds the store, so a bound method would
+    close a reference cycle, and an unclosed index would hold its files until a collection."""
 
     catalog: Catalog
     embedder: Embedder

@@ -18,7 +18,8 @@ a scratch file that `build_slim` reads memory-mapped (`layout.SCRATCH`, deleted 
 holds every float32 vector in memory: a flat compaction's peak is one block (~25 MB at d=384)
 plus at most ``rows.RELEASE_BYTES`` (256 MB) of the mapped parts' pages, which the stream drops
 from the process as it goes (`rows.release_file_pages`; before, all of them stayed resident). A slim
-generation followed by a slim one is updated in place of a rebuild (`SlimVectors.updated`).
+generation followed by a slim one is updated in place of a rebuild (`VectorStore.update_into`).
+The slim package is imported only when a slim generation is opened or written.
 
 Knob: `COPY_ROWS` (default 16,384): rows per block of that stream; larger blocks mean fewer
 ``write`` calls and more memory (``4 d`` bytes a row).
@@ -38,11 +39,8 @@ from slimrag.errors import IndexFormatError
 from slimrag.index import layout
 from slimrag.index.flat import FlatVectors
 from slimrag.index.manifest import Manifest
-from slimrag.index.slim import SlimArtifacts, SlimConfig, build_slim
+from slimrag.index.recompute import Recompute
 from slimrag.index.slim.rows import RELEASE_BYTES, release_file_pages
-from slimrag.index.slim.searcher import Recompute
-from slimrag.index.slim.store import SlimVectors
-from slimrag.index.slim.update import SlimUpdate
 
 log = logging.getLogger("slimrag.index")
 
@@ -54,7 +52,7 @@ class VectorStore(Protocol):
 
     #: the kind written to the manifest for a generation of this store (a `KINDS` key)
     kind: str
-    #: True when `updated` gives the next generation more cheaply than a rebuild
+    #: True when `update_into` writes the next generation more cheaply than a rebuild
     incremental: bool
 
     @property
@@ -83,8 +81,9 @@ class VectorStore(Protocol):
     def wants_compaction(self, share: float) -> bool:
         """Whether the automatic policy of `add` should compact now (see the writer)."""
 
-    def updated(self, config: SlimConfig) -> SlimUpdate:
-        """The next generation from this one (only when ``incremental``)."""
+    def update_into(self, root: Path, gen: int, manifest: Manifest) -> None:
+        """Write generation ``gen`` of the index at ``root`` by updating this one, with the
+        knobs ``manifest`` records (only when ``incremental``); the manifest switch is the caller's."""
 
     def generation_bytes(self, folder: Path) -> dict[str, float] | None:
         """Kind-specific byte figures of the generation folder, or None."""
@@ -99,6 +98,9 @@ def _load_flat(root: Path, manifest: Manifest, gen: dict[str, np.ndarray], recom
 
 
 def _load_slim(root: Path, manifest: Manifest, gen: dict[str, np.ndarray], recompute: Recompute) -> VectorStore:
+    from slimrag.index.slim.artifacts import SlimArtifacts  # slim's modules load with a slim index only
+    from slimrag.index.slim.store import SlimVectors
+
     art = SlimArtifacts.load(layout.gen_dir(root, manifest.generation))
     empty = FlatVectors(np.zeros(0, np.int64), np.zeros((0, art.dim), manifest.config.dtype))
     return SlimVectors(gen["ids"], art, empty, recompute, manifest.slim)
@@ -113,6 +115,8 @@ def _write_flat(root: Path, gen: int, store: VectorStore, rows: np.ndarray, ids:
 
 def _write_slim(root: Path, gen: int, store: VectorStore, rows: np.ndarray, ids: np.ndarray,
                 manifest: Manifest) -> None:
+    from slimrag.index.slim.build import build_slim
+
     scratch = Path(root) / f"{layout.SCRATCH}{gen:06d}.npy"
     try:
         layout.write_npy(scratch, np.float32, (len(rows), manifest.dim), _blocks(store, rows))
@@ -133,7 +137,7 @@ class Kind:
 #: the generation kinds, by the name the manifest records
 KINDS: dict[str, Kind] = {
     FlatVectors.kind: Kind(_load_flat, _write_flat),
-    SlimVectors.kind: Kind(_load_slim, _write_slim),
+    "slim": Kind(_load_slim, _write_slim),  # `SlimVectors.kind`
 }
 
 
@@ -186,7 +190,7 @@ def target_kind(config: IndexConfig, live: int) -> str:
     from ``auto_slim_chunks`` live chunks on), and flat for an empty index (a graph needs a row)."""
     storage = config.storage
     if storage == "auto":
-        storage = SlimVectors.kind if live >= config.auto_slim_chunks else FlatVectors.kind
+        storage = "slim" if live >= config.auto_slim_chunks else FlatVectors.kind
     return FlatVectors.kind if live == 0 else storage
 
 
@@ -199,9 +203,7 @@ def write_next_generation(root: Path, manifest: Manifest, store: VectorStore,
     kind = target_kind(manifest.config, len(ids))
     gen = layout.next_generation(root, manifest.generation)
     if not rebuild and store.incremental and store.kind == kind:
-        upd = store.updated(manifest.slim)
-        log.info("%s: %s generation updated: %s", root, kind, upd.stats)
-        layout.write_generation(root, gen, {"ids": layout.narrow_ids(upd.ids)}, writer=upd.artifacts.save)
+        store.update_into(root, gen, manifest)
         return gen, kind
     KINDS[kind].write(root, gen, store, rows, ids, manifest)
     return gen, kind

@@ -158,18 +158,42 @@ Thread-safety: ``SlimSearcher`` keeps a visited-stamp array and the cache, so on
 not be used by two threads at once (wrap it in a lock or make one per thread). ``SlimArtifacts``
 is read-only and may be shared.
 """
-from slimrag.index.slim.artifacts import SlimArtifacts, slim_bytes
-from slimrag.index.slim.build import build_slim, calibrate_pq_error
-from slimrag.index.slim.config import SlimConfig
-from slimrag.index.slim.graph import Graph, GraphConfig, build_graph
-from slimrag.index.slim.pq import PQConfig, ProductQuantizer, train_pq
-from slimrag.index.slim.searcher import Recompute, SearchStats, SlimSearcher, WalkResult
-from slimrag.index.slim.store import SlimVectors
-from slimrag.index.slim.update import SlimUpdate, UpdateConfig, UpdateStats, update_slim
-from slimrag.index.slim.vcache import VectorCache
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from slimrag.index.slim.artifacts import SlimArtifacts, slim_bytes
+    from slimrag.index.slim.build import build_slim, calibrate_pq_error
+    from slimrag.index.slim.config import GraphConfig, SlimConfig
+    from slimrag.index.slim.graph import Graph, build_graph
+    from slimrag.index.slim.pq import PQConfig, ProductQuantizer, train_pq
+    from slimrag.index.slim.searcher import SearchStats, SlimSearcher, WalkResult
+    from slimrag.index.slim.store import SlimVectors
+    from slimrag.index.slim.update import SlimUpdate, UpdateConfig, UpdateStats, update_slim
+    from slimrag.index.slim.vcache import VectorCache
+
+#: each public name's module: imported on first use (PEP 562), so opening a flat index, whose
+#: manifest names a `SlimConfig`, does not import the graph builder, the searcher and the updater
+_HOMES = {
+    "SlimArtifacts": "artifacts", "slim_bytes": "artifacts", "build_slim": "build", "calibrate_pq_error": "build",
+    "GraphConfig": "config", "SlimConfig": "config", "Graph": "graph", "build_graph": "graph",
+    "PQConfig": "pq", "ProductQuantizer": "pq", "train_pq": "pq", "SearchStats": "searcher",
+    "SlimSearcher": "searcher", "WalkResult": "searcher", "SlimVectors": "store", "SlimUpdate": "update",
+    "UpdateConfig": "update", "UpdateStats": "update", "update_slim": "update", "VectorCache": "vcache",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+
 
 __all__ = [
-    "Graph", "GraphConfig", "PQConfig", "ProductQuantizer", "Recompute", "WalkResult", "SearchStats",
+    "Graph", "GraphConfig", "PQConfig", "ProductQuantizer", "WalkResult", "SearchStats",
     "SlimArtifacts", "SlimConfig", "SlimSearcher", "SlimUpdate", "SlimVectors", "UpdateConfig", "UpdateStats",
     "VectorCache", "build_graph", "build_slim", "calibrate_pq_error", "slim_bytes", "train_pq", "update_slim",
 ]

@@ -18,7 +18,7 @@ from slimrag.index.slim.artifacts import SlimArtifacts
 from slimrag.index.slim.config import SlimConfig
 from slimrag.index.slim.graph import Graph, _make_strongly_connected, _to_csr
 from slimrag.index.slim.prune import robust_prune
-from slimrag.index.slim.searcher import Recompute, SlimSearcher
+from slimrag.index.slim.searcher import RecomputeRows, SlimSearcher
 
 _PRUNE_BATCH = 256
 
@@ -98,7 +98,7 @@ def _prune(vecs: RowVectors, owners: np.ndarray, cands: list[np.ndarray], limits
     return out
 
 
-def edit_graph(art: SlimArtifacts, live: np.ndarray, x_new: np.ndarray, new_codes: np.ndarray, rec: Recompute,
+def edit_graph(art: SlimArtifacts, live: np.ndarray, x_new: np.ndarray, new_codes: np.ndarray, rec: RecomputeRows,
                config: SlimConfig, ef: int, rerank: int) -> SlimArtifacts:
     """The next generation of ``art`` with rows where ``live`` is False removed and ``x_new``
     (encoded as ``new_codes``) appended, by editing the graph (steps 2-5 of
@@ -140,7 +140,7 @@ def edit_graph(art: SlimArtifacts, live: np.ndarray, x_new: np.ndarray, new_code
 
 
 def _insert(art: SlimArtifacts, adj: list[np.ndarray], vecs: RowVectors, limits: np.ndarray, dead: np.ndarray,
-            x_new: np.ndarray, rec: Recompute, config: SlimConfig, ef: int, rerank: int) -> None:
+            x_new: np.ndarray, rec: RecomputeRows, config: SlimConfig, ef: int, rerank: int) -> None:
     """Steps 2 and 3: new rows' out-edges from a walk of the old graph and the other new rows,
     then reverse edges; ``adj`` is extended and edited in place."""
     n_old, m = art.n, len(x_new)
@@ -206,7 +206,7 @@ def _consolidate_deletes(adj: list[np.ndarray], vecs: RowVectors, limits: np.nda
 
 
 def _hubs(art: SlimArtifacts, graph: Graph, new_pos: np.ndarray, keep: np.ndarray, vecs: RowVectors,
-          rec: Recompute, config: SlimConfig) -> tuple[np.ndarray, np.ndarray]:
+          rec: RecomputeRows, config: SlimConfig) -> tuple[np.ndarray, np.ndarray]:
     """Surviving hubs keep their vectors; free slots go to the most-referenced other rows."""
     want = config.hub_count(graph.n)
     alive = new_pos[art.hub_rows]

@@ -50,9 +50,9 @@ from slimrag.index.slim.pq import (
 )
 from slimrag.index.slim.vcache import VectorCache
 
-#: exact embeddings of stored chunks by chunk id, recomputed from their text (what a search
-#: reranks with, and what `slimrag.index.vectors` passes to every kind of store)
-Recompute = Callable[[np.ndarray], np.ndarray]
+#: exact vectors of generation rows, by row number (a store turns rows into chunk ids and
+#: re-embeds their text: `slimrag.index.recompute.Recompute`); what a search reranks with
+RecomputeRows = Callable[[np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +81,7 @@ class SlimSearcher:
     search: the default query knobs (ef, rerank, wave, early_stop of `SearchConfig`), which
     :meth:`search_batch` may override per call."""
 
-    def __init__(self, artifacts: SlimArtifacts, recompute: Recompute, config: SlimConfig | None = None,
+    def __init__(self, artifacts: SlimArtifacts, recompute: RecomputeRows, config: SlimConfig | None = None,
                  search: SearchConfig | None = None) -> None:
         self.art = artifacts
         self.recompute = recompute

@@ -16,18 +16,26 @@ mostly skipped. Thread-safety: one lock around the searcher (it owns a cache and
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from slimrag.config import SearchConfig
+from slimrag.index import layout
 from slimrag.index.flat import Column, FlatVectors
 from slimrag.index.slim.artifacts import SlimArtifacts, slim_bytes
 from slimrag.index.slim.config import SlimConfig
 from slimrag.index.slim.searcher import SlimSearcher
 from slimrag.index.slim.update import SlimUpdate, UpdateConfig, update_slim
+
+if TYPE_CHECKING:
+    from slimrag.index.manifest import Manifest
+
+log = logging.getLogger("slimrag.index")
 
 #: graph rows at or below which a filtered query recomputes the allowed rows instead of walking
 SMALL_FILTER = 64
@@ -136,6 +144,13 @@ class SlimVectors:
         d_ids, d_vecs = self.delta.ids[d_rows], self.delta.rows(d_rows)
         return update_slim(self.searcher.art, self.gen_ids, self.live[: self.n_gen], d_ids, d_vecs,
                            lambda rows: self._recompute_ids(self.gen_ids[rows]), config, update, rebuild)
+
+    def update_into(self, root: Path, gen: int, manifest: Manifest) -> None:
+        """`VectorStore.update_into`: the `updated` generation, with the manifest's slim knobs,
+        written as generation ``gen``."""
+        upd = self.updated(manifest.slim)
+        log.info("%s: slim generation updated: %s", root, upd.stats)
+        layout.write_generation(root, gen, {"ids": layout.narrow_ids(upd.ids)}, writer=upd.artifacts.save)
 
     def search(self, queries: np.ndarray, k: int, allow: np.ndarray | None = None,
                config: SearchConfig | None = None) -> tuple[np.ndarray, np.ndarray]:

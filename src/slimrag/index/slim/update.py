@@ -85,7 +85,7 @@ from slimrag.index.slim.artifacts import SlimArtifacts
 from slimrag.index.slim.build import build_slim
 from slimrag.index.slim.config import SlimConfig
 from slimrag.index.slim.edit import edit_graph
-from slimrag.index.slim.searcher import Recompute
+from slimrag.index.slim.searcher import RecomputeRows
 
 log = logging.getLogger("slimrag.index")
 
@@ -151,7 +151,7 @@ class SlimUpdate:
 class _Recomputer:
     """Counts the caller's ``recompute`` and batches it."""
 
-    fn: Recompute
+    fn: RecomputeRows
     dim: int
     rows: int = 0
     calls: int = 0
@@ -171,7 +171,7 @@ class _Recomputer:
 
 def update_slim(
     art: SlimArtifacts, gen_ids: np.ndarray, live: np.ndarray, new_ids: np.ndarray, new_vectors: np.ndarray,
-    recompute: Recompute, config: SlimConfig | None = None, update: UpdateConfig | None = None,
+    recompute: RecomputeRows, config: SlimConfig | None = None, update: UpdateConfig | None = None,
     rebuild: bool = False,
 ) -> SlimUpdate:
     """The next generation of ``art``: rows with ``live`` False removed, ``new_vectors`` (unit-norm,

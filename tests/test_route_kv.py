@@ -113,3 +113,39 @@ def test_serve_kv_events_flag_is_checked(tmp_path: Any) -> None:
     remote = runner.invoke(cli, ["serve", str(idx), "--port", "0", "--llm", "http://127.0.0.1:9/v1",
                                  "--kv-events", "tcp://127.0.0.1:5557"])
     assert remote.exit_code == 2 and "--llm" in remote.output
+
+
+def test_planned_rule_weighs_prefill_saved_against_load() -> None:
+    """`choose_planned` with plain numbers: the holder wins until its queue outweighs the saving,
+    and with no exact view anywhere the old rule decides alone."""
+    from dataclasses import dataclass
+
+    from slimrag.llm.kv.events import BlockStored, chain_hash
+    from slimrag.route.kv_policy import choose_planned
+    from slimrag.route.kv_view import KVView
+    from slimrag.route.planner import RoutePlan
+    from slimrag.route.policy import Replica, choose
+    from slimrag.route.prefix_tree import PrefixTree
+
+    @dataclass
+    class Followed:  # what Replica.exact() reads of a stream
+        view: KVView
+        exact: bool = True
+
+    root = chain_hash(None, "model|system@1")
+    holder = KVView()
+    holder.apply(BlockStored((root,), None, 40, "CPU"))
+    holder.apply(BlockStored((chain_hash(root, "p1"),), root, 300, "CPU"))
+    reps = [Replica(f"http://127.0.0.1:{9000 + i}", PrefixTree()) for i in range(3)]
+    reps[0].events, reps[1].events = Followed(KVView()), Followed(holder)  # type: ignore[assignment]
+    plan = RoutePlan(((1, 0.9), (2, 0.8)), ("p2", "p1"), (300, 200))
+    config = RouterConfig()
+    chosen, reason, prefill = choose_planned(reps, plan, "<user>q\n", config)
+    assert (chosen, reason, prefill) == (reps[1], "kv", 40 + 500 - 340)
+    reps[1].pending_prefill = 600  # its queue now costs more than the 340 tokens it saves
+    chosen, reason, _ = choose_planned(reps, plan, "<user>q\n", config)
+    assert chosen is reps[0] and reason == "kv_load"
+    reps[1].events.exact = False  # type: ignore[union-attr]
+    reps[0].events = None
+    reps[1].pending_prefill = 0
+    assert choose_planned(reps, plan, "<user>q\n", config)[:2] == choose(reps, "<user>q\n", config)

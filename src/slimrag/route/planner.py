@@ -27,13 +27,16 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slimrag.api.schemas import ChatRequest
 from slimrag.config import SearchConfig
-from slimrag.index.core import Index
 from slimrag.prompt import DEFAULT_SYSTEM, Passage, Prompt
 from slimrag.rag.condense import with_words
 from slimrag.rag.guards import DEFAULT_FLOOR, answerable
+
+if TYPE_CHECKING:
+    from slimrag.index.core import Index
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +71,8 @@ class RoutePlanner:
 
     def _open(self) -> Index:
         if self._index is None:
+            from slimrag.index.core import Index  # the embedder and the index: only with --index
+
             self._index = Index.open(self.path)
         return self._index
 

@@ -100,10 +100,14 @@ def _load_flat(root: Path, manifest: Manifest, gen: dict[str, np.ndarray], recom
 def _load_slim(root: Path, manifest: Manifest, gen: dict[str, np.ndarray], recompute: Recompute) -> VectorStore:
     from slimrag.index.slim.artifacts import SlimArtifacts  # slim's modules load with a slim index only
     from slimrag.index.slim.store import SlimVectors
+    from slimrag.index.slim.vcache import shared
 
-    art = SlimArtifacts.load(layout.gen_dir(root, manifest.generation))
+    folder = layout.gen_dir(root, manifest.generation)
+    art = SlimArtifacts.load(folder)
     empty = FlatVectors(np.zeros(0, np.int64), np.zeros((0, art.dim), manifest.config.dtype))
-    return SlimVectors(gen["ids"], art, empty, recompute, manifest.slim)
+    # one cache of recomputed rows per generation in this process: every handle shares it
+    return SlimVectors(gen["ids"], art, empty, recompute, manifest.slim,
+                       cache=shared(folder, manifest.slim.cache_bytes, art.dim))
 
 
 def _write_flat(root: Path, gen: int, store: VectorStore, rows: np.ndarray, ids: np.ndarray,

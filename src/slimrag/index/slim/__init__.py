@@ -71,7 +71,8 @@ Build knobs (``SlimConfig``, written into the manifest; graph knobs in ``GraphCo
 - ``entries`` (default 4): seeds taken from the hubs and, again, from the entry layer.
 - ``cache_bytes`` (default 16 MiB): budget of the LRU of recomputed float32 vectors (``4 d`` bytes
   each: 16 MiB holds ~10,900 MiniLM vectors). 0 disables it. Memory only, never on disk: read
-  when the index is opened (the cache lives as long as the opened index), not per query.
+  when the index is opened, not per query. One cache per generation per process, shared by every
+  open handle of it (`vcache.shared`): the server's threads, and a handle reopened after an ``add``.
 
 Query knobs (``slimrag.config.SearchConfig``, per query: ``Index.search(..., config=...)``)
 ------------------------------------------------------------------------------------------

@@ -75,19 +75,20 @@ class WalkResult:
 
 class SlimSearcher:
     """Searches one :class:`SlimArtifacts` with exact rerank through ``recompute``. Not thread-safe
-    (visited stamps and cache are per instance); see the module header.
+    (visited stamps are per instance; the cache may be shared, and locks itself); see the module header.
 
     config: the generation's `SlimConfig` (here only ``entries`` and ``cache_bytes`` are read).
     search: the default query knobs (ef, rerank, wave, early_stop of `SearchConfig`), which
     :meth:`search_batch` may override per call."""
 
     def __init__(self, artifacts: SlimArtifacts, recompute: RecomputeRows, config: SlimConfig | None = None,
-                 search: SearchConfig | None = None) -> None:
+                 search: SearchConfig | None = None, cache: VectorCache | None = None) -> None:
         self.art = artifacts
         self.recompute = recompute
         self.config = config or SlimConfig()
         self.search_config = search or SearchConfig()
-        self.cache = VectorCache(self.config.cache_bytes, artifacts.dim)
+        #: recomputed rows; ``cache`` shares one between searchers of one generation (`vcache.shared`)
+        self.cache = cache if cache is not None else VectorCache(self.config.cache_bytes, artifacts.dim)
         # Graph and codes stay as loaded (memory-mapped by `SlimArtifacts.load`): the query path's
         # own memory is 8 bytes per row (PQ norms, visit stamps) plus the pages walks touch.
         self._indptr = artifacts.graph.indptr
@@ -225,8 +226,9 @@ class SlimSearcher:
         # Free exact scores for every pooled row already in the cache, wherever it ranks.
         for i, (rows, _) in enumerate(pools):
             for r in rows.tolist():
-                if r in self.cache:
-                    exact[i][r] = float(self.cache.get(r) @ q[i])
+                vec = self.cache.lookup(r)
+                if vec is not None:
+                    exact[i][r] = float(vec @ q[i])
                     hits[i] += 1
         ends = [iter(wave_ends(limit[i], k, floor, cfg.wave) if stop else [limit[i]]) for i in range(nq)]
         active = [i for i in range(nq) if not self._done(pools[i], exact[i], pos[i], limit[i], k, stop, bound, floor)]
@@ -238,8 +240,9 @@ class SlimSearcher:
                 for r in pools[i][0][pos[i] : end].tolist():
                     if r in exact[i]:
                         continue
-                    if r in self.cache:  # recomputed by an earlier wave or another query of the batch
-                        exact[i][r] = float(self.cache.get(r) @ q[i])
+                    vec = self.cache.lookup(r)  # recomputed by an earlier wave, query or thread
+                    if vec is not None:
+                        exact[i][r] = float(vec @ q[i])
                         hits[i] += 1
                     else:
                         take.append(r)

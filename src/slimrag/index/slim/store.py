@@ -10,7 +10,8 @@ so a query sees one top-k. ``rows`` gives float32 vectors of any rows: graph row
 
 Filters: when a metadata filter leaves only a few graph rows (``SMALL_FILTER`` or fewer), those
 rows are recomputed and scored directly: exact, and cheaper than walking a graph whose rows are
-mostly skipped. Thread-safety: one lock around the searcher (it owns a cache and visit marks).
+mostly skipped. Thread-safety: one lock around the searcher (it owns visit marks; its cache of
+recomputed rows is shared by every handle of the generation in this process, `vcache.shared`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from slimrag.index.slim.artifacts import SlimArtifacts, slim_bytes
 from slimrag.index.slim.config import SlimConfig
 from slimrag.index.slim.searcher import SlimSearcher
 from slimrag.index.slim.update import SlimUpdate, UpdateConfig, update_slim
+from slimrag.index.slim.vcache import VectorCache
 
 if TYPE_CHECKING:
     from slimrag.index.manifest import Manifest
@@ -57,7 +59,8 @@ class SlimVectors:
     incremental = True
 
     def __init__(self, gen_ids: np.ndarray, artifacts: SlimArtifacts, delta: FlatVectors,
-                 recompute_ids: Callable[[np.ndarray], np.ndarray], config: SlimConfig) -> None:
+                 recompute_ids: Callable[[np.ndarray], np.ndarray], config: SlimConfig,
+                 cache: VectorCache | None = None) -> None:
         self.gen_ids = np.asarray(gen_ids, dtype=np.int64)
         self.n_gen = len(self.gen_ids)
         self.dim = artifacts.dim
@@ -67,7 +70,8 @@ class SlimVectors:
         self._live = Column(np.ones(len(self._ids), dtype=bool))
         self._recompute_ids = recompute_ids
         # by rows of this generation; a lambda over ``self`` would close a reference cycle
-        self.searcher = SlimSearcher(artifacts, functools.partial(_by_rows, recompute_ids, self.gen_ids), config)
+        self.searcher = SlimSearcher(artifacts, functools.partial(_by_rows, recompute_ids, self.gen_ids), config,
+                                     cache=cache)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:

@@ -5,12 +5,21 @@ search recomputes repeat; keeping their exact vectors turns repeat recomputation
 CPU) into a dot product. Vectors live in one preallocated float32 slab of ``budget // (4 d)`` rows,
 so the budget is the memory used, without per-entry Python arrays; an ``OrderedDict`` maps row to
 slot in recency order. A cache belongs to one index generation: row ids change on compaction, so a
-new generation needs a new cache. Not thread-safe (``get`` reorders).
+new generation needs a new cache.
+
+One cache per generation per process (`shared`): every open handle of the same generation in a
+process (the server's worker threads, a handle reopened after another process's ``add``, which
+adds a delta part and leaves the generation as it was) reads and fills the same slab, so a row
+recomputed for one thread is free for the others, and a reopen keeps what was recomputed. A lock
+makes each call atomic; `lookup` returns a copy, since the slot may be reused once it is released.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from collections import OrderedDict
+from pathlib import Path
 
 import numpy as np
 
@@ -23,6 +32,7 @@ class VectorCache:
         self.capacity = max(0, budget_bytes // (4 * dim))
         self._slab = np.empty((self.capacity, dim), dtype=np.float32)
         self._slot: OrderedDict[int, int] = OrderedDict()  # row -> slot, least recent first
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -34,21 +44,36 @@ class VectorCache:
 
     def clear(self) -> None:
         """Forget every entry (for a new index generation, whose row ids differ)."""
-        self._slot.clear()
+        with self._lock:
+            self._slot.clear()
 
     def __contains__(self, row: int) -> bool:
         return row in self._slot
 
     def get(self, row: int) -> np.ndarray:
-        """The cached vector of ``row`` (KeyError if absent); marks it most recently used."""
-        slot = self._slot[row]
-        self._slot.move_to_end(row)
-        return self._slab[slot]
+        """A copy of the cached vector of ``row`` (KeyError if absent); marks it most recently used."""
+        got = self.lookup(row)
+        if got is None:
+            raise KeyError(row)
+        return got
+
+    def lookup(self, row: int) -> np.ndarray | None:
+        """A copy of the cached vector of ``row``, or None; marks it most recently used."""
+        with self._lock:
+            slot = self._slot.get(row)
+            if slot is None:
+                return None
+            self._slot.move_to_end(row)
+            return self._slab[slot].copy()
 
     def put(self, rows: np.ndarray, vectors: np.ndarray) -> None:
         """Insert rows (evicting the least recently used); a no-op with zero capacity."""
         if self.capacity == 0:
             return
+        with self._lock:
+            self._put(rows, vectors)
+
+    def _put(self, rows: np.ndarray, vectors: np.ndarray) -> None:
         for row, vec in zip(rows.tolist(), vectors, strict=True):
             if row in self._slot:
                 self._slot.move_to_end(row)
@@ -59,3 +84,24 @@ class VectorCache:
                 slot = len(self._slot)
             self._slab[slot] = vec
             self._slot[row] = slot
+
+
+#: index folder -> (its generation folder's identity, that generation's cache): the caches `shared` hands out
+_SHARED: dict[str, tuple[tuple[str, int, int, int], VectorCache]] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared(generation: Path, budget_bytes: int, dim: int) -> VectorCache:
+    """The process's cache of the generation stored in folder ``generation`` (module header). A
+    generation is known by its folder's path, inode and times, so a new generation (a compaction,
+    or a rebuild that reuses the folder's name) gets a new cache; one cache per index folder is kept
+    here (the newest generation asked for), so the memory held is one budget per index."""
+    st = os.stat(generation)
+    ident = (str(Path(generation).resolve()), st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+    root = str(Path(ident[0]).parent)
+    with _SHARED_LOCK:
+        held = _SHARED.get(root)
+        if held is None or held[0] != ident or held[1]._slab.shape[1] != dim:
+            held = (ident, VectorCache(budget_bytes, dim))
+            _SHARED[root] = held
+        return held[1]

@@ -1,0 +1,76 @@
+"""One cache of recomputed rows per slim generation per process (issue 32): the handles that the
+server's worker threads open share it, and a handle reopened after another writer's ``add``
+(which leaves the generation as it was) keeps what was recomputed."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from bench.crash import HashEmbedder, docs
+from slimrag.index.core import Index
+from slimrag.index.slim import PQConfig, SlimConfig
+
+QUERIES = [f"uniq{i} a{i}" for i in range(0, 200, 7)]
+
+
+class CountingEmbedder(HashEmbedder):
+    """`HashEmbedder` counting the texts it embeds: queries plus the rows a slim search recomputes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts = 0
+        self._lock = threading.Lock()
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        with self._lock:
+            self.texts += len(texts)
+        return super().embed_batch(texts)
+
+
+def _hits(idx: Index) -> list[list[str]]:
+    return [[h.source for h in idx.search(q, k=5, mode="vector")] for q in QUERIES]
+
+
+def test_threads_share_one_cache_and_a_reopen_after_add_keeps_it(tmp_path: Path) -> None:
+    root = tmp_path / "i"
+    Index.build(docs("a", 400, 1), root, embedder=HashEmbedder(), storage="slim",
+                slim=SlimConfig(pq=PQConfig(m=16))).close()
+    with Index.open(root, HashEmbedder()) as ref:
+        want = _hits(ref)
+
+    emb = CountingEmbedder()
+    caches, got, errors = [], [], []
+
+    def serve_one() -> None:  # a server worker: its own handle, searching alongside the others
+        try:
+            with Index.open(root, emb) as idx:
+                caches.append(idx.vectors.searcher.cache)
+                got.append(_hits(idx))
+        except Exception as e:  # handed to the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=serve_one) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len({id(c) for c in caches}) == 1 and len(caches[0]) > 0  # one cache, filled
+    assert all(g == want for g in got)  # shared under 8 concurrent searchers, same answers
+
+    with Index.open(root, HashEmbedder()) as writer:  # another writer adds: a delta part, same generation
+        writer.add([(f"b/{i}.txt", f"{i}{i}{i}{i} 0000 9999 {i}") for i in range(5)])  # far from every query
+    before = emb.texts
+    with Index.open(root, emb) as reopened:  # what a worker does when the index changed on disk
+        assert reopened.vectors.searcher.cache is caches[0]
+        assert _hits(reopened) == want
+    assert emb.texts - before == len(QUERIES)  # the queries alone: no graph row recomputed again
+
+    with Index.open(root, HashEmbedder()) as writer:  # a compaction: a new generation, a new cache
+        writer.compact(rebuild=True)
+    with Index.open(root, emb) as fresh:
+        assert fresh.vectors.searcher.cache is not caches[0] and len(fresh.vectors.searcher.cache) == 0

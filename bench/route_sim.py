@@ -112,7 +112,7 @@ def run_sim(policy: str, n: int, arrivals: list[tuple[float, str, RoutePlan]], c
             else:
                 replica, _, job.estimate = choose_planned(reps, job.plan, job.key, config)
                 i = reps.index(replica)
-            if max(real) > 0:
+            if max(real) > min(real):
                 judged += 1
                 longest += real[i] == max(real)
             reps[i].in_flight += 1

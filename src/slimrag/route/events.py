@@ -16,10 +16,14 @@ Keeping the view exact
       rebuilt from that stream's seq 0 by a replay. A (re)connection of the SUB socket (its
       ZMQ monitor) does the same without waiting for a live batch, since the first batches of a
       restarted replica go out before the socket is back; that is what keeps a restarted
-      replica's view empty within about 0.1 s (ZMQ's reconnect interval) of its start.
+      replica's view empty within about 0.1 s (ZMQ's reconnect interval) of its start. A
+      disconnection (the replica died: its kernel closed the socket) empties the view at once.
     - **Holes.** When the replay cannot fill a gap (the replica's buffer no longer holds it, or no
       answer within ``replay_timeout_s``), the view is marked inexact (``exact`` False): the router
-      then routes that replica by its approximate tree until a new stream rebuilds the view.
+      then routes that replica by its approximate tree until a rebuild succeeds. A replay that timed
+      out (a replica down, starting or starved of CPU) is followed by a rebuild from nothing one
+      timeout later, and again until one is answered; a hole the buffer cannot fill waits for the
+      replica's next stream.
     - **Bad input.** A message without three frames or an 8-byte sequence number, a payload that
       is not a batch, or an event that breaks the schema is counted in ``malformed`` and skipped;
       nothing a replica sends stops the stream.
@@ -82,10 +86,11 @@ class EventStream:
         self._skip = 0
         self._building = False
         self._want_rebuild = False
+        self._retry_at: float | None = None
         self._sub = self._ctx.socket(zmq.SUB)
         self._sub.setsockopt(zmq.SUBSCRIBE, b"")
         self._sub.setsockopt(zmq.RCVHWM, 100_000)
-        self._monitor = self._sub.get_monitor_socket(zmq.EVENT_CONNECTED)
+        self._monitor = self._sub.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         self._sub.connect(endpoint)
         self._dealer = self._new_dealer()
 
@@ -108,13 +113,16 @@ class EventStream:
         try:
             while True:
                 ready = dict(await poller.poll(100))
-                if self._want_rebuild:
-                    self._want_rebuild = False
+                if self._want_rebuild or (self._retry_at is not None and time.monotonic() >= self._retry_at):
+                    self._want_rebuild, self._retry_at = False, None
                     await self._rebuild(None)
                 if self._monitor in ready:
                     event = parse_monitor_message(await self._monitor.recv_multipart())
                     if event["event"] == zmq.EVENT_CONNECTED:
                         await self._rebuild(None)
+                    elif event["event"] == zmq.EVENT_DISCONNECTED:  # its cache may be gone with it
+                        self.view.clear()
+                        self.exact = False
                 if self._sub in ready:
                     await self._on_message(await self._sub.recv_multipart())
         finally:
@@ -199,6 +207,8 @@ class EventStream:
         longer holds it) or a replay that timed out leaves a hole, so the view is inexact."""
         self._drain()
         complete = not (timed_out or self._held)
+        if timed_out:  # the replica may be starting or busy: ask again, from nothing, a timeout later
+            self._retry_at = time.monotonic() + self.replay_timeout_s
         if not complete:
             self.exact = False
             self.counts.holes += 1

@@ -74,3 +74,52 @@ def test_threads_share_one_cache_and_a_reopen_after_add_keeps_it(tmp_path: Path)
         writer.compact(rebuild=True)
     with Index.open(root, emb) as fresh:
         assert fresh.vectors.searcher.cache is not caches[0] and len(fresh.vectors.searcher.cache) == 0
+
+
+def test_serve_holds_one_cache_under_8_concurrent_searches_and_keeps_it_across_another_process_add(
+        tmp_path: Path) -> None:
+    """``serve`` with 8 search workers: 8 concurrent searches leave one cache of recomputed rows,
+    held by every worker's searcher; ``slimrag add``-like writes by another process make the
+    workers reopen their index, and the same searches then re-embed nothing but the queries."""
+    import gc
+    import subprocess
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+    from asgi_server import Endless, running
+
+    from slimrag.index.slim.searcher import SlimSearcher
+    from slimrag.rag.pipeline import RAG
+    from slimrag.serve.app import create_app
+
+    root = tmp_path / "i"
+    Index.build(docs("a", 400, 1), root, embedder=HashEmbedder(), storage="slim",
+                slim=SlimConfig(pq=PQConfig(m=16))).close()
+    emb = CountingEmbedder()
+    served = Index.open(root, emb)
+    app = create_app(RAG(served, Endless()), search_workers=8, warm=False)
+
+    def searchers() -> set[int]:  # the caches of this index's open searchers (one per worker)
+        return {id(s.cache) for s in gc.get_objects() if type(s) is SlimSearcher and s.art.n == 400}
+
+    with running(app) as url, httpx.Client(base_url=url, timeout=60) as client:
+        def search_all() -> list[list[str]]:
+            with ThreadPoolExecutor(8) as pool:
+                replies = list(pool.map(lambda q: client.post("/v1/search", json={"query": q, "k": 5,
+                                                                                  "mode": "vector"}), QUERIES))
+            assert all(r.status_code == 200 for r in replies), [r.text for r in replies if r.status_code != 200]
+            return [[h["source"] for h in r.json()["data"]] for r in replies]
+
+        first = search_all()
+        assert len(searchers()) == 1  # 8 workers' searchers, one cache
+        code = ("import sys; from bench.crash import HashEmbedder; from slimrag.index.core import Index\n"
+                "with Index.open(sys.argv[1], HashEmbedder()) as idx:\n"
+                "    idx.add([(f'b/{i}.txt', f'{i}{i}{i}{i} 0000 9999 {i}') for i in range(5)])\n")
+        subprocess.run([sys.executable, "-c", code, str(root)], check=True, timeout=120,
+                       cwd=Path(__file__).resolve().parents[1])
+        before = emb.texts
+        assert search_all() == first  # the workers reopened the index (a new delta part) and agree
+        assert emb.texts - before == len(QUERIES)  # and recomputed no graph row: the cache was kept
+        assert len(searchers()) == 1
+    served.close()

@@ -5,30 +5,14 @@ server's worker threads open share it, and a handle reopened after another write
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
 from bench.crash import HashEmbedder, docs
+from bench.shared_cache import Counting as CountingEmbedder
 from slimrag.index.core import Index
 from slimrag.index.slim import PQConfig, SlimConfig
 
 QUERIES = [f"uniq{i} a{i}" for i in range(0, 200, 7)]
-
-
-class CountingEmbedder(HashEmbedder):
-    """`HashEmbedder` counting the texts it embeds: queries plus the rows a slim search recomputes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.texts = 0
-        self._lock = threading.Lock()
-
-    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
-        with self._lock:
-            self.texts += len(texts)
-        return super().embed_batch(texts)
 
 
 def _hits(idx: Index) -> list[list[str]]:

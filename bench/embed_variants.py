@@ -7,9 +7,10 @@ Speed
     by `LocalEmbedder.embed` on each runtime (batch 16, the ONNX runtimes' `batch_cap`), best of
     ``--reps`` interleaved rounds. all-MiniLM-L6-v2 on a 256-token chunk is 6.04 GFLOP (per layer
     and token: Q, K, V, O 4x384x384, FFN 2x384x1536, attention 2x256x384 multiply-adds; 6 layers),
-    so chunks/s x 6.04 is the model's GFLOP/s, shown against the float32 peak of the same CPU:
-    the best of numpy and torch on the FFN's GEMM (16x256 tokens x 384 @ 384 x 1536, float32).
-    Int8 rows can exceed 100% of a float32 peak; that is the point of them.
+    so chunks/s x 6.04 is the model's GFLOP/s, shown against the float32 peak of the same CPU
+    (the best of numpy and torch on the FFN's GEMM, 16x256 tokens x 384 @ 384 x 1536) and against
+    its bfloat16 peak (torch on the same GEMM in bfloat16: oneDNN, on AMX tiles where the CPU has
+    them). Int8 and bfloat16 rows can exceed 100% of the float32 peak; that is the point of them.
 
 Quality (questions as queries, vector search by brute force over one vector per passage)
     - ``disfl_qa``: all 1,204 passages, a seeded sample of 600 answerable questions (their gold
@@ -45,7 +46,7 @@ from bench.datasets import DATA
 CACHE = DATA / "variant-emb"
 #: multiply-adds x 2 of all-MiniLM-L6-v2 on one 256-token chunk (module header)
 GFLOP_PER_CHUNK = 2 * 6 * 256 * (4 * 384 * 384 + 2 * 384 * 1536 + 2 * 256 * 384) / 1e9
-RUNTIMES = ("onnx", "onnx-fused", "onnx-int8", "onnx-int8-fused", "onnx-int8-block")
+RUNTIMES = ("onnx", "onnx-fused", "onnx-int8", "onnx-int8-fused", "onnx-int8-block", "torch-bf16")
 SETS = ("disfl_qa", "nq_conflicts", "folder")
 
 
@@ -93,7 +94,8 @@ def chunks_256(n: int) -> list[str]:
 
 
 def gemm_peak(seconds: float = 2.0) -> dict[str, float]:
-    """float32 GFLOP/s of the FFN's GEMM (4096 x 384 @ 384 x 1536) with numpy and with torch."""
+    """GFLOP/s of the FFN's GEMM (4096 x 384 @ 384 x 1536): float32 with numpy and with torch
+    ("numpy", "torch"), and bfloat16 with torch ("torch-bf16": oneDNN, AMX where the CPU has it)."""
     out: dict[str, float] = {}
     a = np.random.default_rng(0).random((4096, 384), dtype=np.float32)
     b = np.random.default_rng(1).random((384, 1536), dtype=np.float32)
@@ -102,7 +104,9 @@ def gemm_peak(seconds: float = 2.0) -> dict[str, float]:
         import torch
 
         ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+        ha, hb = ta.to(torch.bfloat16), tb.to(torch.bfloat16)
         fns["torch"] = lambda: ta @ tb
+        fns["torch-bf16"] = lambda: ha @ hb
     except ImportError:
         print("torch not installed: GEMM peak from numpy only", file=sys.stderr)
     for name, fn in fns.items():
@@ -134,9 +138,10 @@ def speed(n: int, reps: int, runtimes: tuple[str, ...] = RUNTIMES) -> dict[str, 
             e.embed(texts, batch_size=16)
             best[r] = min(best[r], time.perf_counter() - t)
             print(f"  {r}: {time.perf_counter() - t:.1f}s", file=sys.stderr, flush=True)
-    top = max(peak.values())
+    top = max(v for k, v in peak.items() if k != "torch-bf16")
     rows = {r: {"seconds": s, "chunks_per_s": n / s, "tokens_per_s": 256 * n / s,
-                "gflop_per_s": GFLOP_PER_CHUNK * n / s, "share_of_fp32_peak": GFLOP_PER_CHUNK * n / s / top}
+                "gflop_per_s": GFLOP_PER_CHUNK * n / s, "share_of_fp32_peak": GFLOP_PER_CHUNK * n / s / top,
+                "share_of_bf16_peak": GFLOP_PER_CHUNK * n / s / peak.get("torch-bf16", float("nan"))}
             for r, s in best.items()}
     return {"chunks": n, "tokens_per_chunk": 256, "gflop_per_chunk": GFLOP_PER_CHUNK, "gemm_fp32_gflops": peak,
             "runtimes": rows}
@@ -193,21 +198,22 @@ def table(result: dict[str, Any]) -> str:
     """The per-runtime table: speed columns, then gold top-5 per set and recall@10 vs fp32."""
     sp, q = result.get("speed", {}), result.get("quality", {})
     runtimes = list(sp.get("runtimes", {})) or (list(next(iter(q.values()))["runtimes"]) if q else [])
-    head = f"{'runtime':<16} {'chunks/s':>8} {'tokens/s':>8} {'% peak':>6}"
+    head = f"{'runtime':<16} {'chunks/s':>8} {'tokens/s':>8} {'% fp32':>6} {'% bf16':>6}"
     for name in q:
         head += f" {name + ' top5':>17} {'r@10':>5}"
     lines = [head]
     for r in runtimes:
         s = sp.get("runtimes", {}).get(r)
         line = f"{r:<16} " + (f"{s['chunks_per_s']:8.1f} {s['tokens_per_s']:8.0f} {100 * s['share_of_fp32_peak']:5.0f}%"
-                              if s else f"{'':8} {'':8} {'':6}")
+                              f" {100 * s.get('share_of_bf16_peak', float('nan')):5.1f}%"
+                              if s else f"{'':8} {'':8} {'':6} {'':6}")
         for name in q:
             m = q[name]["runtimes"].get(r)
             line += f" {m['gold_top5']:17.3f} {m['recall10_vs_fp32']:5.3f}" if m else f" {'':17} {'':5}"
         lines.append(line)
     if sp:
         peak = ", ".join(f"{k} {v:.0f}" for k, v in sp["gemm_fp32_gflops"].items())
-        lines.append(f"float32 GEMM peak (4096x384 @ 384x1536), GFLOP/s: {peak}; "
+        lines.append(f"GEMM peak (4096x384 @ 384x1536), GFLOP/s: {peak}; "
                      f"{sp['gflop_per_chunk']:.2f} GFLOP per 256-token chunk")
     return "\n".join(lines)
 

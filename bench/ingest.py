@@ -21,7 +21,7 @@ cold commands
     a phase profile of a cold ask (imports, index open, retrieval, LLM load, first token).
 
 variants (``--variants``)
-    The local embedder's graph variants (fp32, fused, int8, int8-fused, int8-block) on 256-token chunks:
+    The local embedder's variants (fp32, fused, int8, int8-fused, int8-block, torch-bf16) on 256-token chunks:
     chunks/s, tokens/s and share of the CPU's float32 GEMM peak, then gold top-5 on the question
     sets and recall@10 against fp32 (`bench.embed_variants` describes the method). Embeddings of
     the quality sets are cached, so ``--variant-sets`` and ``--variant-runtimes`` can split a long
@@ -60,7 +60,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "ingest.json"
 DATA = Path(__file__).resolve().parent / "data"
 QUERY = "How do I parse a JSON string into a Python object?"
 SLIMRAG = str(Path(sys.executable).with_name("slimrag"))
-RUNTIME_VARIANTS = ("onnx", "onnx-fused", "onnx-int8", "onnx-int8-fused", "onnx-int8-block")
+RUNTIME_VARIANTS = ("onnx", "onnx-fused", "onnx-int8", "onnx-int8-fused", "onnx-int8-block", "torch-bf16")
 
 # A cold vector search with the embedder on a given runtime (the CLI takes the index's recorded one).
 _SEARCH_RUNTIME = """

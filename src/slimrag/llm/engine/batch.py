@@ -32,6 +32,12 @@ qkv) always goes that way. Either way a row's
 logits are those of its sequence stepped alone, so tokens do not depend on who else is served,
 and batched and unbatched decoding (``BatchConfig(width=1)``) give the same tokens.
 
+A quantized model (every projection on the GGUF's blocks) runs its one-token forward as one
+fused ONNX Runtime graph (:mod:`slimrag.llm.engine.step`); a step of several rows runs that graph
+once per row, so each row is its one-token forward by construction. A row then reads the weights
+on its own (about 6 ms of the embedded model's ~20 ms step, measured in ``docs/benchmarks.md``),
+but the per-operation cost the rows used to share is gone from every row.
+
 Knob: :data:`BLOCK_ROWS` = 256 (a 256 x 1536 float32 block is 1.5 MB, inside a 2 MB L2 per
 core; smaller blocks pay more Python calls per step, larger ones fall out of L2).
 """
@@ -94,9 +100,10 @@ def decode_step(model: Decoder, ids: Sequence[int], positions: Sequence[int], ca
     if not 0 < b <= (width or b) or len(positions) != b or len(caches) != b:
         raise ValueError(f"{b} ids, {len(positions)} positions and {len(caches)} caches for width {width}")
     dev = model.device
-    if b == 1:  # the lone stream: the one-token forward itself
-        return model.forward(torch.tensor(list(ids), dtype=torch.long, device=dev),
-                             torch.tensor(list(positions), dtype=torch.long, device=dev), caches[0])[None]
+    if b == 1 or getattr(model, "fused_step", False):  # the lone stream, or the fused step row by row
+        return torch.stack([model.forward(torch.tensor([t], dtype=torch.long, device=dev),
+                                          torch.tensor([p], dtype=torch.long, device=dev), cache)
+                            for t, p, cache in zip(ids, positions, caches, strict=True)])
     c, dense = model.config, getattr(model, "dense_rows", None)
     kw = {"heads": c.num_heads, "kv_heads": c.num_kv_heads, "head_dim": c.head_dim, "eps": c.rms_eps}
     x = F.embedding(torch.tensor(list(ids), dtype=torch.long, device=dev), model.embed)

@@ -28,6 +28,7 @@ uncached runs of the same segments compute the same way.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Literal
 
@@ -40,6 +41,8 @@ from slimrag.llm.engine.config import ModelConfig
 from slimrag.llm.engine.norm import rms_norm
 from slimrag.llm.engine.qlinear import QuantLinear, QuantPart, linear, stacked
 from slimrag.llm.engine.rope import Rope
+from slimrag.llm.engine.step import StepGraph
+from slimrag.llm.engine.step import supports as step_supported
 
 
 @dataclass(slots=True)
@@ -70,6 +73,17 @@ class Decoder:
         self.device, self.dtype = embed.device, embed.dtype
         self.dense_rows = dense_rows
         self.rope = Rope(config.rope, config.head_dim, self.device)
+        self._step: StepGraph | None = None
+        self._step_lock = threading.Lock()
+        self.fused_step = step_supported(self)  # a quantized model's one-token forwards run fused
+
+    def warm_step(self) -> None:
+        """Build the fused one-token step now (:mod:`slimrag.llm.engine.step`; about a second for
+        SmolLM2-135M) rather than at the first decoded token; nothing for a float model."""
+        if self.fused_step and self._step is None:
+            with self._step_lock:
+                if self._step is None:
+                    self._step = StepGraph(self)
 
     @classmethod
     def from_state_dict(cls, config: ModelConfig, tensors: dict[str, torch.Tensor | QuantPart], *,
@@ -133,6 +147,10 @@ class Decoder:
         ``"all"``; None when ``stop_after`` ended the forward early. ``mask``: ``[n, length + n]``
         booleans replacing the causal rule (keys in cache order)."""
         c = self.config
+        if self.fused_step and ids.shape[0] == 1 and mask is None and logits == "last" and stop_after is None:
+            self.warm_step()
+            assert self._step is not None
+            return self._step(int(ids[0]), int(positions[0]), cache)
         dense = self.dense_rows
         x = F.embedding(ids, self.embed)
         cos, sin = self.rope.cos_sin(positions, x.dtype)

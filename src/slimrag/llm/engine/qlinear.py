@@ -148,8 +148,10 @@ def _q6_k(raw: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     return values.reshape(n, sup * 16, 16), (d * sc).reshape(n, -1)
 
 
-def _nodes(part: QuantPart, i: int, x: str, out: str) -> tuple[list, list]:
-    """ONNX nodes and initializers computing ``out = x @ W.T`` for one part."""
+def _nodes(part: QuantPart, i: int | str, x: str, out: str, *, one_row: bool = False) -> tuple[list, list]:
+    """ONNX nodes and initializers computing ``out = x @ W.T`` for one part (``i`` makes their
+    names unique within a graph). ``one_row``: ``x`` is ``[1, cols]``, so Q4_1's residual
+    product is a vector handed to the kernel as its bias (one node fewer)."""
     from onnx import helper, numpy_helper
 
     n, k, t = part.rows, part.cols, part.ggml_type
@@ -185,6 +187,18 @@ def _nodes(part: QuantPart, i: int, x: str, out: str) -> tuple[list, list]:
     with np.errstate(divide="ignore", invalid="ignore"):
         z[:, :nb] = np.where(d != 0, np.clip(np.rint(-m / d), 0, 15), 0)
     residual = np.ascontiguousarray((m + d * z[:, :nb]).T)
+    if one_row:
+        inits += [numpy_helper.from_array(np.ascontiguousarray(packed), f"b{i}"),
+                  numpy_helper.from_array(np.ascontiguousarray(d).ravel(), f"s{i}"),
+                  numpy_helper.from_array((z[:, 0::2] | (z[:, 1::2] << 4)).ravel(), f"z{i}"),
+                  numpy_helper.from_array(residual, f"m{i}"),
+                  numpy_helper.from_array(np.array([nb, BLOCK], np.int64), f"shape{i}"),
+                  numpy_helper.from_array(np.array([1], np.int64), f"axis{i}")]
+        nodes += [helper.make_node("Reshape", [x, f"shape{i}"], [f"xb{i}"]),
+                  helper.make_node("ReduceSum", [f"xb{i}", f"axis{i}"], [f"xs{i}"], keepdims=0),
+                  helper.make_node("MatMul", [f"xs{i}", f"m{i}"], [f"mq{i}"]),
+                  helper.make_node("MatMulNBits", [x, f"b{i}", f"s{i}", f"z{i}", "", f"mq{i}"], [out], bits=4, **attrs)]
+        return nodes, inits
     inits += [numpy_helper.from_array(np.ascontiguousarray(packed), f"b{i}"),
               numpy_helper.from_array(np.ascontiguousarray(d).ravel(), f"s{i}"),
               numpy_helper.from_array((z[:, 0::2] | (z[:, 1::2] << 4)).ravel(), f"z{i}"),
@@ -230,17 +244,7 @@ class QuantLinear:
             raise ValueError("a QuantLinear needs one or more parts of the same width")
         self._parts = list(parts)
         self.shape = (sum(p.rows for p in parts), parts[0].cols)
-        nodes, inits, outs = [], [], []
-        for i, part in enumerate(_merge(parts)):
-            out = f"y{i}"
-            more, data = _nodes(part, i, "x", out)
-            nodes += more
-            inits += data
-            outs.append(out)
-        if len(outs) > 1:
-            nodes.append(helper.make_node("Concat", outs, ["y"], axis=-1))
-        else:
-            nodes[-1].output[0] = "y"
+        nodes, inits = self.onnx_nodes("x", "y", "")
         graph = helper.make_graph(nodes, "qlinear", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", self.shape[1]])],
                                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", self.shape[0]])], inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
@@ -253,6 +257,24 @@ class QuantLinear:
         opts.enable_mem_pattern = False
         self._session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
         self._dense: torch.Tensor | None = None
+
+    def onnx_nodes(self, x: str, out: str, tag: str, *, one_row: bool = False) -> tuple[list, list]:
+        """ONNX nodes and initializers computing ``out = x @ W.T`` in a larger graph (the fused
+        decode step, :mod:`slimrag.llm.engine.step`); ``tag`` keeps their names unique there.
+        ``one_row``: ``x`` is always ``[1, cols]`` (fewer nodes)."""
+        from onnx import helper
+
+        nodes, inits, outs = [], [], []
+        for i, part in enumerate(_merge(self._parts)):
+            more, data = _nodes(part, f"{tag}{i}", x, f"{out}__{i}", one_row=one_row)
+            nodes += more
+            inits += data
+            outs.append(f"{out}__{i}")
+        if len(outs) > 1:
+            nodes.append(helper.make_node("Concat", outs, [out], axis=-1))
+        else:
+            nodes[-1].output[0] = out
+        return nodes, inits
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """``x @ W.T`` on the quantized blocks; ``x`` float32 ``[..., cols]``."""

@@ -17,7 +17,9 @@ the real one, so no KV survives from one policy to the next):
 Workload: ``--requests`` questions through the policy (``--concurrency`` 2 clients, one per core)
 and, at the same time, ``--direct`` questions sent straight to replica 0 by a second client (state a
 router cannot guess from what it sent). Questions follow a Zipf(``--zipf-s`` 1.2) popularity over
-``--passages`` (40) disfl_qa passages (3% of the corpus's 1,204 documents take every retrieval);
+``--passages`` (40) disfl_qa passages (3% of the corpus's 1,204 documents take every retrieval),
+each passage's questions without repeats (`distinct_zipf`: the same text twice would credit a router
+that keys on text for what users rarely do);
 each chat asks for ``k`` 4 passages, a ``free`` answer (the grounded default prefills evidence
 sentences, not passages) of ``--max-tokens`` 8, streamed, so TTFT is the first content byte.
 
@@ -67,7 +69,7 @@ from typing import Any
 
 import httpx
 
-from bench.qa_workload import INDEX, zipf
+from bench.qa_workload import INDEX, passages_and_questions, zipf
 from bench.route_sim import simulate_fleet
 from slimrag.api.schemas import ChatRequest
 from slimrag.files import slimrag_home
@@ -76,6 +78,23 @@ from slimrag.route.planner import RoutePlan, RoutePlanner
 
 RESULTS = Path(__file__).parent / "results" / "route.json"
 TIMEOUT = 300.0
+
+
+def distinct_zipf(n: int, passages: int, s: float, seed: int) -> list[str]:
+    """``n`` questions whose passages follow `bench.qa_workload.zipf`, each passage's questions taken
+    in a shuffled order without repeats until they run out (then again): users rarely send the same
+    text twice, and a router that keys on text must not be credited for repeats of it."""
+    import random
+
+    _, by_passage = passages_and_questions()
+    rng = random.Random(seed)
+    left: dict[int, list[str]] = {}
+    out = []
+    for q in zipf(n, passages, s, seed):
+        if not left.get(q.passage):
+            left[q.passage] = rng.sample([x.question for x in by_passage[q.passage]], len(by_passage[q.passage]))
+        out.append(left[q.passage].pop())
+    return out
 
 
 def free_port() -> int:
@@ -278,7 +297,7 @@ def run_policy(policy: str, reps: list[Replica], plans: dict[str, RoutePlan | No
             futures = []
             for i, q in enumerate(questions):
                 if faults and i == len(questions) // 3:
-                    fault_log.update(inject(reps, router, mirror))
+                    fault_log = inject(reps, router, mirror)  # its thread adds the timings to it
                 futures.append(pool.submit(one, i, q))
                 while sum(not f.done() for f in futures) >= args.concurrency:
                     time.sleep(0.01)
@@ -422,7 +441,7 @@ def main() -> None:
         out = json.loads(args.out.read_text())
         for run in [*out["policies"].values(), *([out["faults"]] if "faults" in out else [])]:
             run.update(longest_share(run["records"]))
-        sim_questions = [q.text for q in zipf(args.sim_requests, 200, args.zipf_s, seed=args.seed + 2)]
+        sim_questions = distinct_zipf(args.sim_requests, 200, args.zipf_s, args.seed + 2)
         planner = RoutePlanner(INDEX)
         plans = {q: planner.plan(ChatRequest.model_validate(chat_body(q, args) | {"stream": False}))
                  for q in dict.fromkeys(sim_questions)}
@@ -431,9 +450,9 @@ def main() -> None:
         args.out.write_text(json.dumps(out, indent=1, default=str))
         print(report(out))
         return
-    questions = [q.text for q in zipf(args.requests, args.passages, args.zipf_s, seed=args.seed)]
-    direct = [q.text for q in zipf(args.direct, args.passages, args.zipf_s, seed=args.seed + 1)]
-    sim_questions = [q.text for q in zipf(args.sim_requests, 200, args.zipf_s, seed=args.seed + 2)] if args.fleet else []
+    questions = distinct_zipf(args.requests, args.passages, args.zipf_s, args.seed)
+    direct = distinct_zipf(args.direct, args.passages, args.zipf_s, args.seed + 1)
+    sim_questions = distinct_zipf(args.sim_requests, 200, args.zipf_s, args.seed + 2) if args.fleet else []
     planner = RoutePlanner(INDEX)
     t = time.perf_counter()
     plans = {q: planner.plan(ChatRequest.model_validate(chat_body(q, args) | {"stream": False}))

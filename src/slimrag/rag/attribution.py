@@ -63,23 +63,41 @@ Results
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from slimrag.rag.evidence import Candidates, Embeds
-from slimrag.rag.sentences import CHATTER, Sentence, content_words, key_terms, split_sentences, stem, words
+from slimrag.rag.sentences import (
+    CHATTER_STEMS,
+    NUMBER_WORDS,
+    Sentence,
+    content_words,
+    key_terms,
+    split_sentences,
+    words,
+)
 from slimrag.types import Evidence, Hit, Support
 
 #: The match (mean of cosine and content-word recall) an answer sentence needs from a passage sentence.
 SUPPORT = 0.4
+#: Share of what an answer sentence adds to the question (its content words the question lacks) that
+#: its backing sentence must hold (module header).
+NEW_SHARE = 0.5
+#: Sentences before a passage sentence that may name the answer's subject and topic for it (module header).
+CONTEXT_BACK = 2
+
+#: The corpus's vocabulary: of some words, those its documents share (`slimrag.rag.vocabulary`).
+Common = Callable[[Iterable[str]], set[str]]
 
 _CITATION = re.compile(r"\s*\[[^\[\]\n]*#\d+[^\[\]\n]*\]")
 _FENCE = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.S)
-#: Identifiers that code states: dotted names (``json.loads``) and calls (``median(``).
+#: Identifiers that code states: dotted names (``json.loads``), calls (``median(``) and a name in
+#: single backticks (Markdown code: `rmtree`).
 _IDENT = re.compile(r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_]+(?:\.[A-Za-z_][A-Za-z0-9_]+)+(?![A-Za-z0-9_])"
-                    r"|(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_]*(?=\((?!s\)))")
+                    r"|(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_]*(?=\((?!s\)))"
+                    r"|(?<=(?<!`)`)[A-Za-z_][A-Za-z0-9_]*(?=`(?!`))")
 #: Names any Python snippet may use without a passage showing them.
 _BUILTIN_CALLS = frozenset("print len str int float list dict set tuple open range isinstance type repr sorted".split())
 #: What marks an unsupported sentence where it stands (`with_markers`).
@@ -118,8 +136,14 @@ def _core(term: str) -> str:
     return m.group(0).rstrip(".") if m else term
 
 
+def _found(term: str, words: set[str]) -> bool:
+    """Whether ``term`` is among ``words`` (`_terms_in`): itself, its numeric core, or every part of
+    a hyphenated name ("Lieutenant-Governor" where tokenized text writes "Lieutenant - Governor")."""
+    return term in words or _core(term) in words or ("-" in term and all(p in words for p in term.split("-") if p))
+
+
 def _claims(sentence: str) -> bool:
-    return bool(content_words(sentence) - {stem(w) for w in CHATTER} or key_terms(sentence))
+    return bool(content_words(sentence) - CHATTER_STEMS or key_terms(sentence))
 
 
 def identifiers(text: str) -> set[str]:
@@ -157,9 +181,44 @@ def code_support(block: str, hits: Sequence[Hit]) -> Support:
     return Support(block.strip(), labels if ok else (), (), ok, missing)
 
 
+@dataclass(frozen=True, slots=True)
+class _Passages:
+    """The passage sentences an answer is checked against, with what each rule reads of them."""
+
+    hits: Sequence[Hit]
+    cands: Candidates
+    own: list[set[str]]  # content words of each sentence
+    around: list[set[str]]  # of its neighbours
+    before: list[set[str]]  # of the `CONTEXT_BACK` sentences before it in its passage
+    terms: list[set[str]]  # every word of each sentence (`_terms_in`)
+    terms_before: list[set[str]]  # of the sentences before it
+    names: list[set[str]]  # its numbers and names (`key_terms`)
+    code: list[str]  # its passage's source name, its text and its neighbours' (`identifiers` are looked up in)
+    known: set[str]  # every word of the passages and the question
+
+    @classmethod
+    def of(cls, question: str, hits: Sequence[Hit], cands: Candidates) -> _Passages:
+        texts = cands.texts
+        own = [content_words(t) for t in texts]
+        terms = [_terms_in(t) for t in texts]
+        back = [_before(cands, j) for j in range(len(texts))]
+        return cls(hits, cands, own, [set().union(*(own[k] for k in cands.neighbours(j))) for j in range(len(own))],
+                   [set().union(*(own[k] for k in b)) for b in back], terms,
+                   [set().union(*(terms[k] for k in b)) for b in back], [key_terms(t) for t in texts],
+                   ["\n".join([hits[cands.at[j][0]].source, texts[j], *(texts[k] for k in cands.neighbours(j))])
+                    for j in range(len(texts))], set().union(*terms) | _terms_in(question))
+
+
+def _before(cands: Candidates, j: int) -> list[int]:
+    """The candidates up to `CONTEXT_BACK` sentences before candidate ``j`` in its passage."""
+    rank, at = cands.at[j][0], cands.pos[j]
+    return [k for k in range(max(0, j - CONTEXT_BACK), j) if cands.at[k][0] == rank and at - cands.pos[k] <= CONTEXT_BACK]
+
+
 def attribute(question: str, answer: str, hits: Sequence[Hit], embedder: Embeds,
-              threshold: float = SUPPORT) -> Attribution:
-    """Check ``answer`` against the passages of ``hits`` (module header)."""
+              threshold: float = SUPPORT, common: Common | None = None) -> Attribution:
+    """Check ``answer`` against the passages of ``hits`` (module header). ``common``: the corpus's
+    vocabulary (`slimrag.rag.vocabulary.Vocabulary.common`), whose words claim nothing."""
     blocks = [m.group(1) for m in _FENCE.finditer(answer) if m.group(1).strip()]
     plain = _CITATION.sub("", _FENCE.sub("\n\n", answer))
     sents = [s for s in split_sentences(plain) if _claims(s.text)]
@@ -173,14 +232,13 @@ def attribute(question: str, answer: str, hits: Sequence[Hit], embedder: Embeds,
     vecs = np.asarray(embedder.embed([s.text for s in sents] + cands.texts), dtype=np.float64)
     a_vecs, s_vecs = vecs[: len(sents)], vecs[len(sents):]
     cos = np.clip(a_vecs @ s_vecs.T, 0.0, 1.0)
-    own = [content_words(t) for t in cands.texts]
-    around = [set().union(*(own[j] for j in cands.neighbours(i))) for i in range(len(own))]
-    sent_terms = [_terms_in(t) for t in cands.texts]
-    known = set().union(*sent_terms) | _terms_in(question)
+    ps = _Passages.of(question, hits, cands)
+    said = set().union(*(key_terms(s.text) | content_words(s.text) for s in sents))
+    general = common(said) if common is not None else set()
     passages = _code_text(hits)
     support: list[Support] = []
     for i, s in enumerate(sents):
-        one = _support(s, cos[i], hits, cands, own, around, sent_terms, known, question, threshold)
+        one = _support(s, cos[i], ps, question, threshold, general)
         missing = tuple(sorted(x for x in identifiers(s.text) if not _shown(x, passages)))
         if missing:  # code it names that no passage shows (item 3 of issue 29)
             one = replace(one, supported=False, unknown_terms=tuple(sorted({*one.unknown_terms, *missing})))
@@ -190,38 +248,60 @@ def attribute(question: str, answer: str, hits: Sequence[Hit], embedder: Embeds,
     return Attribution(tuple(support), tuple(dict.fromkeys(used)))
 
 
-def _support(s: Sentence, cos: np.ndarray, hits: Sequence[Hit], cands: Candidates, own: list[set[str]],
-             around: list[set[str]], sent_terms: list[set[str]], known: set[str], question: str, threshold: float) -> Support:
+def _held(words: set[str], own: set[str], around: set[str]) -> float:
+    """Share of ``words`` in a sentence's ``own`` words, one found only in ``around`` counting half."""
+    inside = words & own
+    return (len(inside) + 0.5 * len((words - inside) & around)) / len(words) if words else 1.0
+
+
+def _support(s: Sentence, cos: np.ndarray, ps: _Passages, question: str, threshold: float,
+             general: set[str]) -> Support:
     words_a = content_words(s.text)
-    terms = key_terms(s.text)
+    terms = key_terms(s.text) - general
     asked = _terms_in(question)
-    unknown = tuple(sorted(t for t in terms if t not in known and _core(t) not in known))
+    unknown = tuple(sorted(t for t in terms if not _found(t, ps.known)))
     backing: list[tuple[float, int]] = []
     subject = {t for t in terms if t in asked}
-    topic = words_a & content_words(question)
-    for j in range(len(cands.at)):
-        here = sent_terms[j]
-        if not all(t in here or _core(t) in here or t in subject for t in terms):
+    q_words = content_words(question)
+    topic = words_a & q_words
+    new = {w for w in words_a - q_words - CHATTER_STEMS - general if "." not in w}  # code: `identifiers`
+    idents = identifiers(s.text)
+    for j in range(len(ps.cands.at)):
+        here, text = ps.terms[j], ps.cands.at[j][1].text
+        if not all(_found(t, here) or t in subject for t in terms):
             continue
-        if any(t not in here and _core(t) not in here for t in subject) and not _refers_back(
-                cands.at[j][1].text, terms - subject):
+        alone = _names_nothing_else(ps.names[j], terms | asked | general)
+        missing = {t for t in subject if not _found(t, here)}
+        if missing and not (_refers_back(text, terms - subject) or (
+                alone and all(t.isalpha() and t not in NUMBER_WORDS and _found(t, ps.terms_before[j]) for t in missing))):
             continue  # the value is not stated with the answer's subject here: maybe another's
-        if len(topic) >= 2 and 2 * len(topic & (own[j] | (around[j] if _PRONOUN.match(cands.at[j][1].text)
-                                                          else set()))) < len(topic):
-            continue  # the sentence is about something else the passage names (Kubo's father, not its monkey)
-        inside = words_a & own[j]
-        overlap = (len(inside) + 0.5 * len((words_a - inside) & around[j])) / len(words_a) if words_a else 1.0
-        score = (float(cos[j]) + overlap) / 2
+        if len(topic) >= 2:
+            near = ps.own[j] | (ps.around[j] if _PRONOUN.match(text) else set()) | (ps.before[j] if alone else set())
+            if 2 * len(topic & near) < len(topic):
+                continue  # the sentence is about something else the passage names (Kubo's father, not its monkey)
+        if new and _held(new, ps.own[j], ps.around[j]) < NEW_SHARE:
+            continue  # what the answer adds to the question is not what this sentence says
+        if not all(_shown(x, ps.code[j]) for x in idents):
+            continue  # the code it names is not what this sentence (or the next) documents
+        score = (float(cos[j]) + _held(words_a, ps.own[j], ps.around[j])) / 2
         if score >= threshold:
             backing.append((score, j))
     backing.sort(key=lambda x: (-x[0], x[1]))
     evidence = []
     for score, j in backing[:3]:
-        rank, sent = cands.at[j]
-        h = hits[rank]
+        rank, sent = ps.cands.at[j]
+        h = ps.hits[rank]
         evidence.append(Evidence(sent.text, h.label, h.chunk_id, sent.start, sent.end, round(score, 4)))
     labels = tuple(dict.fromkeys(e.label for e in evidence))
     return Support(s.text, labels, tuple(evidence), bool(backing) and not unknown, unknown)
+
+
+def _names_nothing_else(names: set[str], allowed: set[str]) -> bool:
+    """Whether a passage sentence's ``names`` (`key_terms`) are all ``allowed`` (the answer's, the
+    question's, the corpus's), numbers and number words aside: then its subject may be named just
+    before it."""
+    cores = {_core(x) for x in allowed}
+    return all(t in allowed or _core(t) in cores or t in NUMBER_WORDS or any(c.isdigit() for c in t) for t in names)
 
 
 _PRONOUN = re.compile(r"(it|its|they|their|this|these|he|she|his|her)\b", re.I)
@@ -231,8 +311,8 @@ def _refers_back(sentence: str, values: set[str]) -> bool:
     """Whether a passage ``sentence`` that lacks the answer's subject may still back it: it opens
     with a pronoun (its subject is the sentence before) and names nothing but the answer's
     ``values`` ("It holds 17 gears.")."""
-    cores = {_core(x) for x in values}
-    return bool(_PRONOUN.match(sentence)) and all(t in values or _core(t) in cores for t in key_terms(sentence))
+    cores = {_core(x) for x in values} | set().union(*(_terms_in(x) for x in values))
+    return bool(_PRONOUN.match(sentence)) and all(_found(t, cores) for t in key_terms(sentence))
 
 
 def with_markers(answer: str, attribution: Attribution) -> str:

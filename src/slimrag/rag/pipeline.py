@@ -65,6 +65,7 @@ from slimrag.rag.plan import PlanningCache, plan_prompt
 from slimrag.rag.shadow import ShadowCache
 from slimrag.rag.stream import AnswerStream
 from slimrag.rag.verdict import judge
+from slimrag.rag.vocabulary import Vocabulary
 from slimrag.types import Answer, Hit, Usage
 
 if TYPE_CHECKING:
@@ -158,6 +159,8 @@ class RAG:
         if condense not in CONDENSERS:
             raise ValueError(f"condense must be one of {sorted(CONDENSERS)}, got {condense!r}")
         self.condense = condense
+        #: the index's common words, which the check does not hold an answer to (`slimrag.rag.vocabulary`)
+        self.vocabulary = Vocabulary(index)
         self.answer_mode = answer or self.llm.default_answer_mode
         if self.answer_mode not in ANSWER_MODES:
             raise ValueError(f"answer must be one of {ANSWER_MODES}, got {self.answer_mode!r}")
@@ -317,7 +320,7 @@ class RAG:
                          reason, tuple(check.unknown), evidence=ranked, used=tuple(dict.fromkeys(quoted)),
                          mode="grounded")
             return
-        attribution = attribute(turn.question, said, turn.hits, embedder)
+        attribution = attribute(turn.question, said, turn.hits, embedder, common=self.vocabulary.common)
         verdict = judge(turn.question, said, attribution, evidence, turn.hits)
         tail = self._tail(said, attribution, verdict.kind)
         if said:
@@ -351,7 +354,7 @@ class RAG:
         evidence = tuple(rank_sentences(question, answer.sources, embedder, self.evidence))
         if not self.attribution:
             return replace(answer, evidence=evidence)
-        check = attribute(question, answer.text, answer.sources, embedder)
+        check = attribute(question, answer.text, answer.sources, embedder, common=self.vocabulary.common)
         verdict = judge(question, answer.text, check, evidence, answer.sources)
         return replace(answer, evidence=evidence, support=check.support, used=check.used,
                        marked=with_markers(answer.text, check), verdict=verdict.kind, shown=verdict.shown)

@@ -118,6 +118,8 @@ def words(text: str) -> list[str]:
 #: claims nothing that a passage could back.
 CHATTER = frozenset("""sure hope help glad happy question answer passage information provided based context
 know think let please thank thanks note great certainly course here""".split())
+#: `CHATTER` as `content_words` spells it (stemmed).
+CHATTER_STEMS = frozenset(stem(w) for w in CHATTER)
 
 
 def content_words(text: str) -> set[str]:

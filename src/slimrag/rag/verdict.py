@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from slimrag.rag.attribution import Attribution, with_markers
 from slimrag.rag.evidence import answer_type, evidence_text, has_type
-from slimrag.rag.sentences import CHATTER, content_words, key_terms, stem, words
+from slimrag.rag.sentences import CHATTER_STEMS, content_words, key_terms, words
 from slimrag.types import Evidence, Hit, Support
 
 #: What a shell says in place of an answer that no passage backs.
@@ -44,9 +44,6 @@ NOT_BACKED = "The model's answer is not backed by the passages, so it is not sho
 
 #: Evidence sentences quoted under `NOT_BACKED`.
 QUOTED = 3
-
-#: Conversation words ("the answer to this question is ..."): no new content of their own.
-_CHATTER = frozenset(stem(w) for w in CHATTER)
 
 #: Answer types (`slimrag.rag.evidence.answer_type`) whose value an answer must state: a date for
 #: "when", a number for "how many", a name for "who"/"where"/"which". Dropping "name" (an answer to
@@ -75,7 +72,7 @@ def answers(question: str, sentence: str) -> bool:
         return False
     q_words, q_terms = content_words(question), key_terms(question)
     asked = {w.lower() for w in words(question)}  # a lower-case question still names its names
-    new = (content_words(sentence) - q_words - _CHATTER) | (key_terms(sentence) - q_terms - asked)
+    new = (content_words(sentence) - q_words - CHATTER_STEMS) | (key_terms(sentence) - q_terms - asked)
     if not new:
         return False
     kind = answer_type(question)

@@ -1,0 +1,75 @@
+"""The corpus's own vocabulary: names so common in an index that naming one claims nothing.
+
+Attribution (`slimrag.rag.attribution`) holds every name of an answer sentence to its passages:
+a name found in no passage was invented or brought from memory. But some names are the corpus's
+subject rather than a claim about it: "Python" in the Python documentation, "PostgreSQL" in its
+manual. "You can use `statistics.median()` in Python" names Python, and the four statistics
+passages retrieved for the question need not: the reader of that corpus learns nothing false from
+it, and marking the sentence `[not in the passages]` for it flags a right answer.
+
+Rule
+    A word (letters only: numbers are always claims) is *common* when at least `SHARE` (half) of
+    the index's documents hold it, and the index has at least `MIN_DOCUMENTS` (5) documents:
+    below that, half the documents is one or two, and a name they share is still a claim. The
+    count comes from the keyword index (the chunks holding the word, then their documents); a
+    word held by fewer chunks than half the documents is rejected without reading any chunk.
+    Answers to the cache: per word, until the catalog changes (``data_version``).
+
+Knobs
+    `SHARE` (0.5): a word in half the documents is what the corpus is about; nationalities and
+    other frequent names of an encyclopaedic corpus stay claims (on nq_conflicts' 1,500 passages,
+    "American" is in about 20% of them).
+    `MIN_DOCUMENTS` (5): smaller indexes have no common vocabulary.
+
+Cost: one keyword lookup per distinct word of an answer not already decided, and for the few
+words held by enough chunks one catalog read of those chunks' documents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slimrag.index.core import Index
+
+#: Share of the documents a word must be in to be the corpus's vocabulary (module header).
+SHARE = 0.5
+#: Fewest documents an index needs to have a common vocabulary at all (module header).
+MIN_DOCUMENTS = 5
+
+
+class Vocabulary:
+    """Which words an index's documents share (module header). One per index handle and thread,
+    like the index itself."""
+
+    def __init__(self, index: Index) -> None:
+        self.index = index
+        self._known: dict[str, bool] = {}
+        self._state: tuple[int, int, int] | None = None
+
+    def common(self, words: Iterable[str]) -> set[str]:
+        """Those of ``words`` (lower-cased) that are in at least `SHARE` of the documents (module
+        header)."""
+        catalog = self.index.catalog
+        counts = catalog.counts()
+        state = (catalog.data_version(), counts["documents"], counts["chunks"])
+        if state != self._state:  # another writer committed, or this handle added or removed
+            self._known.clear()
+            self._state = state
+        out = set()
+        for w in {w.lower() for w in words}:
+            if w not in self._known:
+                self._known[w] = w.isalpha() and self._count(w, state[1], state[2])
+            if self._known[w]:
+                out.add(w)
+        return out
+
+    def _count(self, word: str, documents: int, chunks: int) -> bool:
+        if documents < MIN_DOCUMENTS:
+            return False
+        need = SHARE * documents
+        ids = [cid for cid, _ in self.index.catalog.keyword_search(word, chunks, None)]
+        if len(ids) < need:  # each document holding it has a chunk holding it
+            return False
+        return len({c.doc_id for c in self.index.catalog.chunks(ids).values()}) >= need

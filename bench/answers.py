@@ -2,7 +2,9 @@
 and search mode.
 
 ``python -m bench.answers`` (``--questions 300 --k 4 --llm-questions 30``), on the QA sets of
-`bench.qa_sets` (disfl_qa, nq_conflicts), for each search mode (vector, keyword, hybrid):
+`bench.qa_sets` (disfl_qa, nq_conflicts) and, named with ``--sets pydocs``, the folder of files of
+`bench.pydocs_qa` (the Python docs as 497 files, 49 questions written from them), for each search
+mode (vector, keyword, hybrid):
 
 - ``retrieved``: the gold passage among the ``k`` retrieved;
 - ``ev1`` / ``ev2``: among the questions whose gold passage was retrieved, the gold answer string
@@ -49,6 +51,7 @@ import itertools
 import json
 import os
 import platform
+import random
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -59,11 +62,15 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 import numpy as np  # noqa: E402
 
-from bench.qa_sets import SETS, Item, load  # noqa: E402
+from bench.pydocs_qa import pydocs  # noqa: E402
+from bench.qa_sets import SETS, Item  # noqa: E402
 from bench.qa_workload import normalize  # noqa: E402
 from slimrag.rag.evidence import FEATURES, Candidates, Weights, features  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "answers.json"
+#: Every set ``--sets`` may name: the QA sets of `bench.qa_sets` and the folder of files (`bench.pydocs_qa`,
+#: ``pydocs``: its index is built on first use, minutes, so it is not among the defaults).
+ALL_SETS = {**SETS, "pydocs": pydocs}
 MODES = ("vector", "keyword", "hybrid")
 #: Values tried for each weight but the cosine's (fixed at 1) by ``--tune``.
 GRID = (0.0, 0.25, 0.5, 1.0, 2.0)
@@ -76,6 +83,15 @@ class Case:
     feats: np.ndarray
     gold_in: np.ndarray  # bool per sentence
     cos_order: np.ndarray
+
+
+def load(name: str, n: int | None = None, seed: int = 0) -> tuple[Any, list[Item]]:
+    """The index of set ``name`` (`ALL_SETS`) and ``n`` of its items (a seeded sample; all when None or
+    when the set has no more)."""
+    idx, items = ALL_SETS[name]()
+    if n is not None and n < len(items):
+        items = random.Random(seed).sample(items, n)
+    return idx, items
 
 
 def collect(idx: Any, items: list[Item], mode: str, k: int) -> tuple[list[Case], int]:
@@ -280,6 +296,7 @@ def recheck(path: Path) -> dict[str, Any]:
     from slimrag.rag.evidence import EvidenceConfig, Memo, rank_sentences
     from slimrag.rag.grounded import CONTEXT, IN_SHORT, LEAD, lead_text
     from slimrag.rag.verdict import judge
+    from slimrag.rag.vocabulary import Vocabulary
     from slimrag.types import Hit
 
     saved = json.loads(path.read_text())
@@ -288,6 +305,8 @@ def recheck(path: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, res in saved["sets"].items():
         records = res["reader"]["records"]
+        idx = ALL_SETS[name]()[0]
+        common = Vocabulary(idx).common
         for rec in records:
             hits = [Hit(h["chunk_id"], h["score"], h["text"], h["source"], h["metadata"]) for h in rec["hits"]]
             gold, memo = normalize(rec["gold"]), Memo(embedder)
@@ -299,7 +318,7 @@ def recheck(path: Path) -> dict[str, Any]:
                 said = view["model"].replace(" [not in the passages]", "").strip()
                 if m == "grounded":  # the recorded sentence ends with the run's citation or mark
                     said = said.rsplit(" [", 1)[0] if said.endswith("]") else said
-                check = attribute(rec["question"], said, hits, memo)
+                check = attribute(rec["question"], said, hits, memo, common=common)
                 verdict = judge(rec["question"], said, check, evidence, hits)
                 if m == "grounded":
                     lead = lead_text(evidence)
@@ -309,6 +328,7 @@ def recheck(path: Path) -> dict[str, Any]:
                 else:
                     shown = verdict.shown
                 view.update(verdict=verdict.kind, shown=shown, shown_gold=gold in normalize(shown))
+        idx.close()
         out[name] = summarize(records)
         for v, m in out[name].items():
             print(name, v, json.dumps(m), flush=True)

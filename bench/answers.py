@@ -53,7 +53,7 @@ import os
 import platform
 import random
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -182,17 +182,18 @@ PROMPTS: dict[str, str] = {
 
 def llm_rows(idx: Any, items: list[Item], k: int, n: int, llm: str | None = None,
              prompts: str = "default,quote,short-first") -> dict[str, Any]:
+    from slimrag.llm.backends import make_generator
     from slimrag.prompt import DEFAULT_SYSTEM
-    from slimrag.rag.pipeline import RAG
+    from slimrag.rag.pipeline import RAG, default_generation
 
     out: dict[str, Any] = {}
-    rag = RAG(idx, llm, mode="hybrid", attribution=False)
-    rag.generation = replace(rag.generation, max_new_tokens=64)
+    gen = make_generator(llm)
     answers: dict[str, list[str]] = {}
     systems = {"default": DEFAULT_SYSTEM, **PROMPTS}
     for name in prompts.split(","):
-        system = systems[name]
-        rag.system = system
+        # free answers: a system prompt is what the model reads over the passages (grounded mode has its own)
+        rag = RAG(idx, gen, mode="hybrid", attribution=False, answer="free", system=systems[name],
+                  generation=default_generation(gen, 64))
         right = 0
         t = time.perf_counter()
         answers[name] = []

@@ -5,7 +5,7 @@
 throughput
     ``N`` random Python-doc paragraphs (``bench.datasets.python_doc_paragraphs``, seeded), embedded by
     sentence-transformers' own ``encode(texts, batch_size=B)`` (its reference speed), by
-    `Embedder.embed` (length-bucketed) with the torch and the ONNX runtime at several batch sizes,
+    `Embedder.embed` (length-bucketed) with the torch, the ONNX and the torch-bf16 runtime at several batch sizes,
     by the pre-bucketing path (``embed_batch`` over file-order slices of 64), and by the whole
     ``Index.build`` (chunking, SQLite, compaction included) on each runtime. Each row is the best of
     ``--reps`` rounds, the rows of a round interleaved. With ``--int8`` also the ONNX int8 variant
@@ -126,7 +126,7 @@ def throughput(n: int, batch_sizes: list[int], reps: int, int8: bool) -> dict[st
     from slimrag.index.core import Index
 
     texts = _texts(n)
-    runtimes = ["torch", "onnx"] + (["onnx-int8"] if int8 else [])
+    runtimes = ["torch", "onnx", "torch-bf16"] + (["onnx-int8"] if int8 else [])
     emb = {r: LocalEmbedder(runtime=r) for r in runtimes}
     st = SentenceTransformer(str(default_model_dir()), device="cpu", local_files_only=True)
     for e in emb.values():
@@ -154,7 +154,7 @@ def throughput(n: int, batch_sizes: list[int], reps: int, int8: bool) -> dict[st
     for r in runtimes:
         for b in batch_sizes:
             fns[f"{r} Embedder.embed bs={b}"] = _bound(emb[r].embed, texts, b)
-    for r in ("torch", "onnx"):
+    for r in ("torch", "onnx", "torch-bf16"):
         fns[f"{r} Index.build"] = build(r)  # embed_batch 64, capped by the runtime's batch_cap
     try:
         best = _best(fns, reps)

@@ -1,5 +1,8 @@
 """Verbs that write or inspect an index: build, add, remove, info.
 
+Threads: build sets ``OMP_NUM_THREADS`` (unless set) to the cores the load leaves free before the
+embedder loads torch, as ``ask`` does for its LLM.
+
 Progress: build and add show one display for the whole run on stderr (`slimrag.cli.progress`:
 a bar on a terminal, periodic log lines otherwise), then print the report.
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -96,7 +100,12 @@ def build(source: str, out: str, storage: str, chunk_tokens: int, chunk_overlap:
     named by its path relative to the folder (guide/cats.md); a file from anywhere else, added
     later, by its absolute path. An index built from a single file has no indexed folder and
     names every file by its absolute path."""
+    from slimrag.cli.asking import free_cores
     from slimrag.index.core import Index
+
+    # torch's threads for the bfloat16 embedder, as for ask's LLM (slimrag.cli.asking): on a busy
+    # machine one thread embeds faster than two that wait on each other (docs/benchmarks.md)
+    os.environ.setdefault("OMP_NUM_THREADS", str(free_cores()))
 
     try:
         cfg = IndexConfig(storage=storage, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap, dtype=dtype,

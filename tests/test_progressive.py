@@ -250,3 +250,20 @@ def test_cli_build_resume_finishes_an_interrupted_build(tmp_path: Path, small_co
     assert (report["unchanged"], report["chunks"], report["embedded"]) == (40, 0, 8)
     with Index.open(out) as idx:  # the embedder from the manifest's record (bench.crash registers "hash")
         assert idx.coverage().complete and idx.manifest.delta_parts == () and idx.check().ok
+
+
+def test_cli_search_says_what_vectors_covered(tmp_path: Path, small_commits: None) -> None:
+    """A hybrid search of a partly embedded index: the hits on stdout (``--json`` keeps its list),
+    and on stderr how many chunks the vectors covered and that keyword search covered the rest."""
+    out = tmp_path / "p.slimrag"
+    with pytest.raises(KeyboardInterrupt):
+        Index.build(DOCS[:40], out, embedder=FailingEmbedder(fail_at=3))
+    r = CliRunner().invoke(cli, ["search", str(out), "uniq35 doc35", "-k", "3", "--json"])
+    assert r.exit_code == 0, (r.output, r.exc_info)
+    assert json.loads(r.stdout)[0]["source"] == "doc/035.txt"
+    cov = json.loads(r.stderr)["coverage"]
+    assert (cov["chunks"], cov["embedded"], cov["awaiting"], cov["share"]) == (40, 32, 8, 0.8) and cov["filled"] >= 1
+    r = CliRunner().invoke(cli, ["search", str(out), "uniq35 doc35"])
+    assert r.exit_code == 0 and "vectors cover 32 of 40 chunks (80%" in r.stderr, r.output
+    r = CliRunner().invoke(cli, ["search", str(out), "uniq35", "--mode", "keyword", "--json"])
+    assert r.exit_code == 0 and r.stderr == ""  # keyword search: nothing to say about vectors

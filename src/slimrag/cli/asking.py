@@ -51,9 +51,18 @@ SOURCE_HELP = "Only sources under this stored name, folder (e.g. 'guide') or glo
 @click.option("--source", help=SOURCE_HELP)
 @click.option("--json", "as_json", is_flag=True)
 def search(index: str, query: str, k: int, mode: str, source: str | None, as_json: bool) -> None:
-    """Search an index."""
+    """Search an index. On an index whose vectors are still filling in, a vector or hybrid search
+    says on stderr what the vectors covered (JSON with --json) and that keyword search covered
+    the rest."""
     with open_index(index) as idx:
         hits = idx.search(query, k=k, mode=mode, source=source_filter(idx, source))
+        cov = idx.last_coverage
+    if cov is not None and not cov.complete and mode != "keyword":
+        # on stderr, so that --json's stdout keeps its shape (a list of hits)
+        click.echo(json.dumps({"coverage": cov.to_dict()}) if as_json else
+                   f"vectors cover {cov.embedded:,} of {cov.chunks:,} chunks ({cov.share:.0%}; {cov.filled} more "
+                   f"embedded for this query); keyword search covered the {cov.awaiting:,} awaiting vectors",
+                   err=True)
     if as_json:
         from slimrag.rag.wire import hit_json
 

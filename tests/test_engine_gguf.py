@@ -143,8 +143,10 @@ def test_a_quantized_gguf_keeps_its_blocks_and_stays_near_its_float32_load(kind:
     """A llama-architecture file (q/k rows permuted, so the loader un-permutes stored blocks) in
     each block type: the default load computes on the blocks, ``quantized=False`` on the same
     weights dequantized; all positions' logits within 5% (relative norm). Token by token on the
-    quantized model gives the one forward's logits within 1e-4 (the products' rows do not depend
-    on the batch; attention over 1 or n queries sums in another order)."""
+    quantized model's torch forward gives the one forward's logits within 1e-4 (the products' rows
+    do not depend on the batch; attention over 1 or n queries sums in another order), and through
+    the fused one-token graph within 2% (relative norm: its norms and attention round differently,
+    and the kernel rounds their outputs to int8)."""
     ref = build_reference("llama", tmp_path, smollm.tokenizer)
     meta = GGUFFile(smollm.path).metadata
     path = tmp_path / "q.gguf"
@@ -158,7 +160,13 @@ def test_a_quantized_gguf_keeps_its_blocks_and_stays_near_its_float32_load(kind:
         want = dense.model.forward(torch.tensor(ids), torch.arange(len(ids)), dense.model.new_cache(), logits="all")
         assert got is not None and want is not None
         assert float((got - want).norm() / want.norm()) < 0.05
-        cache = quant.model.new_cache()
+        assert quant.model.fused_step
+        quant.model.fused_step = False  # the torch forward one token at a time: the same products
+        cache, fused = quant.model.new_cache(), quant.model.new_cache()
         for i, token in enumerate(ids):
             step = quant.model.forward(torch.tensor([token]), torch.tensor([i]), cache)
             assert step is not None and torch.allclose(step, got[i], atol=1e-4, rtol=0)
+        quant.model.fused_step = True  # the fused step (engine/step.py): the same weights, its own rounding
+        for i, token in enumerate(ids):
+            step = quant.model.forward(torch.tensor([token]), torch.tensor([i]), fused)
+            assert step is not None and float((step - got[i]).norm() / got[i].norm()) < 0.02

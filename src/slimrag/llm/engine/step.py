@@ -117,7 +117,6 @@ class StepGraph:
         rot[np.arange(hd // 2) + hd // 2, np.arange(hd // 2)] = -1.0
         rot[np.arange(hd // 2), np.arange(hd // 2) + hd // 2] = 1.0
         const("rot", rot)
-        ones = const("ones_hd", np.ones(hd, np.float32))
         x, kv_out = "x", []
         for i, layer in enumerate(m.layers):  # type: ignore[attr-defined]
             p = f"l{i}_"
@@ -136,7 +135,7 @@ class StepGraph:
             qk = p + "qk1"
             if a.q_norm is not None and a.k_norm is not None:  # Qwen3: per-head norms, q's and k's weights
                 gamma = np.concatenate([np.tile(weight(a.q_norm), (heads, 1)), np.tile(weight(a.k_norm), (kvh, 1))])
-                node("SimplifiedLayerNormalization", [qk, ones], [p + "qkn0"], axis=-1, epsilon=c.rms_eps)
+                node("SimplifiedLayerNormalization", [qk, const(p + "ones", np.ones(hd, np.float32))], [p + "qkn0"], axis=-1, epsilon=c.rms_eps)
                 node("Mul", [p + "qkn0", const(p + "qk_w", gamma)], [p + "qkn"])
                 qk = p + "qkn"
             rope(qk, p + "qkr")

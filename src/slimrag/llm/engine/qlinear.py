@@ -187,29 +187,21 @@ def _nodes(part: QuantPart, i: int | str, x: str, out: str, *, one_row: bool = F
     with np.errstate(divide="ignore", invalid="ignore"):
         z[:, :nb] = np.where(d != 0, np.clip(np.rint(-m / d), 0, 15), 0)
     residual = np.ascontiguousarray((m + d * z[:, :nb]).T)
-    if one_row:
-        inits += [numpy_helper.from_array(np.ascontiguousarray(packed), f"b{i}"),
-                  numpy_helper.from_array(np.ascontiguousarray(d).ravel(), f"s{i}"),
-                  numpy_helper.from_array((z[:, 0::2] | (z[:, 1::2] << 4)).ravel(), f"z{i}"),
-                  numpy_helper.from_array(residual, f"m{i}"),
-                  numpy_helper.from_array(np.array([nb, BLOCK], np.int64), f"shape{i}"),
-                  numpy_helper.from_array(np.array([1], np.int64), f"axis{i}")]
-        nodes += [helper.make_node("Reshape", [x, f"shape{i}"], [f"xb{i}"]),
-                  helper.make_node("ReduceSum", [f"xb{i}", f"axis{i}"], [f"xs{i}"], keepdims=0),
-                  helper.make_node("MatMul", [f"xs{i}", f"m{i}"], [f"mq{i}"]),
-                  helper.make_node("MatMulNBits", [x, f"b{i}", f"s{i}", f"z{i}", "", f"mq{i}"], [out], bits=4, **attrs)]
-        return nodes, inits
+    shape, axis = ([nb, BLOCK], 1) if one_row else ([-1, nb, BLOCK], 2)  # per-block sums of x's rows
     inits += [numpy_helper.from_array(np.ascontiguousarray(packed), f"b{i}"),
               numpy_helper.from_array(np.ascontiguousarray(d).ravel(), f"s{i}"),
               numpy_helper.from_array((z[:, 0::2] | (z[:, 1::2] << 4)).ravel(), f"z{i}"),
               numpy_helper.from_array(residual, f"m{i}"),
-              numpy_helper.from_array(np.array([-1, nb, BLOCK], np.int64), f"shape{i}"),
-              numpy_helper.from_array(np.array([2], np.int64), f"axis{i}")]
-    nodes += [helper.make_node("MatMulNBits", [x, f"b{i}", f"s{i}", f"z{i}"], [f"dq{i}"], bits=4, **attrs),
-              helper.make_node("Reshape", [x, f"shape{i}"], [f"xb{i}"]),
+              numpy_helper.from_array(np.array(shape, np.int64), f"shape{i}"),
+              numpy_helper.from_array(np.array([axis], np.int64), f"axis{i}")]
+    nodes += [helper.make_node("Reshape", [x, f"shape{i}"], [f"xb{i}"]),
               helper.make_node("ReduceSum", [f"xb{i}", f"axis{i}"], [f"xs{i}"], keepdims=0),
-              helper.make_node("MatMul", [f"xs{i}", f"m{i}"], [f"mq{i}"]),
-              helper.make_node("Add", [f"dq{i}", f"mq{i}"], [out])]
+              helper.make_node("MatMul", [f"xs{i}", f"m{i}"], [f"mq{i}"])]
+    if one_row:  # the residual is a vector: the kernel adds it as its bias
+        nodes.append(helper.make_node("MatMulNBits", [x, f"b{i}", f"s{i}", f"z{i}", "", f"mq{i}"], [out], bits=4, **attrs))
+    else:
+        nodes += [helper.make_node("MatMulNBits", [x, f"b{i}", f"s{i}", f"z{i}"], [f"dq{i}"], bits=4, **attrs),
+                  helper.make_node("Add", [f"dq{i}", f"mq{i}"], [out])]
     return nodes, inits
 
 

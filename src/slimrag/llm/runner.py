@@ -80,8 +80,8 @@ class PrefillRunner:
 
     def namespace(self, path: Path) -> str:
         """What the engine's K/V numbers depend on besides the tokens: the model file at ``path``
-        (its fingerprint), dtype, device, how the products run, the prefill schedule, library
-        versions and, except for the quantized ``rows`` mode, the thread count (the CLI picks
+        (its fingerprint), dtype, device, how the products run, whether one-token forwards run the
+        fused graph (:mod:`slimrag.llm.engine.step`), the prefill schedule, library versions and, except for the quantized ``rows`` mode, the thread count (the CLI picks
         threads by the machine's load, so a key without them keeps hitting across runs)."""
         from slimrag.llm.kv.persist import file_fingerprint
 
@@ -92,6 +92,8 @@ class PrefillRunner:
                  PREFILL_SCHEDULES[self.mode], f"torch {torch.__version__}"]
         if self.mode != ROWS:  # MKL may sum a row differently with another thread count; MLAS's
             parts.append(f"threads {torch.get_num_threads()}")  # rows were the same at 1 and 2 (checked)
+        if getattr(model, "fused_step", False):  # a one-token segment (segments mode) runs the fused graph
+            parts.append("step=fused-v1")
         if not isinstance(qkv, torch.Tensor):
             from importlib.metadata import version
 

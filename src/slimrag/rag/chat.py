@@ -45,13 +45,32 @@ question still counts as retrieval context.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
+from slimrag.llm.base import Generator
 from slimrag.prompt import Exchange, Passage, Prompt, Segment
-from slimrag.rag.pipeline import RAG
 from slimrag.rag.stream import AnswerStream
+from slimrag.rag.turn import Turn
 from slimrag.types import Answer
+
+
+class Conversant(Protocol):
+    """What a conversation asks of the `RAG` it runs over (`slimrag.rag.pipeline.RAG`), named here
+    so that this module does not import the pipeline, which imports it for `RAG.chat`."""
+
+    system: str
+    llm: Generator
+
+    def turn(self, question: str, k: int = 4, *, earlier: Sequence[Passage] = (),
+             questions: tuple[str, ...] = ()) -> Turn:
+        """`RAG.turn`: retrieval and the prompt of one question."""
+        ...
+
+    def answer(self, turn: Turn) -> Iterator[str | Answer]:
+        """`RAG.answer`: the answer's pieces, then the checked `Answer`."""
+        ...
 
 
 @dataclass
@@ -61,7 +80,7 @@ class Chat:
     turn_exchanges: each turn as the next prompts replay it (None for an abstained turn, or
     without replay); replay: whether to replay earlier turns whole (module header)."""
 
-    rag: RAG
+    rag: Conversant
     history: list[tuple[str, str]] = field(default_factory=list)
     max_turns: int = 4
     turn_passages: list[list[Passage]] = field(default_factory=list)

@@ -48,7 +48,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from slimrag.config import ANSWER_MODES, GenerationConfig, SearchConfig
@@ -64,6 +64,7 @@ from slimrag.rag.guards import NO_ANSWER, CitationCheck, Guards, answerable
 from slimrag.rag.plan import PlanningCache, plan_prompt
 from slimrag.rag.shadow import ShadowCache
 from slimrag.rag.stream import AnswerStream
+from slimrag.rag.turn import Turn
 from slimrag.rag.verdict import judge
 from slimrag.rag.vocabulary import Vocabulary
 from slimrag.types import Answer, Hit, Usage
@@ -105,19 +106,6 @@ def merge_hits(*lists: Sequence[Hit], k: int) -> list[Hit]:
 def by_relevance(hits: Sequence[Hit]) -> list[Hit]:
     """``hits`` best first (the order `Answer.sources` uses)."""
     return sorted(hits, key=lambda h: (-h.score, h.chunk_id))
-
-
-@dataclass
-class Turn:
-    """One question ready to answer: its prompt (None when it is below the relevance floor and
-    gets the fixed reply), the hits behind its passages, and when it started."""
-
-    prompt: Prompt | None
-    hits: list[Hit]
-    t0: float
-    #: what evidence is ranked against: the question as asked (a follow-up's passages already
-    #: carry the subject; its condensed query's extra words would outweigh what it asks)
-    question: str = ""
 
 
 class RAG:

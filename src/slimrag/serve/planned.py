@@ -17,7 +17,8 @@ import time
 from collections.abc import Iterator, Sequence
 
 from slimrag.config import GenerationConfig
-from slimrag.rag.pipeline import Turn, by_relevance
+from slimrag.rag.pipeline import by_relevance
+from slimrag.rag.turn import Turn
 from slimrag.serve.chat import WireAnswer
 from slimrag.serve.workers import Worker
 from slimrag.types import Answer, Hit

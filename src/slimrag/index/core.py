@@ -326,9 +326,10 @@ class Index:
         """What the last `search` of this handle covered (`IndexQuery.last_coverage`), None before one."""
         return self._query.last_coverage
 
-    def embed_awaiting(self) -> int:
-        """`IndexWriter.embed_awaiting`: embed every chunk awaiting vectors; returns how many."""
-        return self._writer.embed_awaiting()
+    def embed_awaiting(self, limit: int | None = None) -> int:
+        """`IndexWriter.embed_awaiting`: embed the chunks awaiting vectors (at most ``limit``);
+        returns how many."""
+        return self._writer.embed_awaiting(limit)
 
     def documents(self) -> list[Document]:
         """All stored documents."""

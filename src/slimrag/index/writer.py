@@ -292,17 +292,18 @@ class IndexWriter:
         """`IndexState.coverage`: live chunks, and how many have a vector."""
         return self.state.coverage()
 
-    def embed_awaiting(self) -> int:
+    def embed_awaiting(self, limit: int | None = None) -> int:
         """Phase 2 on its own (`build --resume`, `check(repair=True)`, a server catching up):
-        embed every live chunk that has no vector yet, `EMBED_PART_CHUNKS` at a time, each batch a
-        delta part committed by a manifest switch; returns the chunks embedded. Interrupted, it
-        keeps the batches committed so far. Holds the writer lock."""
+        embed every live chunk that has no vector yet (at most ``limit``, the lowest ids first),
+        `EMBED_PART_CHUNKS` at a time, each batch a delta part committed by a manifest switch;
+        returns the chunks embedded. Interrupted, it keeps the batches committed so far. Holds the
+        writer lock (a caller that must let other writers in passes a ``limit`` and calls again)."""
         with self.locked():
-            return self._embed_awaiting()
+            return self._embed_awaiting(limit)
 
-    def _embed_awaiting(self) -> int:
+    def _embed_awaiting(self, limit: int | None = None) -> int:
         st = self.state
-        todo = st.awaiting()
+        todo = st.awaiting()[:limit]
         if not len(todo):
             return 0
         tracker = current_tracker()

@@ -19,6 +19,13 @@ Index updates
     answers follow the index without a restart. The check costs a stat and a pragma, microseconds.
     A job already running finishes on the version it started with.
 
+Chunks awaiting vectors
+    An index served before its last vector (an interrupted build, progressive indexing) answers at
+    once: keyword search covers what has no vector (`slimrag.index.query`). The workers start a
+    `Backfill` that embeds the rest in the background (one per folder: the server's pools share
+    it), one writer-lock step at a time; each step's manifest switch reaches the workers as any
+    add does (above). `Workers.stop` ends it.
+
 Generators
     A generator whose ``thread_safe`` is True serves requests that overlap (the built-in ones: the
     local engine admits one prefill at a time through its scheduler and interleaves decode steps
@@ -49,6 +56,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from slimrag.config import GenerationConfig
+from slimrag.index import backfill
+from slimrag.index.backfill import Backfill
 from slimrag.index.core import Index
 from slimrag.llm.base import Delta, Generator, LoadReport
 from slimrag.prompt import Prompt
@@ -141,6 +150,10 @@ class Workers:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
+        #: embeds the chunks awaiting vectors while the workers answer (None: none were awaiting)
+        self.backfill: Backfill | None = None
+        if not served.index.coverage().complete:
+            self.backfill = backfill.ensure(served.index.root, served.index.embedder)
 
     def submit(self, job: Callable[[Worker], T], stop: threading.Event | None = None) -> Future[T]:
         """Run ``job`` on a worker; its result or exception lands in the returned future. A
@@ -207,7 +220,10 @@ class Workers:
             fut.cancel()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Let the threads finish their jobs and end (they close their indexes)."""
+        """Let the threads finish their jobs and end (they close their indexes); a backfill still
+        running ends after its current step."""
+        if self.backfill is not None:
+            self.backfill.stop(timeout)
         with self._lock:
             threads, self._threads = self._threads, []
         for _ in threads:

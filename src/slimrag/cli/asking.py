@@ -168,14 +168,16 @@ def open_for_answers(index: str, spec: dict[str, Any]) -> tuple[Any, Background[
     return idx, pending
 
 
-def rag_for(idx: Any, llm: Any, max_tokens: int, mode: str | None = None, answer: str | None = None) -> Any:
+def rag_for(idx: Any, llm: Any, max_tokens: int, mode: str | None = None, answer: str | None = None,
+            progress: Callable[[str], None] | None = None) -> Any:
     """A `RAG` over ``idx`` with ``llm`` (a generator, or its spec), ``max_tokens`` per answer,
-    retrieval ``mode`` and ``answer`` mode (None: the generator's default)."""
+    retrieval ``mode``, ``answer`` mode (None: the generator's default) and ``progress`` (told
+    each stage until the first token)."""
     from slimrag.llm.backends import make_generator
     from slimrag.rag.pipeline import RAG, default_generation
 
     gen = make_generator(llm)
-    return RAG(idx, gen, mode=mode, answer=answer, generation=default_generation(gen, max_tokens))
+    return RAG(idx, gen, mode=mode, answer=answer, generation=default_generation(gen, max_tokens), progress=progress)
 
 
 @contextmanager
@@ -189,9 +191,7 @@ def answering(index: str, spec: dict[str, Any], max_tokens: int, mode: str | Non
     try:
         idx, generator = open_for_answers(index, spec)
         with idx:
-            rag = rag_for(idx, generator.result(), max_tokens, mode, answer)
-            rag.progress = status.show
-            yield rag, status
+            yield rag_for(idx, generator.result(), max_tokens, mode, answer, progress=status.show), status
     finally:
         status.clear()
 

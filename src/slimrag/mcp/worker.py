@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -109,7 +108,7 @@ class IndexWorker:
         """The RAG over the current index, building the generator on first use. Only for
         callables running on the worker thread (inside `call`)."""
         from slimrag.llm.backends import make_generator
-        from slimrag.rag.pipeline import RAG
+        from slimrag.rag.pipeline import RAG, default_generation
 
         assert self._index is not None
         if self._generator is None:
@@ -118,9 +117,8 @@ class IndexWorker:
             generator.load()
             self._generator = generator
         if self._rag is None or self._rag.index is not self._index:
-            rag = RAG(self._index, self._generator)
-            rag.generation = replace(rag.generation, max_new_tokens=self._max_tokens)
-            self._rag = rag
+            self._rag = RAG(self._index, self._generator,
+                            generation=default_generation(self._generator, self._max_tokens))
         return self._rag
 
     def close(self) -> None:

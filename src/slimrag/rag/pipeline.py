@@ -114,7 +114,8 @@ class RAG:
     llm: a generator or its spec (`slimrag.llm.backends`: None for the embedded model,
     ``http(s)://host:port/v1`` for an OpenAI-compatible server). shadow: plan for a remote
     generator's prefix cache by mirroring what was sent (see the module header); applies only to
-    a generator whose ``shadows_prefix_cache`` is True. mode: the search mode (default: `SearchConfig`'s,
+    a generator whose ``shadows_prefix_cache`` is True; a `ShadowCache` given here is shared (one
+    mirror for every RAG over the same remote server, as the server's workers are). mode: the search mode (default: `SearchConfig`'s,
     the one `slimrag search` uses too). guards: the relevance floor, citation
     check and loop stop (`slimrag.rag.guards`); ``Guards(floor=None)`` answers whatever is
     retrieved. progress: see the module header. evidence: how evidence sentences are chosen
@@ -130,7 +131,8 @@ class RAG:
     """
 
     def __init__(self, index: Index, llm: Generator | str | None = None, *, system: str = DEFAULT_SYSTEM,
-                 generation: GenerationConfig | None = None, mode: str | None = None, shadow: bool = True,
+                 generation: GenerationConfig | None = None, mode: str | None = None,
+                 shadow: bool | ShadowCache = True,
                  guards: Guards | None = None, progress: Progress | None = None,
                  evidence: EvidenceConfig | None = None, attribution: bool = True,
                  condense: str = "words", answer: str | None = None) -> None:
@@ -139,7 +141,8 @@ class RAG:
         self.system = system
         self.generation = generation or default_generation(self.llm)
         self.mode = mode or SearchConfig().mode  # one default for the CLI, the library and the server
-        self.shadow = ShadowCache() if shadow and self.llm.shadows_prefix_cache else None
+        self.shadow = ((shadow if isinstance(shadow, ShadowCache) else ShadowCache())
+                       if shadow and self.llm.shadows_prefix_cache else None)
         self.guards = guards or Guards()
         self.progress = progress
         self.evidence = evidence or EvidenceConfig()

@@ -35,8 +35,8 @@ and batched and unbatched decoding (``BatchConfig(width=1)``) give the same toke
 A quantized model (every projection on the GGUF's blocks) runs its one-token forward as one
 fused ONNX Runtime graph (:mod:`slimrag.llm.engine.step`); a step of several rows runs that graph
 once per row, so each row is its one-token forward by construction. A row then reads the weights
-on its own (about 6 ms of the embedded model's ~20 ms step, measured in ``docs/benchmarks.md``),
-but the per-operation cost the rows used to share is gone from every row.
+on its own (the products are about half of the embedded model's ~22 ms step at 1 thread,
+``docs/benchmarks.md``), but the per-operation cost the rows used to share is gone from every row.
 
 Knob: :data:`BLOCK_ROWS` = 256 (a 256 x 1536 float32 block is 1.5 MB, inside a 2 MB L2 per
 core; smaller blocks pay more Python calls per step, larger ones fall out of L2).

@@ -80,19 +80,8 @@ class KVCache:
     def buffers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per layer the whole K and V buffers ``[1, kv_heads, capacity, head_dim]`` (positions
         from ``length`` on are not part of the sequence): what the fused decode step
-        (:mod:`slimrag.llm.engine.step`) reads in place."""
+        (:mod:`slimrag.llm.engine.step`) reads and writes in place (then :meth:`advance`)."""
         return list(zip(self._k, self._v, strict=True))
-
-    def put(self, kv: torch.Tensor, at: int) -> None:
-        """Write one new position's K/V for every layer (``kv``: ``[layers, 2, kv_heads,
-        head_dim]``) at ``at`` and commit it (``at`` must be the length)."""
-        if at != self.length:
-            raise ValueError(f"put at {at} on a cache of length {self.length}")
-        self._reserve(at + 1)
-        for i in range(self.num_layers):
-            self._k[i][0, :, at] = kv[i, 0]
-            self._v[i][0, :, at] = kv[i, 1]
-        self.length += 1
 
     def reserve(self, n: int) -> None:
         """Make room for ``n`` positions now (a forward that writes several segments)."""

@@ -23,7 +23,9 @@ quantized model computes decode's products on the blocks; ``dense_rows`` (defaul
 products of forwards of at least that many tokens (long prefills) through a float32 copy of the
 weights, dequantized on first use and then held (4 bytes per weight on top of the blocks). The
 choice depends only on the forward's token count, never on the cache or the batch, so cached and
-uncached runs of the same segments compute the same way.
+uncached runs of the same segments compute the same way. A fully quantized model runs its
+one-token forwards at the cache's length (decode) as one ONNX Runtime graph
+(:mod:`slimrag.llm.engine.step`), built on the first one; every other forward runs here.
 """
 
 from __future__ import annotations
@@ -147,7 +149,8 @@ class Decoder:
         ``"all"``; None when ``stop_after`` ended the forward early. ``mask``: ``[n, length + n]``
         booleans replacing the causal rule (keys in cache order)."""
         c = self.config
-        if self.fused_step and ids.shape[0] == 1 and mask is None and logits == "last" and stop_after is None:
+        if (self.fused_step and ids.shape[0] == 1 and mask is None and logits == "last" and stop_after is None
+                and int(positions[0]) == cache.length):
             self.warm_step()
             assert self._step is not None
             return self._step(int(ids[0]), int(positions[0]), cache)

@@ -26,6 +26,19 @@ def _prefilled(model, ids: list[int]) -> KVCache:  # noqa: ANN001  (a Decoder)
     return cache
 
 
+def _both(model, token: int, pos: int, plain: KVCache, fused: KVCache) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ANN001
+    """The logits of ``token`` at ``pos`` through the torch forward on ``plain`` and through the
+    fused step on ``fused`` (the same model, the fused path switched off for the first)."""
+    model.fused_step = False
+    try:
+        want = model.forward(torch.tensor([token]), torch.tensor([pos]), plain)
+    finally:
+        model.fused_step = True
+    got = model.forward(torch.tensor([token]), torch.tensor([pos]), fused)
+    assert want is not None and got is not None
+    return want, got
+
+
 def test_the_fused_step_agrees_with_the_torch_forward_on_the_same_blocks(smollm: weights.LoadedModel) -> None:
     """Over 8 greedy steps on three prompts, the fused step's logits stay within the int8 rounding
     noise of the torch forward's (max difference under 8% of the logits' scale), its K/V within
@@ -41,13 +54,7 @@ def test_the_fused_step_agrees_with_the_torch_forward_on_the_same_blocks(smollm:
             token = 4_000
             for step in range(8):
                 pos = len(ids) + step
-                model.fused_step = False
-                try:
-                    want = model.forward(torch.tensor([token]), torch.tensor([pos]), plain)
-                finally:
-                    model.fused_step = True
-                got = model.forward(torch.tensor([token]), torch.tensor([pos]), fused)
-                assert want is not None and got is not None
+                want, got = _both(model, token, pos, plain, fused)
                 assert fused.length == plain.length == pos + 1
                 assert (got - want).abs().max() < 0.08 * want.abs().max(), step
                 if step == 0:
@@ -113,12 +120,5 @@ def test_qwen_families_run_fused_near_their_torch_forward(family: str, smollm: w
     with torch.inference_mode():
         fused, plain = _prefilled(model, ids), _prefilled(model, ids)
         for step in range(6):
-            token, pos = 1000 + 37 * step, len(ids) + step
-            model.fused_step = False
-            try:
-                want = model.forward(torch.tensor([token]), torch.tensor([pos]), plain)
-            finally:
-                model.fused_step = True
-            got = model.forward(torch.tensor([token]), torch.tensor([pos]), fused)
-            assert want is not None and got is not None
+            want, got = _both(model, 1000 + 37 * step, len(ids) + step, plain, fused)
             assert float((got - want).norm() / want.norm()) < 0.02, step

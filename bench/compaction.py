@@ -1,4 +1,4 @@
-"""Slim compaction: incremental update (`slimrag.index.slim.update`) against a full rebuild.
+"""Slim compaction: incremental update (`slimrag.index.store.slim.update`) against a full rebuild.
 
     python -m bench.compaction                         # real MiniLM vectors cached in bench/data
     python -m bench.compaction --data synthetic --n 3000
@@ -43,9 +43,9 @@ import numpy as np
 
 from bench.vectors import text_like
 from slimrag.config import SearchConfig
-from slimrag.index.slim import SlimConfig, SlimSearcher, build_slim
-from slimrag.index.slim.artifacts import SlimArtifacts
-from slimrag.index.slim.update import UpdateConfig, update_slim
+from slimrag.index.store.slim import SlimConfig, SlimSearcher, build_slim
+from slimrag.index.store.slim.artifacts import SlimArtifacts
+from slimrag.index.store.slim.update import UpdateConfig, update_slim
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 K = 10

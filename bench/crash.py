@@ -56,8 +56,8 @@ from slimrag.embed.base import Embedder
 from slimrag.embed.registry import register
 from slimrag.index import writer
 from slimrag.index.core import Index
-from slimrag.index.slim import SlimConfig
-from slimrag.index.slim.pq import PQConfig
+from slimrag.index.store.slim import SlimConfig, vcache
+from slimrag.index.store.slim.pq import PQConfig
 
 OPS = ("add", "remove", "compact")
 STORAGES = ("flat", "slim")
@@ -139,7 +139,10 @@ def run_op(path: Path, op: str, ready: bool = False) -> float:
 
 def signature(path: Path) -> dict[str, Any]:
     """What must converge: documents, chunk texts, and the three search modes' results, by
-    (source, ordinal) so chunk ids do not matter."""
+    (source, ordinal) so chunk ids do not matter. Searched with a cold cache of recomputed rows
+    (`vcache.forget`): a slim search gives rows already cached their exact scores, so a warm
+    cache, shared by the process's handles, could rank otherwise than the clean run did."""
+    vcache.forget()
     with Index.open(path, embedder=HashEmbedder()) as idx:
         chunks = idx.catalog.chunks(idx.catalog.live_ids())
         sig: dict[str, Any] = {

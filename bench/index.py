@@ -199,9 +199,9 @@ class System(ABC):
 
 
 class Flat(System):
-    modules = ("slimrag.index.flat",)
+    modules = ("slimrag.index.store.flat",)
     def build(self, x: np.ndarray, folder: Path) -> None:
-        from slimrag.index.flat import FlatVectors
+        from slimrag.index.store.flat import FlatVectors
 
         np.save(folder / "vectors.npy", x.astype(np.float32))
         self.flat = FlatVectors(np.arange(len(x)), np.load(folder / "vectors.npy", mmap_mode="r"))
@@ -212,15 +212,15 @@ class Flat(System):
 
 class Slim(System):
     fixed_files = ("pq_codebooks.npy", "slim.json")
-    modules = ("slimrag.index.slim",)
+    modules = ("slimrag.index.store.slim",)
 
     #: overrides of ``--slim`` that are query knobs (SearchConfig), not build knobs (SlimConfig)
     QUERY_KNOBS = ("ef", "rerank", "wave", "early_stop")
 
     def _config(self) -> Any:
-        from slimrag.index.slim import SlimConfig
-        from slimrag.index.slim.graph import GraphConfig
-        from slimrag.index.slim.pq import PQConfig
+        from slimrag.index.store.slim import SlimConfig
+        from slimrag.index.store.slim.graph import GraphConfig
+        from slimrag.index.store.slim.pq import PQConfig
 
         p = self.params
         return SlimConfig(graph=GraphConfig(**p.get("graph", {})), pq=PQConfig(**p.get("pq", {})),
@@ -232,7 +232,7 @@ class Slim(System):
         return SearchConfig(**{k: v for k, v in self.params.items() if k in self.QUERY_KNOBS})
 
     def build(self, x: np.ndarray, folder: Path) -> None:
-        from slimrag.index.slim import SlimArtifacts, SlimSearcher, build_slim
+        from slimrag.index.store.slim import SlimArtifacts, SlimSearcher, build_slim
 
         self.cfg = dataclasses.replace(self._config(), cache_bytes=0)
         self.search_cfg = self._search_config()
@@ -248,7 +248,7 @@ class Slim(System):
         return res.rows.tolist()
 
     def prepare_latency(self, texts: list[str], embed: Any) -> None:
-        from slimrag.index.slim import SlimSearcher
+        from slimrag.index.store.slim import SlimSearcher
 
         self.searcher = SlimSearcher(self.art, lambda rows: embed([texts[r] for r in rows.tolist()]), self.cfg,
                                      self.search_cfg)

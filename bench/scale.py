@@ -89,21 +89,21 @@ PROBES: tuple[tuple[str, str, str], ...] = (
     ("catalog", "slimrag.catalog", "Catalog.delete_document"),
     ("catalog", "slimrag.catalog", "Catalog.transaction"),
     ("catalog", "slimrag.index.writer", "IndexWriter.stored_doc_id"),
-    ("vectors", "slimrag.index.layout", "write_delta_part"),
-    ("vectors", "slimrag.index.layout", "write_generation"),
-    ("vectors", "slimrag.index.layout", "write_npy"),
+    ("vectors", "slimrag.index.store.layout", "write_delta_part"),
+    ("vectors", "slimrag.index.store.layout", "write_generation"),
+    ("vectors", "slimrag.index.store.layout", "write_npy"),
     ("reload", "slimrag.index.core", "Index._load_vectors"),
     ("reload", "slimrag.index.state", "IndexState.committed"),
     ("reload", "slimrag.index.state", "IndexState.reload"),
     ("manifest", "slimrag.files", "write_json_atomic"),
-    ("reload", "slimrag.index.vectors", "append_part"),
+    ("reload", "slimrag.index.store.vectors", "append_part"),
     ("compact", "slimrag.index.writer", "IndexWriter._compact"),
-    ("compact", "slimrag.index.vectors", "write_next_generation"),
-    ("graph", "slimrag.index.slim.graph", "build_graph"),
-    ("pq", "slimrag.index.slim.pq", "train_pq"),
-    ("pq", "slimrag.index.slim.build", "encode_rows"),
-    ("calibrate", "slimrag.index.slim.build", "calibrate_pq_error"),
-    ("calibrate", "slimrag.index.slim.build", "heldout_error"),
+    ("compact", "slimrag.index.store.vectors", "write_next_generation"),
+    ("graph", "slimrag.index.store.slim.graph", "build_graph"),
+    ("pq", "slimrag.index.store.slim.pq", "train_pq"),
+    ("pq", "slimrag.index.store.slim.build", "encode_rows"),
+    ("calibrate", "slimrag.index.store.slim.build", "calibrate_pq_error"),
+    ("calibrate", "slimrag.index.store.slim.build", "heldout_error"),
 )
 STORE_PHASES = ("catalog", "vectors", "reload", "manifest")
 
@@ -503,7 +503,7 @@ def child_build(corpus: Corpus, storage: str, out: Path) -> dict[str, Any]:
 
 def _capture_slim_stats(sink: dict[str, Any]) -> None:
     """When `build_slim` takes a ``stats`` dict (its own phase timings), hand it one to fill."""
-    fn = _find("slimrag.index.slim.build", "build_slim")
+    fn = _find("slimrag.index.store.slim.build", "build_slim")
     if fn is None or "stats" not in inspect.signature(fn).parameters:
         return
 

@@ -10,7 +10,7 @@ searches in four steps, counting the rows each step re-embeds (texts embedded le
 2. ``again``: the same queries on the same handle (the cache as it always worked);
 3. ``after add, shared``: another handle adds 5 documents (a delta part; the generation stays),
    then a new handle is opened, as a server worker does when the index changed on disk, and runs the
-   same queries: it shares the generation's cache (`slimrag.index.slim.vcache.shared`);
+   same queries: it shares the generation's cache (`slimrag.index.store.slim.vcache.shared`);
 4. ``after add, private``: the same, with a cache of its own, as every reopen had before.
 
 Prints a table and writes ``bench/results/shared_cache.json``.
@@ -30,7 +30,7 @@ import numpy as np
 
 from bench.crash import HashEmbedder, docs
 from slimrag.index.core import Index
-from slimrag.index.slim import PQConfig, SlimConfig, vcache
+from slimrag.index.store.slim import PQConfig, SlimConfig, vcache
 
 RESULTS = Path(__file__).resolve().parent / "results" / "shared_cache.json"
 
@@ -76,7 +76,7 @@ def main() -> None:
             with Index.open(root, emb) as reopened:
                 rows["after add, shared"] = run_step(reopened, emb, queries)
             real = vcache.shared
-            vcache.shared = lambda folder, budget, dim: vcache.VectorCache(budget, dim)  # as before: private
+            vcache.shared = lambda folder, build, budget, dim: vcache.VectorCache(budget, dim)  # as before: private
             try:
                 with Index.open(root, emb) as private:
                     rows["after add, private"] = run_step(private, emb, queries)

@@ -1,6 +1,6 @@
 """Which candidate graph should feed the slim prune? faiss HNSW level 0, NN-descent, NSG, Vamana, exact k-NN.
 
-The slim build (``slimrag.index.slim``) gives every row a candidate pool, then robust-prunes it
+The slim build (``slimrag.index.store.slim``) gives every row a candidate pool, then robust-prunes it
 with the degree-preserving budget (``graph.py``). ``pool.py`` chose faiss's HNSW level 0 for the
 pool without comparing it to the other near-linear graphs issue 18 names; this benchmark makes that
 comparison, on the same vectors, at equal threads (one), with the same prune and search on top.
@@ -126,8 +126,8 @@ _LOCAL = {"nndescent": _nndescent(32, 10), "nndescent-6": _nndescent(24, 6), "ns
 
 def _runner_of(local):
     """A `pool.PartitionRunner` building each partition's lists with ``local`` (vectors -> local ids)."""
-    from slimrag.index.slim.pool import to_global
-    from slimrag.index.slim.rows import RowReader
+    from slimrag.index.store.slim.pool import to_global
+    from slimrag.index.store.slim.rows import RowReader
 
     def run(x, parts, config, knn):
         for rows in parts:
@@ -154,9 +154,9 @@ def child(name: str, path: str, sample_path: str, out: str, partition_rows: str)
     import faiss
 
     faiss.omp_set_num_threads(1)
-    from slimrag.index.slim import SlimConfig, build_slim, slim_bytes
-    from slimrag.index.slim import pool as pool_mod
-    from slimrag.index.slim.graph import GraphConfig
+    from slimrag.index.store.slim import SlimConfig, build_slim, slim_bytes
+    from slimrag.index.store.slim import pool as pool_mod
+    from slimrag.index.store.slim.graph import GraphConfig
 
     x = np.load(path, mmap_mode="r")
     sample = np.load(sample_path)  # rows (SAMPLE,), then their true 10 nearest (SAMPLE, 10)

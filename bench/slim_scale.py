@@ -119,7 +119,7 @@ class StepSampler:
 def child_build(path: str, out: str, config_json: str) -> None:
     """In a child process: build from the memmap, save, print JSON stats (peak RSS included, and
     per build step, `StepSampler`)."""
-    from slimrag.index.slim import SlimConfig, build_slim, slim_bytes
+    from slimrag.index.store.slim import SlimConfig, build_slim, slim_bytes
 
     x = np.load(path, mmap_mode="r")
     cfg = SlimConfig.from_dict(json.loads(config_json))
@@ -167,7 +167,7 @@ def run_child(args: list[str]) -> dict:
 
 def evaluate(folder: Path, x: np.ndarray, q: np.ndarray, truth: np.ndarray, k: int, search_kw: dict) -> dict:
     from slimrag.config import SearchConfig
-    from slimrag.index.slim import SlimArtifacts, SlimConfig, SlimSearcher
+    from slimrag.index.store.slim import SlimArtifacts, SlimConfig, SlimSearcher
 
     art = SlimArtifacts.load(folder)
     spent = [0.0]

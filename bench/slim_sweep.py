@@ -40,7 +40,7 @@ import numpy as np
 
 from bench.vectors import text_like
 from slimrag.config import SearchConfig
-from slimrag.index.slim import (
+from slimrag.index.store.slim import (
     SlimArtifacts,
     SlimConfig,
     SlimSearcher,
@@ -48,8 +48,8 @@ from slimrag.index.slim import (
     calibrate_pq_error,
     slim_bytes,
 )
-from slimrag.index.slim.graph import build_graph, pick_hubs
-from slimrag.index.slim.pq import PQConfig, train_pq
+from slimrag.index.store.slim.graph import build_graph, pick_hubs
+from slimrag.index.store.slim.pq import PQConfig, train_pq
 
 
 def evaluate(art: SlimArtifacts, x: np.ndarray, q: np.ndarray, truth: np.ndarray, cfg: SearchConfig) -> dict:
@@ -141,7 +141,7 @@ def latency(limit: int, warm: list[int], nl: int, rows: list[dict]) -> None:
     are disjoint from the warm-up ones (the first ``w``)."""
     from bench.index import _pydocs
     from slimrag.embed.local import LocalEmbedder
-    from slimrag.index.flat import FlatVectors
+    from slimrag.index.store.flat import FlatVectors
 
     corpus = _pydocs(limit, 1000, 0)
     x = np.ascontiguousarray(corpus.vectors, np.float32)
@@ -208,7 +208,7 @@ def _frontier_data(work: Path, passages: int | None, nq: int) -> tuple[np.ndarra
 def _recode(x: np.ndarray, art: SlimArtifacts, rotate: bool) -> tuple[SlimArtifacts, float]:
     """``art`` with its PQ retrained (``rotate`` or not) on the same graph, as `build_slim` does
     it: codes, error bound, held-out error, stop table. Returns it and the seconds spent."""
-    from slimrag.index.slim.build import calibrate_stop, encode_rows, heldout_error
+    from slimrag.index.store.slim.build import calibrate_stop, encode_rows, heldout_error
 
     cfg = SlimConfig(pq=PQConfig(rotate=rotate))
     t = time.perf_counter()
@@ -224,8 +224,8 @@ def _recode(x: np.ndarray, art: SlimArtifacts, rotate: bool) -> tuple[SlimArtifa
 def frontier(work: Path, passages: int | None, codes: list[str], targets: list[float], nq: int,
              rows: list[dict]) -> None:
     """Recall target vs rows recomputed on one kept generation (see the module header)."""
-    from slimrag.index.slim.build import exact_top
-    from slimrag.index.slim.rows import RowReader
+    from slimrag.index.store.slim.build import exact_top
+    from slimrag.index.store.slim.rows import RowReader
 
     x, q = _frontier_data(work, passages, nq)
     q = q[:nq]

@@ -13,7 +13,7 @@ from conftest import make_pdf, write_tree
 from slimrag.config import IndexConfig
 from slimrag.errors import NotFoundError, RequestError
 from slimrag.index.core import Index
-from slimrag.index.layout import folder_bytes
+from slimrag.index.store.layout import folder_bytes
 
 #: Ten numbered paragraphs: with 32-token chunks and no overlap, several chunks in reading order.
 LONG = "\n\n".join(f"Paragraph {i}: the {w} lighthouse keeper counted {i} ships passing the harbour at dusk."

@@ -22,8 +22,8 @@ from conftest import DOCS, write_tree
 
 from slimrag.catalog import schema
 from slimrag.embed.local import LocalEmbedder
-from slimrag.index import layout
 from slimrag.index.core import Index
+from slimrag.index.store import layout
 
 #: the catalog format after this slimrag's newest, as a newer slimrag would write it
 UNKNOWN_FORMAT = schema.COMPACT + 1

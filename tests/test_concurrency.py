@@ -21,9 +21,9 @@ from openai_server import OpenAIServer
 
 from slimrag.embed.local import LocalEmbedder
 from slimrag.embed.remote import RemoteEmbedder
-from slimrag.index import layout, manifest
 from slimrag.index.core import Index
-from slimrag.index.lock import LOCK_FILE, IndexBusyError, WriterLock, holder
+from slimrag.index.store import layout, manifest
+from slimrag.index.store.lock import LOCK_FILE, IndexBusyError, WriterLock, holder
 from slimrag.types import Chunk, Document
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -113,7 +113,7 @@ def test_second_writer_waits_then_fails_naming_the_holder(tmp_path: Path, embedd
 def test_wait_from_environment_and_bad_values(tmp_path: Path, embedder: LocalEmbedder,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     from slimrag.errors import SlimragError
-    from slimrag.index.lock import DEFAULT_WAIT_S, WriterLock, default_wait
+    from slimrag.index.store.lock import DEFAULT_WAIT_S, WriterLock, default_wait
 
     assert default_wait() == DEFAULT_WAIT_S
     monkeypatch.setenv("SLIMRAG_WAIT", "2.5")

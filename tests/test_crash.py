@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from bench.crash import OPS, STORAGES, HashEmbedder, prepare, run_op, run_trials, signature, table
-from slimrag.index import manifest
 from slimrag.index.core import Index
+from slimrag.index.store import manifest
 
 
 def test_killed_writers_leave_a_sound_index_that_converges(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ from slimrag.embed.base import BUCKET_TOLERANCE, Embedder
 from slimrag.embed.local import LocalEmbedder
 from slimrag.embed.registry import from_record
 from slimrag.index.core import Index
-from slimrag.index.slim import SlimConfig
-from slimrag.index.slim.pq import PQConfig
+from slimrag.index.store.slim import SlimConfig
+from slimrag.index.store.slim.pq import PQConfig
 
 onnxruntime = pytest.importorskip("onnxruntime")
 

@@ -299,8 +299,8 @@ def trigram_server():
 def test_source_filter_returns_k_hits_from_the_folder(trigram_server, tmp_path: Path, storage: str,
                                                        n_guide: int) -> None:
     from slimrag.embed.remote import RemoteEmbedder
-    from slimrag.index.slim import SlimConfig
-    from slimrag.index.slim.pq import PQConfig
+    from slimrag.index.store.slim import SlimConfig
+    from slimrag.index.store.slim.pq import PQConfig
 
     emb = RemoteEmbedder(trigram_server.base_url, "test-model", dim=64, timeout=10)
     idx = Index.build(_two_folders(n_guide), tmp_path / "f.slimrag", embedder=emb, storage=storage,

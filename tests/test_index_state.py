@@ -12,9 +12,9 @@ import pytest
 from bench.crash import HashEmbedder, docs
 from slimrag.config import IndexConfig
 from slimrag.errors import IndexFormatError
-from slimrag.index import layout, manifest, vectors
 from slimrag.index.core import Index
-from slimrag.index.flat import Column, FlatVectors
+from slimrag.index.store import layout, manifest, vectors
+from slimrag.index.store.flat import Column, FlatVectors
 
 
 def _exact(idx: Index) -> dict[int, np.ndarray]:
@@ -169,7 +169,7 @@ def test_indexes_free_their_files_without_the_garbage_collector(tmp_path: Path, 
     its owner, so reference counting alone frees them (issue 32)."""
     import gc
 
-    from slimrag.index.slim import PQConfig, SlimConfig
+    from slimrag.index.store.slim import PQConfig, SlimConfig
 
     root = tmp_path / "i"
     kw = {"storage": storage, "slim": SlimConfig(pq=PQConfig(m=16))} if storage == "slim" else {}

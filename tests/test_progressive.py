@@ -24,9 +24,10 @@ from click.testing import CliRunner
 from bench.crash import SLIM, HashEmbedder, docs
 from slimrag.cli import cli
 from slimrag.config import IndexConfig
-from slimrag.index import manifest, writer
+from slimrag.index import writer
 from slimrag.index.core import Index
 from slimrag.index.progress import AddProgress, reporting
+from slimrag.index.store import manifest
 from slimrag.rag.evidence import evidence_answer
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,7 @@ from pathlib import Path
 from bench.crash import HashEmbedder, docs
 from bench.shared_cache import Counting as CountingEmbedder
 from slimrag.index.core import Index
-from slimrag.index.slim import PQConfig, SlimConfig
+from slimrag.index.store.slim import PQConfig, SlimConfig
 
 QUERIES = [f"uniq{i} a{i}" for i in range(0, 200, 7)]
 
@@ -73,7 +73,7 @@ def test_serve_holds_one_cache_under_8_concurrent_searches_and_keeps_it_across_a
     import httpx
     from asgi_server import Endless, running
 
-    from slimrag.index.slim.searcher import SlimSearcher
+    from slimrag.index.store.slim.searcher import SlimSearcher
     from slimrag.rag.pipeline import RAG
     from slimrag.serve.app import create_app
 

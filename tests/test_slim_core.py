@@ -15,12 +15,12 @@ import pytest
 from bench import vectors as bench_vectors
 from slimrag.config import SearchConfig
 from slimrag.errors import IndexFormatError
-from slimrag.index.flat import FlatVectors
-from slimrag.index.slim import SlimArtifacts, SlimConfig, SlimSearcher, build_slim, slim_bytes
-from slimrag.index.slim.graph import Graph, GraphConfig, build_graph, index_dtype, pick_hubs
-from slimrag.index.slim.knn import exact_knn
-from slimrag.index.slim.pq import PQConfig, load_pq, save_pq, train_pq
-from slimrag.index.slim.store import SlimVectors
+from slimrag.index.store.flat import FlatVectors
+from slimrag.index.store.slim import SlimArtifacts, SlimConfig, SlimSearcher, build_slim, slim_bytes
+from slimrag.index.store.slim.graph import Graph, GraphConfig, build_graph, index_dtype, pick_hubs
+from slimrag.index.store.slim.knn import exact_knn
+from slimrag.index.store.slim.pq import PQConfig, load_pq, save_pq, train_pq
+from slimrag.index.store.slim.store import SlimVectors
 
 N, D, NQ, K = 3000, 384, 100, 10
 

@@ -24,9 +24,9 @@ from openai_server import OpenAIServer
 from slimrag.config import IndexConfig, SearchConfig
 from slimrag.embed.remote import RemoteEmbedder
 from slimrag.index.core import Index
-from slimrag.index.slim import SlimConfig
-from slimrag.index.slim.config import MOVED_TO_SEARCH
-from slimrag.index.slim.pq import PQConfig
+from slimrag.index.store.slim import SlimConfig
+from slimrag.index.store.slim.config import MOVED_TO_SEARCH
+from slimrag.index.store.slim.pq import PQConfig
 from slimrag.index.writer import embed_input
 
 WORDS = ("river stone cloud engine violin garden copper lantern harbor orbit meadow signal falcon "
@@ -136,7 +136,7 @@ def test_manifests_with_the_old_query_knobs_still_open(server: OpenAIServer, tmp
 CHILD = """
 import sys, time
 from slimrag import files
-from slimrag.index.slim import artifacts
+from slimrag.index.store.slim import artifacts
 from slimrag.index.core import Index
 stage = sys.argv[2]
 if stage == "writing":

@@ -29,11 +29,11 @@ from pathlib import Path
 import pytest
 
 from bench.crash import HashEmbedder, docs
-from slimrag.index import layout, manifest
 from slimrag.index.core import Index
-from slimrag.index.slim import SlimConfig
-from slimrag.index.slim.graph import GraphConfig
-from slimrag.index.slim.pq import PQConfig
+from slimrag.index.store import layout, manifest
+from slimrag.index.store.slim import SlimConfig
+from slimrag.index.store.slim.graph import GraphConfig
+from slimrag.index.store.slim.pq import PQConfig
 
 SLIM = SlimConfig(graph=GraphConfig(pool="hnsw", exact_below=0, partition_rows=1000, overlap=2), pq=PQConfig(m=16))
 BASE = docs("base", 2400, 5)
@@ -49,7 +49,7 @@ sys.path.insert(0, {root!r})
 from pathlib import Path
 from bench.crash import HashEmbedder
 from slimrag.index.core import Index
-from slimrag.index.slim import pool
+from slimrag.index.store.slim import pool
 
 hold = {hold!r}
 

@@ -14,10 +14,10 @@ import pytest
 
 from bench import vectors as bench_vectors
 from slimrag.config import SearchConfig
-from slimrag.index.slim import SlimConfig, SlimSearcher, build_slim
-from slimrag.index.slim.build import calibrate_pq_error
-from slimrag.index.slim.graph import GraphConfig, _csr_of, _make_strongly_connected, _reached_from
-from slimrag.index.slim.pool import candidate_pool, partitions
+from slimrag.index.store.slim import SlimConfig, SlimSearcher, build_slim
+from slimrag.index.store.slim.build import calibrate_pq_error
+from slimrag.index.store.slim.graph import GraphConfig, _csr_of, _make_strongly_connected, _reached_from
+from slimrag.index.store.slim.pool import candidate_pool, partitions
 
 N, NQ, K = 4000, 100, 10
 PARTS = GraphConfig(pool="hnsw", exact_below=0, partition_rows=1000, overlap=2)
@@ -65,8 +65,8 @@ def test_partition_order_and_bounded_reads_change_no_edge(data, monkeypatch):
     """The prune and the merge visit nodes by partition pair and read a mapped matrix through
     row sets with a bounded mapped budget; every node's edges are exactly those of the plain
     row-order pass over the matrix in memory."""
-    from slimrag.index.slim import rows
-    from slimrag.index.slim.prune import forward_prune, merge_reverse, partition_order
+    from slimrag.index.store.slim import rows
+    from slimrag.index.store.slim.prune import forward_prune, merge_reverse, partition_order
 
     mm, x, _, _ = data
     parts = partitions(mm, PARTS)
@@ -76,7 +76,7 @@ def test_partition_order_and_bounded_reads_change_no_edge(data, monkeypatch):
     limits = np.where(np.arange(N) % 20 == 0, PARTS.max_degree, PARTS.base_degree)
     plain = forward_prune(x, pool, limits, PARTS)
     monkeypatch.setattr(rows, "RELEASE_BYTES", 512 * 1024)  # 6 MB of vectors: a bounded reader
-    monkeypatch.setattr("slimrag.index.slim.prune._SET_NODES", 700)
+    monkeypatch.setattr("slimrag.index.store.slim.prune._SET_NODES", 700)
     assert rows.RowReader(mm).bounded
     ordered = forward_prune(mm, pool, limits, PARTS, order)
     assert np.array_equal(plain[3], ordered[3])  # the closest candidates kept for repairs
@@ -92,7 +92,7 @@ def test_partition_order_and_bounded_reads_change_no_edge(data, monkeypatch):
     for a, b in zip(plain[:3], by_node(ordered[:3]), strict=True):
         same(a, b)
     merged = merge_reverse(x, *plain[:3], limits, PARTS)
-    monkeypatch.setattr("slimrag.index.slim.prune._MERGE_BLOCK", 1500)
+    monkeypatch.setattr("slimrag.index.store.slim.prune._MERGE_BLOCK", 1500)
     for a, b in zip(merged, by_node(merge_reverse(mm, *ordered[:3], limits, PARTS, order)), strict=True):
         same(a, b)
 
@@ -132,7 +132,7 @@ def _reachable(n: int, src, dst, root: int) -> set[int]:
 def test_connectivity_repair_reaches_every_node_both_ways(monkeypatch):
     """Islands, one-way chains and isolated nodes all end up reachable from the root and able to
     reach it, with the frontier expanded a few nodes at a time."""
-    monkeypatch.setattr("slimrag.index.slim.graph._BFS_NODES", 7)
+    monkeypatch.setattr("slimrag.index.store.slim.graph._BFS_NODES", 7)
     rng = np.random.default_rng(11)
     n = 600
     src = rng.integers(0, 200, 900)  # edges only among the first 200 nodes, plus a one-way chain
@@ -161,7 +161,7 @@ def test_error_bound_from_graph_neighbourhoods_matches_exact_scan(data):
 def test_ray_partitions_match_the_local_build(data):
     """The same partitions as Ray tasks on a local Ray: recall@10 within 0.01 of the local build."""
     pytest.importorskip("ray")
-    from slimrag.index.slim.ray_build import ray_partitions
+    from slimrag.index.store.slim.ray_build import ray_partitions
 
     mm, x, q, truth = data
     local = build_slim(mm, SlimConfig(graph=PARTS))
@@ -195,7 +195,7 @@ def _rss_file_kib() -> int:
 
 
 def test_reader_gathers_exactly_and_releases_only_file_pages(tmp_path, monkeypatch):
-    from slimrag.index.slim import rows
+    from slimrag.index.store.slim import rows
 
     x = np.random.default_rng(3).standard_normal((5000, 64)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
@@ -222,7 +222,7 @@ def test_reader_gathers_exactly_and_releases_only_file_pages(tmp_path, monkeypat
 def test_gathers_keep_mapped_pages_bounded(tmp_path, monkeypatch):
     """A gather spread over the file, sorted (a k-means sample, a partition's rows) or not (the
     prune's candidates), maps only about RELEASE_BYTES at a time, not the file."""
-    from slimrag.index.slim import rows
+    from slimrag.index.store.slim import rows
 
     n, d = 40_000, 384  # 61 MB
     np.save(tmp_path / "x.npy", np.ones((n, d), np.float32))

@@ -1,4 +1,4 @@
-"""Incremental slim updates (`slimrag.index.slim.update`) against a fresh build of the same rows.
+"""Incremental slim updates (`slimrag.index.store.slim.update`) against a fresh build of the same rows.
 
 Data: the benchmarks' seeded text-like vectors; ``recompute`` returns the true rows and records
 every call, so the tests see exactly which old rows an update re-embeds.
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from bench import vectors as bench_vectors
-from slimrag.index.slim import SlimArtifacts, SlimConfig, SlimSearcher, build_slim
-from slimrag.index.slim.update import UpdateConfig, update_slim
+from slimrag.index.store.slim import SlimArtifacts, SlimConfig, SlimSearcher, build_slim
+from slimrag.index.store.slim.update import UpdateConfig, update_slim
 
 N, ADD, D, NQ, K = 2000, 100, 384, 100, 10
 CONFIG = SlimConfig()
@@ -197,8 +197,8 @@ def test_duplicate_ids_are_kept_once_and_bad_input_is_refused(data, base):
 
 def test_slim_vectors_update_keeps_live_rows_and_reembeds_only_what_it_needs(data, base):
     """The store's entry point for `compact`: generation + delta + tombstones in, chunk ids out."""
-    from slimrag.index.flat import FlatVectors
-    from slimrag.index.slim.store import SlimVectors
+    from slimrag.index.store.flat import FlatVectors
+    from slimrag.index.store.slim.store import SlimVectors
 
     x = data[0]
     gen_ids = np.arange(N) + 1000
@@ -223,7 +223,7 @@ def test_slim_vectors_update_keeps_live_rows_and_reembeds_only_what_it_needs(dat
 def test_tiny_generations_update_into_valid_graphs():
     """1-11 rows, ~40% removed, 0-11 added: every result is a valid graph in which each row, searched
     by its own vector, is found first; nothing left at all is refused with a clear error."""
-    from slimrag.index.slim.pq import PQConfig
+    from slimrag.index.store.slim.pq import PQConfig
 
     x, _ = bench_vectors.text_like(64, 1, 64, seed=1)
     cfg = SlimConfig(pq=PQConfig(m=16))

@@ -31,8 +31,9 @@ from conftest import write_tree
 from bench.crash import HashEmbedder
 from slimrag.cli import cli
 from slimrag.errors import IngestError
-from slimrag.index import layout, sync
+from slimrag.index import sync
 from slimrag.index.core import Index
+from slimrag.index.store import layout
 from slimrag.index.sync import SyncReport
 from slimrag.index.watch import Batch, WatchConfig, watch
 

@@ -126,23 +126,23 @@ class SearchConfig:
     candidates: how many hits each list contributes to fusion.
 
     The slim index's walk and rerank (ignored by flat storage, which is exact; trade-offs measured
-    in the header of `slimrag.index.slim`):
+    in the header of `slimrag.index.store.slim`):
     ef (128): beam width of the graph walk, the pool rerank draws from; must be >= rerank.
     rerank (20): positions eligible for exact rerank (recomputed embeddings): the latency knob;
     20 is the smallest with recall@10 >= 0.95 on the 3,000-passage pydocs set (frontier measured
-    in the header of `slimrag.index.slim`).
+    in the header of `slimrag.index.store.slim`).
     wave (4): positions recomputed per extra rerank wave.
     early_stop (True): stop reranking once the next row's PQ bound cannot reach the top-k; False
     reranks exactly ``max(rerank, k)`` rows.
     recall (0.96): the slim index's recall@10 target (0.96 so that 0.95 holds on held-out queries
     with room: measured 0.960 at 100k, 0.969 at 1M, 0.961-0.963 on real MiniLM corpora,
     docs/benchmarks.md "Slim recall target"). Generations built with the stop calibration
-    (`slimrag.index.slim.build.calibrate_stop`) rerank as deep into the ``ef`` pool as the
+    (`slimrag.index.store.slim.build.calibrate_stop`) rerank as deep into the ``ef`` pool as the
     calibrated PQ-score margin for this target says, so the rows recomputed adapt to the index's
     size and to each query's score gaps instead of the fixed ``rerank``; 0 (or
     ``early_stop=False``, or an older generation) keeps the fixed depth. Frontier measured in
     docs/benchmarks.md ("Slim recall target"); the rule in the header of
-    `slimrag.index.slim.searcher`.
+    `slimrag.index.store.slim.searcher`.
     """
 
     k: int = 5

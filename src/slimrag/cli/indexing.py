@@ -41,7 +41,7 @@ def check_out(out: str, source: str, force: bool) -> None:
     An index is recognised by its manifest parsing as one (format and required fields), not by a
     file named ``manifest.json``: ``--force`` never deletes a folder that is not an index."""
     from slimrag.errors import IndexFormatError
-    from slimrag.index import manifest as manifest_file
+    from slimrag.index.store import manifest as manifest_file
 
     path = Path(out)
     if not path.exists():
@@ -125,7 +125,7 @@ def build(source: str, out: str, storage: str, chunk_tokens: int, chunk_overlap:
         embedder = RemoteEmbedder(embedder_url, embedder_model or "default")
     on_ray: contextlib.AbstractContextManager = contextlib.nullcontext()
     if use_ray or ray_address:
-        from slimrag.index.slim.ray_build import ray_partitions
+        from slimrag.index.store.slim.ray_build import ray_partitions
 
         on_ray = ray_partitions(ray_address)
     replacing = force and Path(out).exists() and not resume  # an interrupted replacement is deleted

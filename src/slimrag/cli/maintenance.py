@@ -1,7 +1,7 @@
 """Verbs that keep an index sound: check (and repair), compact.
 
 Both take the index's writer lock; ``--wait SECONDS`` says how long to wait for another writer
-(default: ``$SLIMRAG_WAIT`` or `slimrag.index.lock.DEFAULT_WAIT_S`) before failing with one
+(default: ``$SLIMRAG_WAIT`` or `slimrag.index.store.lock.DEFAULT_WAIT_S`) before failing with one
 ``error:`` line naming the holder and exit code 1.
 """
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slimrag.errors import NotFoundError, RequestError
-from slimrag.index import layout
+from slimrag.index.store import layout
 from slimrag.types import Excerpt
 
 if TYPE_CHECKING:

@@ -42,8 +42,8 @@ import numpy as np
 
 from slimrag.catalog.keyword import KeywordDamage
 from slimrag.errors import IndexFormatError
-from slimrag.index import layout
 from slimrag.index.state import embed_input
+from slimrag.index.store import layout
 
 if TYPE_CHECKING:
     from slimrag.index.state import IndexState

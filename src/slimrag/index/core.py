@@ -12,10 +12,10 @@ Index ─┬─ IndexState    root, Manifest, Catalog, embedder, VectorStore, wr
 ```
 
 `Index` builds them with explicit arguments and delegates each public method to one of them; no
-part reads another's attributes. Vectors are a `slimrag.index.vectors.VectorStore` of the current
+part reads another's attributes. Vectors are a `slimrag.index.store.vectors.VectorStore` of the current
 generation plus the delta parts: a flat generation as memory-mapped matrices (`FlatVectors`), a
 slim one as graph + PQ codes whose rows are re-embedded from the catalog's text at query time
-(`SlimVectors`); see `slimrag.index.layout` for the files and `slimrag.index.manifest` for the
+(`SlimVectors`); see `slimrag.index.store.layout` for the files and `slimrag.index.store.manifest` for the
 manifest.
 """
 
@@ -39,20 +39,20 @@ from slimrag.embed.base import Embedder
 from slimrag.embed.registry import default_embedder, from_record
 from slimrag.errors import IndexFormatError
 from slimrag.files import fsync_dir
-from slimrag.index import layout
-from slimrag.index import manifest as manifest_file
 from slimrag.index.browse import IndexBrowse
 from slimrag.index.check import CheckReport, IndexChecker
 from slimrag.index.coverage import Coverage
-from slimrag.index.lock import WriterLock
-from slimrag.index.manifest import Manifest
 from slimrag.index.query import IndexQuery
 from slimrag.index.report import AddReport
-from slimrag.index.slim import SlimConfig
 from slimrag.index.sources import Removal
 from slimrag.index.state import IndexState
+from slimrag.index.store import layout
+from slimrag.index.store import manifest as manifest_file
+from slimrag.index.store.lock import WriterLock
+from slimrag.index.store.manifest import Manifest
+from slimrag.index.store.slim import SlimConfig
+from slimrag.index.store.vectors import VectorStore
 from slimrag.index.sync import IndexSync, SyncReport
-from slimrag.index.vectors import VectorStore
 from slimrag.index.writer import IndexWriter
 from slimrag.ingest.chunker import Chunker
 from slimrag.ingest.source import Inputs, PreparedDoc
@@ -61,7 +61,7 @@ from slimrag.types import Document, Excerpt, Hit
 
 class Index:
     """One index folder. One writer at a time, across threads and processes: every write takes
-    the folder's writer lock (waiting up to ``lock_wait`` seconds, see `slimrag.index.lock`).
+    the folder's writer lock (waiting up to ``lock_wait`` seconds, see `slimrag.index.store.lock`).
     An `Index` object is not thread-safe; open one per thread (reads never lock)."""
 
     def __init__(self, root: Path, embedder: Embedder | None = None, *, wait: float | None = None) -> None:
@@ -194,7 +194,7 @@ class Index:
     def open(cls, path: str | Path, embedder: Embedder | None = None, *, wait: float | None = None) -> Index:
         """Open an existing index folder (vectors are memory-mapped; the embedder loads on first query).
         wait: seconds a write through this handle waits for another writer before `IndexBusyError`
-        (default ``$SLIMRAG_WAIT`` or `slimrag.index.lock.DEFAULT_WAIT_S`, 300 s); also settable
+        (default ``$SLIMRAG_WAIT`` or `slimrag.index.store.lock.DEFAULT_WAIT_S`, 300 s); also settable
         later as ``lock_wait``."""
         return cls(Path(path), embedder, wait=wait)
 

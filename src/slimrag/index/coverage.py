@@ -24,7 +24,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from slimrag.catalog import Catalog
-    from slimrag.index.vectors import VectorStore
+    from slimrag.index.store.vectors import VectorStore
 
 
 @dataclass(frozen=True, slots=True)

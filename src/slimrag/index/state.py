@@ -39,13 +39,13 @@ from slimrag.catalog import Catalog
 from slimrag.config import IndexConfig
 from slimrag.embed.base import Embedder
 from slimrag.errors import IndexFormatError
-from slimrag.index import layout, vectors
-from slimrag.index import manifest as manifest_file
 from slimrag.index.coverage import Coverage, awaiting_ids, counts_key
-from slimrag.index.flat import FlatVectors
-from slimrag.index.lock import WriterLock
-from slimrag.index.manifest import Manifest
-from slimrag.index.vectors import VectorStore
+from slimrag.index.store import layout, vectors
+from slimrag.index.store import manifest as manifest_file
+from slimrag.index.store.flat import FlatVectors
+from slimrag.index.store.lock import WriterLock
+from slimrag.index.store.manifest import Manifest
+from slimrag.index.store.vectors import VectorStore
 from slimrag.ingest.chunker import ChunkText
 from slimrag.types import Chunk
 
@@ -64,7 +64,7 @@ def embed_input(chunk: Chunk | ChunkText) -> str:
 @dataclass(frozen=True)
 class StoredText:
     """Exact embeddings of stored chunks by id, recomputed from their text: the
-    `slimrag.index.recompute.Recompute` a slim store reranks with. An object of its own rather
+    `slimrag.index.store.recompute.Recompute` a slim store reranks with. An object of its own rather
     than the bound `IndexState.recompute`: the state holds the store, so a bound method would
     close a reference cycle, and an unclosed index would hold its files until a collection."""
 

@@ -1,7 +1,7 @@
 """`Index.sync(folder)`: make the index hold exactly what a fresh build of ``folder`` would hold.
 
 `add` adds or updates and never deletes; `sync` also removes what left the folder. Algorithm,
-under one hold of the writer lock (`slimrag.index.lock`), so no other writer interleaves:
+under one hold of the writer lock (`slimrag.index.store.lock`), so no other writer interleaves:
 
 1. List the folder with the add path's own rules (`ingest.source.iter_inputs`: hidden files,
    ``.gitignore``/``.slimragignore``, ``IndexConfig.ignore``, symlinks, file types, size limit), so

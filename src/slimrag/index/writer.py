@@ -1,6 +1,6 @@
 """The write path of an `Index`: add, write, remove, compact.
 
-Every write follows the same path (see `slimrag.index.layout` for the on-disk rules), in two
+Every write follows the same path (see `slimrag.index.store.layout` for the on-disk rules), in two
 phases (progressive indexing: questions before the last vector):
 
 1. text: read and hash files → skip unchanged ones → parse and chunk → in one SQLite transaction
@@ -31,7 +31,7 @@ one set of tests. Everything from "skip unchanged" on is
 do not depend on where the work ran.
 
 One writer at a time: every write operation (`write`/`add`, `remove`, `compact`, and `build`
-and `check(repair=True)` around them) holds the index's writer lock (`slimrag.index.lock`: an OS
+and `check(repair=True)` around them) holds the index's writer lock (`slimrag.index.store.lock`: an OS
 file lock, released by the kernel if the process dies) and, right after taking it, re-reads the
 manifest (`IndexState.refresh`: appending the parts another writer added, reopening the vectors
 after another's compaction, or re-reading only the liveness mask after another's remove). Chunk ids, delta part numbers and the vectors a compaction
@@ -46,7 +46,7 @@ chunks and at a million.
 
 Removed chunks are masked at once (tombstones in the catalog) and their vectors stay on disk
 until `compact` writes a generation holding only live vectors. A slim generation is updated, not
-rebuilt (`slimrag.index.slim.update`: new rows inserted into the graph, few rows re-embedded);
+rebuilt (`slimrag.index.store.slim.update`: new rows inserted into the graph, few rows re-embedded);
 ``compact(rebuild=True)`` rebuilds it from every live vector, re-embedding them all.
 
 Knobs: `AUTO_COMPACT_SHARE` (default 0.05): a write compacts a slim index once its delta rows
@@ -74,13 +74,13 @@ from pathlib import Path
 
 import numpy as np
 
-from slimrag.index import layout, vectors
-from slimrag.index import manifest as manifest_file
 from slimrag.index.coverage import Coverage
 from slimrag.index.progress import current_tracker
 from slimrag.index.report import AddReport
 from slimrag.index.sources import Removal, match_sources
 from slimrag.index.state import IndexState, embed_input
+from slimrag.index.store import layout, vectors
+from slimrag.index.store import manifest as manifest_file
 from slimrag.ingest.chunker import Chunker, default_chunker
 from slimrag.ingest.crawl import Skipped
 from slimrag.ingest.outcome import ADDED, UNCHANGED, UPDATED
@@ -183,7 +183,7 @@ class IndexWriter:
         reach `AUTO_COMPACT_SHARE` of its graph rows is compacted at once. Delta rows are exact
         float32 vectors, ~20x the bytes of a graph row (1,536 against ~76 at d=384), so at 5% the
         index is ~1.9x its compact size; the incremental update that folds them in re-embeds at
-        most 2% of the rows (`slimrag.index.slim.update`), so compacting early costs little."""
+        most 2% of the rows (`slimrag.index.store.slim.update`), so compacting early costs little."""
         if AUTO_COMPACT_SHARE and self.state.vectors.wants_compaction(AUTO_COMPACT_SHARE):
             self._compact()
 
@@ -259,7 +259,7 @@ class IndexWriter:
                 seq = layout.next_part(st.root, st.manifest.next_part)
                 part = layout.write_delta_part(st.root, seq, ids, vecs)
                 manifest = manifest.changed(delta_parts=(*manifest.delta_parts, part), next_part=seq + 1)
-            manifest_file.write(st.root, manifest)  # inside the transaction: see slimrag.index.layout
+            manifest_file.write(st.root, manifest)  # inside the transaction: see slimrag.index.store.layout
         dead = np.asarray(replaced, dtype=np.int64)
         if part is not None:
             st.committed(manifest, part, ids, dead)

@@ -7,7 +7,7 @@ with score changes around 1e-3 (ranks of near-ties may swap). Search is one matr
 here, which is why small corpora never need a graph.
 
 The rows are held as a list of blocks: the generation's matrix and one block per delta part, each
-usually a memory map of its file (`slimrag.index.layout`). A commit appends its block (`append`):
+usually a memory map of its file (`slimrag.index.store.layout`). A commit appends its block (`append`):
 no earlier block is read or copied, so a commit costs the same at any size (ids and the liveness
 mask grow by amortized doubling, `Column`). A query scores block by block into one score row.
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from slimrag.config import SearchConfig
-    from slimrag.index.manifest import Manifest
+    from slimrag.index.store.manifest import Manifest
 
 
 class Column:
@@ -64,7 +64,7 @@ class Column:
 class FlatVectors:
     """Row-major unit vectors in blocks, with their chunk ids and a liveness mask."""
 
-    #: the generation kind this store reads and writes (`slimrag.index.vectors.KINDS`)
+    #: the generation kind this store reads and writes (`slimrag.index.store.vectors.KINDS`)
     kind = "flat"
     #: compaction rewrites a flat generation from its rows; there is no cheaper update
     incremental = False

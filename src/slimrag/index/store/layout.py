@@ -4,12 +4,12 @@
 NAME.slimrag/
   manifest.json     format, embedder, build config, current generation, delta parts, counts
   catalog.sqlite    documents, chunks, keyword postings (see slimrag.catalog)
-  writer.lock       the writer lock (slimrag.index.lock): holder's pid and command while held
+  writer.lock       the writer lock (slimrag.index.store.lock): holder's pid and command while held
   gen-NNNNNN/       immutable once written: vectors or graph + codes, and row -> chunk id
   delta/part-NNNNNN.npz   vectors of chunks added since the last compaction
 ```
 
-The manifest's fields, and its reading, checking and migration, are `slimrag.index.manifest`'s.
+The manifest's fields, and its reading, checking and migration, are `slimrag.index.store.manifest`'s.
 A delta part is an uncompressed zip of two ``.npy`` arrays; an open index maps its vectors in
 place (`map_delta_vectors`) rather than reading them, and a compaction writes a generation's
 matrix block by block (`write_npy`), so neither needs the vectors in memory.
@@ -46,7 +46,7 @@ import numpy as np
 
 from slimrag.errors import IndexFormatError
 from slimrag.files import fsync_dir
-from slimrag.index.manifest import FORMAT_VERSION, MANIFEST, Manifest  # noqa: F401  (the folder's names in one place)
+from slimrag.index.store.manifest import FORMAT_VERSION, MANIFEST, Manifest  # noqa: F401  (the folder's names in one place)
 
 CATALOG = "catalog.sqlite"
 DELTA = "delta"

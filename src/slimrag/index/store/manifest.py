@@ -3,7 +3,7 @@ migrates and writes it.
 
 The manifest names everything an index folder holds that is not in the catalog: the generation in
 use and its kind, the delta parts written since, the build configuration and the embedder, and the
-counters that only grow (``next_chunk_id``, ``next_part``; see `slimrag.index.layout` for why).
+counters that only grow (``next_chunk_id``, ``next_part``; see `slimrag.index.store.layout` for why).
 Every switch of an index's state is "write a new manifest": `write` replaces the file by
 write-temp + fsync + rename, so a reader sees the old manifest or the new one, never a mix.
 
@@ -30,7 +30,7 @@ from typing import Any
 from slimrag import files
 from slimrag.config import IndexConfig
 from slimrag.errors import IndexFormatError
-from slimrag.index.slim.config import SlimConfig
+from slimrag.index.store.slim.config import SlimConfig
 
 #: the on-disk format this slimrag reads and writes (a folder of another format is refused)
 FORMAT_VERSION = 1
@@ -46,7 +46,7 @@ class Manifest:
     embedder: dict[str, Any]
     config: IndexConfig
     slim: SlimConfig = field(default_factory=SlimConfig)
-    #: the kind of the generation in use (`slimrag.index.vectors.KINDS` keys: "flat" or "slim")
+    #: the kind of the generation in use (`slimrag.index.store.vectors.KINDS` keys: "flat" or "slim")
     gen_kind: str = "flat"
     generation: int = 0
     delta_parts: tuple[str, ...] = ()

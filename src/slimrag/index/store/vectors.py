@@ -36,11 +36,11 @@ import numpy as np
 
 from slimrag.config import IndexConfig, SearchConfig
 from slimrag.errors import IndexFormatError
-from slimrag.index import layout
-from slimrag.index.flat import FlatVectors
-from slimrag.index.manifest import Manifest
-from slimrag.index.recompute import Recompute
-from slimrag.index.slim.rows import RELEASE_BYTES, release_file_pages
+from slimrag.index.store import layout
+from slimrag.index.store.flat import FlatVectors
+from slimrag.index.store.manifest import Manifest
+from slimrag.index.store.recompute import Recompute
+from slimrag.index.store.slim.rows import RELEASE_BYTES, release_file_pages
 
 log = logging.getLogger("slimrag.index")
 
@@ -98,16 +98,17 @@ def _load_flat(root: Path, manifest: Manifest, gen: dict[str, np.ndarray], recom
 
 
 def _load_slim(root: Path, manifest: Manifest, gen: dict[str, np.ndarray], recompute: Recompute) -> VectorStore:
-    from slimrag.index.slim.artifacts import SlimArtifacts  # slim's modules load with a slim index only
-    from slimrag.index.slim.store import SlimVectors
-    from slimrag.index.slim.vcache import shared
+    from slimrag.index.store.slim.artifacts import SlimArtifacts  # slim's modules load with a slim index only
+    from slimrag.index.store.slim.store import SlimVectors
+    from slimrag.index.store.slim.vcache import shared
 
     folder = layout.gen_dir(root, manifest.generation)
     art = SlimArtifacts.load(folder)
     empty = FlatVectors(np.zeros(0, np.int64), np.zeros((0, art.dim), manifest.config.dtype))
-    # one cache of recomputed rows per generation in this process: every handle shares it
-    return SlimVectors(gen["ids"], art, empty, recompute, manifest.slim,
-                       cache=shared(folder, manifest.slim.cache_bytes, art.dim))
+    # one cache of recomputed rows per generation in this process: every handle shares it (a
+    # generation written before build ids has a cache of its own, as every handle had before)
+    cache = None if art.build_id is None else shared(folder, art.build_id, manifest.slim.cache_bytes, art.dim)
+    return SlimVectors(gen["ids"], art, empty, recompute, manifest.slim, cache=cache)
 
 
 def _write_flat(root: Path, gen: int, store: VectorStore, rows: np.ndarray, ids: np.ndarray,
@@ -119,7 +120,7 @@ def _write_flat(root: Path, gen: int, store: VectorStore, rows: np.ndarray, ids:
 
 def _write_slim(root: Path, gen: int, store: VectorStore, rows: np.ndarray, ids: np.ndarray,
                 manifest: Manifest) -> None:
-    from slimrag.index.slim.build import build_slim
+    from slimrag.index.store.slim.build import build_slim
 
     scratch = Path(root) / f"{layout.SCRATCH}{gen:06d}.npy"
     try:

@@ -165,15 +165,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from slimrag.index.slim.artifacts import SlimArtifacts, slim_bytes
-    from slimrag.index.slim.build import build_slim, calibrate_pq_error
-    from slimrag.index.slim.config import GraphConfig, SlimConfig
-    from slimrag.index.slim.graph import Graph, build_graph
-    from slimrag.index.slim.pq import PQConfig, ProductQuantizer, train_pq
-    from slimrag.index.slim.searcher import SearchStats, SlimSearcher, WalkResult
-    from slimrag.index.slim.store import SlimVectors
-    from slimrag.index.slim.update import SlimUpdate, UpdateConfig, UpdateStats, update_slim
-    from slimrag.index.slim.vcache import VectorCache
+    from slimrag.index.store.slim.artifacts import SlimArtifacts, slim_bytes
+    from slimrag.index.store.slim.build import build_slim, calibrate_pq_error
+    from slimrag.index.store.slim.config import GraphConfig, SlimConfig
+    from slimrag.index.store.slim.graph import Graph, build_graph
+    from slimrag.index.store.slim.pq import PQConfig, ProductQuantizer, train_pq
+    from slimrag.index.store.slim.searcher import SearchStats, SlimSearcher, WalkResult
+    from slimrag.index.store.slim.store import SlimVectors
+    from slimrag.index.store.slim.update import SlimUpdate, UpdateConfig, UpdateStats, update_slim
+    from slimrag.index.store.slim.vcache import VectorCache
 
 #: each public name's module: imported on first use (PEP 562), so opening a flat index, whose
 #: manifest names a `SlimConfig`, does not import the graph builder, the searcher and the updater

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from slimrag.errors import IndexFormatError
-from slimrag.index.slim.graph import (
+from slimrag.index.store.slim.graph import (
     INDICES_FILE,
     INDPTR_FILE,
     Graph,
 )
-from slimrag.index.slim.pq import (
+from slimrag.index.store.slim.pq import (
     CODEBOOKS_FILE,
     CODES_FILE,
     ROTATION_FILE,
@@ -52,6 +53,9 @@ class SlimArtifacts:
     #: rows used as queries; `SlimSearcher` picks the smallest margin reaching
     #: `SearchConfig.recall`. None for generations written before it (fixed depth ``rerank``)
     stop_table: tuple[tuple[float, float, float], ...] | None = None
+    #: a random id written by `save` (None for generations written before it): what tells two
+    #: generations apart when one folder's name is used again (`vcache.shared` keys on it)
+    build_id: str | None = None
 
     @property
     def n(self) -> int:
@@ -74,7 +78,8 @@ class SlimArtifacts:
         np.save(folder / HUB_VECTORS_FILE, self.hub_vectors.astype(np.float16))
         np.save(folder / ENTRY_ROWS_FILE, self.entry_rows.astype(self.graph.indices.dtype))
         meta = {"format": FORMAT_VERSION, "n": self.n, "dim": self.dim, "bits": self.pq.bits, "pq_error": self.pq_error,
-                "pq_mse": self.pq_mse, "stop_table": None if self.stop_table is None else [list(r) for r in self.stop_table]}
+                "pq_mse": self.pq_mse, "stop_table": None if self.stop_table is None else [list(r) for r in self.stop_table],
+                "build_id": uuid.uuid4().hex}
         (folder / META_FILE).write_text(json.dumps(meta, indent=1))
 
     @classmethod
@@ -100,6 +105,7 @@ class SlimArtifacts:
                 pq_mse=None if meta.get("pq_mse") is None else float(meta["pq_mse"]),
                 stop_table=None if not meta.get("stop_table") else tuple(
                     (float(m), float(r), float(c)) for m, r, c in meta["stop_table"]),
+                build_id=meta.get("build_id"),
             )
         except (OSError, KeyError, ValueError) as exc:  # missing file, truncated .npy, bad JSON
             raise IndexFormatError(f"slim index files in {folder} are missing or corrupt ({exc}); rebuild the index") from exc

@@ -12,17 +12,17 @@ from dataclasses import replace
 
 import numpy as np
 
-from slimrag.index.slim.artifacts import SlimArtifacts
-from slimrag.index.slim.config import SlimConfig
-from slimrag.index.slim.graph import Graph, build_graph, pick_hubs
-from slimrag.index.slim.pq import (
+from slimrag.index.store.slim.artifacts import SlimArtifacts
+from slimrag.index.store.slim.config import SlimConfig
+from slimrag.index.store.slim.graph import Graph, build_graph, pick_hubs
+from slimrag.index.store.slim.pq import (
     PQConfig,
     ProductQuantizer,
     train_pq,
     training_rows,
 )
-from slimrag.index.slim.prune import PhaseClock
-from slimrag.index.slim.rows import RowReader
+from slimrag.index.store.slim.prune import PhaseClock
+from slimrag.index.store.slim.rows import RowReader
 
 #: most held-out rows `heldout_error` encodes
 _HELDOUT = 4096
@@ -129,7 +129,7 @@ def exact_top(reader: RowReader, xq: np.ndarray, own: np.ndarray, k: int, block:
 
 def heldout_error(x: np.ndarray, pq: ProductQuantizer, codes: np.ndarray, config: PQConfig) -> float:
     """Mean `ProductQuantizer.direction_error` of rows the codebooks were not trained on: the
-    baseline of the drift check of incremental updates (`slimrag.index.slim.update`).
+    baseline of the drift check of incremental updates (`slimrag.index.store.slim.update`).
 
     Training rows quantize better than unseen ones (k-means overfits: 8-bit codebooks trained on
     400 rows put new rows 4.8x further away), so the baseline must be measured on held-out rows.
@@ -181,7 +181,7 @@ def calibrate_stop(
     median rows recomputed) rows, margins increasing; the recall is the sample mean less one
     standard error, so a target read from the table is met with some room."""
     from slimrag.config import SearchConfig
-    from slimrag.index.slim.searcher import SlimSearcher, wave_ends
+    from slimrag.index.store.slim.searcher import SlimSearcher, wave_ends
 
     n = len(x)
     reader = RowReader(x)

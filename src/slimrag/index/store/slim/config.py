@@ -13,15 +13,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from slimrag.index.slim.pq import PQConfig
+from slimrag.index.store.slim.pq import PQConfig
 
-#: how a partition's candidate pool is found (`GraphConfig.pool`; `slimrag.index.slim.pool`)
+#: how a partition's candidate pool is found (`GraphConfig.pool`; `slimrag.index.store.slim.pool`)
 POOLS = ("auto", "exact", "hnsw", "hnsw-knn")
 
 
 @dataclass(frozen=True, slots=True)
 class GraphConfig:
-    """Graph construction settings; see `slimrag.index.slim.graph`'s header for each knob's trade-off."""
+    """Graph construction settings; see `slimrag.index.store.slim.graph`'s header for each knob's trade-off."""
 
     base_degree: int = 12
     max_degree: int = 32

@@ -1,6 +1,6 @@
 """Graph edits of an incremental slim update: insert rows, consolidate deletes, renumber, repair.
 
-The algorithm (steps 2-5) and its knobs are described in `slimrag.index.slim.update`, which
+The algorithm (steps 2-5) and its knobs are described in `slimrag.index.store.slim.update`, which
 decides between these edits and a full rebuild. Rows whose exact vector is unknown take part
 through their unit-norm PQ reconstruction (`RowVectors`).
 
@@ -13,12 +13,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from slimrag.index.slim._threads import single_thread_blas
-from slimrag.index.slim.artifacts import SlimArtifacts
-from slimrag.index.slim.config import SlimConfig
-from slimrag.index.slim.graph import Graph, _make_strongly_connected, _to_csr
-from slimrag.index.slim.prune import robust_prune
-from slimrag.index.slim.searcher import RecomputeRows, SlimSearcher
+from slimrag.index.store.slim._threads import single_thread_blas
+from slimrag.index.store.slim.artifacts import SlimArtifacts
+from slimrag.index.store.slim.config import SlimConfig
+from slimrag.index.store.slim.graph import Graph, _make_strongly_connected, _to_csr
+from slimrag.index.store.slim.prune import robust_prune
+from slimrag.index.store.slim.searcher import RecomputeRows, SlimSearcher
 
 _PRUNE_BATCH = 256
 
@@ -102,7 +102,7 @@ def edit_graph(art: SlimArtifacts, live: np.ndarray, x_new: np.ndarray, new_code
                config: SlimConfig, ef: int, rerank: int) -> SlimArtifacts:
     """The next generation of ``art`` with rows where ``live`` is False removed and ``x_new``
     (encoded as ``new_codes``) appended, by editing the graph (steps 2-5 of
-    `slimrag.index.slim.update`). ``rec`` recomputes old rows (candidates and hubs only)."""
+    `slimrag.index.store.slim.update`). ``rec`` recomputes old rows (candidates and hubs only)."""
     n_old, m = art.n, len(x_new)
     n = n_old + m
     indptr = np.asarray(art.graph.indptr, dtype=np.int64)

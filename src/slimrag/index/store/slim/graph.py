@@ -73,9 +73,9 @@ from pathlib import Path
 
 import numpy as np
 
-from slimrag.index.slim.config import GraphConfig
-from slimrag.index.slim.pool import candidate_pool, partitions, pool_method
-from slimrag.index.slim.prune import PhaseClock, forward_prune, merge_reverse, partition_order, spans
+from slimrag.index.store.slim.config import GraphConfig
+from slimrag.index.store.slim.pool import candidate_pool, partitions, pool_method
+from slimrag.index.store.slim.prune import PhaseClock, forward_prune, merge_reverse, partition_order, spans
 
 INDPTR_FILE = "graph_indptr.npy"
 INDICES_FILE = "graph_indices.npy"

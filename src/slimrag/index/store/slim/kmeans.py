@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from slimrag.index.slim._threads import single_thread_blas
+from slimrag.index.store.slim._threads import single_thread_blas
 
 
 def kmeans(x: np.ndarray, k: int, iters: int, rng: np.random.Generator) -> np.ndarray:

@@ -42,11 +42,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from slimrag.index.slim.knn import exact_knn
-from slimrag.index.slim.rows import RowReader
+from slimrag.index.store.slim.knn import exact_knn
+from slimrag.index.store.slim.rows import RowReader
 
 if TYPE_CHECKING:
-    from slimrag.index.slim.config import GraphConfig
+    from slimrag.index.store.slim.config import GraphConfig
 
 #: most rows the partition centroids are trained on
 _KMEANS_SAMPLE = 65536
@@ -68,7 +68,7 @@ def partitions(x: np.ndarray, config: GraphConfig) -> list[np.ndarray]:
     parts = max(1, math.ceil(config.overlap * n / config.partition_rows))
     if parts == 1 or n <= config.partition_rows:
         return [np.arange(n, dtype=np.int64)]
-    from slimrag.index.slim.kmeans import kmeans
+    from slimrag.index.store.slim.kmeans import kmeans
 
     rng = np.random.default_rng(config.seed)
     reader = RowReader(x)

@@ -74,9 +74,9 @@ from pathlib import Path
 
 import numpy as np
 
-from slimrag.index.slim._threads import single_thread_blas
-from slimrag.index.slim.kmeans import subspace_kmeans
-from slimrag.index.slim.rows import RowReader
+from slimrag.index.store.slim._threads import single_thread_blas
+from slimrag.index.store.slim.kmeans import subspace_kmeans
+from slimrag.index.store.slim.rows import RowReader
 
 CODEBOOKS_FILE = "pq_codebooks.npy"
 CODES_FILE = "pq_codes.npy"
@@ -218,7 +218,7 @@ class ProductQuantizer:
     def direction_error(self, vectors: np.ndarray, codes: np.ndarray) -> np.ndarray:
         """Per row, ``||x - x̂/||x̂|| ||^2 = 2 - 2 x·x̂/||x̂||`` for unit-norm ``x``: how far the
         direction the index scores with is from the true one. Its mean is the drift statistic of
-        `slimrag.index.slim.update` (new rows against the build's rows)."""
+        `slimrag.index.store.slim.update` (new rows against the build's rows)."""
         vectors = _as_matrix(vectors, self.dim)
         out = np.empty(len(vectors), dtype=np.float32)
         for start in range(0, len(vectors), _ENCODE_BATCH):

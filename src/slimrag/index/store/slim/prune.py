@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from slimrag.index.slim._threads import single_thread_blas
-from slimrag.index.slim.knn import top_k_columns
-from slimrag.index.slim.rows import RowReader, rows_of
+from slimrag.index.store.slim._threads import single_thread_blas
+from slimrag.index.store.slim.knn import top_k_columns
+from slimrag.index.store.slim.rows import RowReader, rows_of
 
 if TYPE_CHECKING:
-    from slimrag.index.slim.config import GraphConfig
+    from slimrag.index.store.slim.config import GraphConfig
 
 _PRUNE_BATCH = 512
 _SET_NODES = 8192  # nodes whose candidate rows are read together (`rows.RowSet`)

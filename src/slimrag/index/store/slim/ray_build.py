@@ -35,15 +35,15 @@ from typing import Any
 
 import numpy as np
 
-from slimrag.index.slim import pool
-from slimrag.index.slim.rows import RowReader
+from slimrag.index.store.slim import pool
+from slimrag.index.store.slim.rows import RowReader
 
 
 def _partition_task(vectors: np.ndarray, config: dict[str, Any], knn: bool, threads: int) -> np.ndarray:
     """Runs on a Ray worker: the partition's candidate lists in local row numbers."""
     import faiss
 
-    from slimrag.index.slim.config import GraphConfig
+    from slimrag.index.store.slim.config import GraphConfig
 
     faiss.omp_set_num_threads(threads)
     return pool.local_lists(vectors, GraphConfig(**config), knn)

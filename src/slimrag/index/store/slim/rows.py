@@ -12,7 +12,7 @@ build's scratch copy, both fully resident).
 (``madvise(MADV_DONTNEED)``; the kernel's page cache keeps them, so the next read is a minor
 fault, not disk I/O). It applies only to *shared read-only file mappings* (``r--s`` in
 ``/proc/self/maps``: ``np.memmap`` in mode "r", ``np.load(mmap_mode="r")``, the delta parts'
-mappings of ``index/layout.py``), where dropping a page can never lose data; anonymous or private
+mappings of ``index/store/layout.py``), where dropping a page can never lose data; anonymous or private
 memory is never touched. :func:`release_file_pages` does the same for every such mapping of the
 process (what a compaction streaming many parts calls). `RowReader` releases every ``RELEASE_BYTES``
 of file it may have mapped. A read maps more than it copies: on this machine's kernel (6.18) a

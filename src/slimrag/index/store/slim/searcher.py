@@ -1,6 +1,6 @@
 """`SlimSearcher`: entry from hubs and the entry layer, PQ beam search, exact rerank in waves.
 
-The algorithm and its knobs are described in the package header (`slimrag.index.slim`); the
+The algorithm and its knobs are described in the package header (`slimrag.index.store.slim`); the
 rerank depth and its recall knob, which live here, in detail:
 
 Rerank in waves. A query's ``ef`` pool is sorted by PQ score and re-scored exactly from the top:
@@ -17,7 +17,7 @@ below the k-th exact score so far (the pool is sorted, so that bound covers ever
   from the generation's ``stop_table``, and the rerank may go on to the end of the pool. So the
   depth adapts to N (PQ ranks worse in denser neighbourhoods) and to each query's score gaps.
 
-The stop table (`slimrag.index.slim.build.calibrate_stop`, in ``slim.json``): 512 sample rows are
+The stop table (`slimrag.index.store.slim.build.calibrate_stop`, in ``slim.json``): 512 sample rows are
 searched as queries (each left out of its results) and, for a grid of 128 margins, the exact
 rule above is simulated wave by wave, floor included, giving recall@10 (mean less one standard
 error) and median rows per margin. `stop_margin` takes the smallest margin whose recall reaches
@@ -43,15 +43,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from slimrag.config import SearchConfig
-from slimrag.index.slim.artifacts import SlimArtifacts
-from slimrag.index.slim.config import SlimConfig
-from slimrag.index.slim.pq import (
+from slimrag.index.store.slim.artifacts import SlimArtifacts
+from slimrag.index.store.slim.config import SlimConfig
+from slimrag.index.store.slim.pq import (
     ADCScorer,
 )
-from slimrag.index.slim.vcache import VectorCache
+from slimrag.index.store.slim.vcache import VectorCache
 
 #: exact vectors of generation rows, by row number (a store turns rows into chunk ids and
-#: re-embeds their text: `slimrag.index.recompute.Recompute`); what a search reranks with
+#: re-embeds their text: `slimrag.index.store.recompute.Recompute`); what a search reranks with
 RecomputeRows = Callable[[np.ndarray], np.ndarray]
 
 
@@ -127,7 +127,7 @@ class SlimSearcher:
         """The approximate level alone: for each of ``queries`` (nq, d), the ``ef`` best rows found
         by the PQ-guided walk (``skip``: bool mask of rows walked through but never kept), as
         (rows int64, normalized-ADC scores float32) sorted best first, and the nodes scored. No
-        ``recompute`` call; `slimrag.index.slim.update` uses it to find an inserted row's neighbours."""
+        ``recompute`` call; `slimrag.index.store.slim.update` uses it to find an inserted row's neighbours."""
         q = np.asarray(queries, dtype=np.float32)
         mask = np.zeros(self.art.n, dtype=bool) if skip is None else skip
         luts = self.art.pq.lookup_tables(q)

@@ -26,16 +26,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from slimrag.config import SearchConfig
-from slimrag.index import layout
-from slimrag.index.flat import Column, FlatVectors
-from slimrag.index.slim.artifacts import SlimArtifacts, slim_bytes
-from slimrag.index.slim.config import SlimConfig
-from slimrag.index.slim.searcher import SlimSearcher
-from slimrag.index.slim.update import SlimUpdate, UpdateConfig, update_slim
-from slimrag.index.slim.vcache import VectorCache
+from slimrag.index.store import layout
+from slimrag.index.store.flat import Column, FlatVectors
+from slimrag.index.store.slim.artifacts import SlimArtifacts, slim_bytes
+from slimrag.index.store.slim.config import SlimConfig
+from slimrag.index.store.slim.searcher import SlimSearcher
+from slimrag.index.store.slim.update import SlimUpdate, UpdateConfig, update_slim
+from slimrag.index.store.slim.vcache import VectorCache
 
 if TYPE_CHECKING:
-    from slimrag.index.manifest import Manifest
+    from slimrag.index.store.manifest import Manifest
 
 log = logging.getLogger("slimrag.index")
 
@@ -53,7 +53,7 @@ def _by_rows(recompute_ids: Callable[[np.ndarray], np.ndarray], gen_ids: np.ndar
 class SlimVectors:
     """Slim generation + exact delta, searched together."""
 
-    #: the generation kind this store reads and writes (`slimrag.index.vectors.KINDS`)
+    #: the generation kind this store reads and writes (`slimrag.index.store.vectors.KINDS`)
     kind = "slim"
     #: compaction updates the graph in place of a rebuild (`updated`)
     incremental = True

@@ -81,11 +81,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from slimrag.index.slim.artifacts import SlimArtifacts
-from slimrag.index.slim.build import build_slim
-from slimrag.index.slim.config import SlimConfig
-from slimrag.index.slim.edit import edit_graph
-from slimrag.index.slim.searcher import RecomputeRows
+from slimrag.index.store.slim.artifacts import SlimArtifacts
+from slimrag.index.store.slim.build import build_slim
+from slimrag.index.store.slim.config import SlimConfig
+from slimrag.index.store.slim.edit import edit_graph
+from slimrag.index.store.slim.searcher import RecomputeRows
 
 log = logging.getLogger("slimrag.index")
 

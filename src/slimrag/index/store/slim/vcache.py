@@ -12,11 +12,15 @@ process (the server's worker threads, a handle reopened after another process's 
 adds a delta part and leaves the generation as it was) reads and fills the same slab, so a row
 recomputed for one thread is free for the others, and a reopen keeps what was recomputed. A lock
 makes each call atomic; `lookup` returns a copy, since the slot may be reused once it is released.
+
+A search gives every pooled row already in the cache its exact score for free (`SlimSearcher`), so
+a slim search's top-k can depend on what the process searched before, now across handles as it
+always did within one: both are valid answers of the approximate search, the warmer one at least
+as close to exact. A comparison that needs a search independent of that history calls `forget`.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -30,6 +34,7 @@ class VectorCache:
 
     def __init__(self, budget_bytes: int, dim: int) -> None:
         self.capacity = max(0, budget_bytes // (4 * dim))
+        self.dim = dim
         self._slab = np.empty((self.capacity, dim), dtype=np.float32)
         self._slot: OrderedDict[int, int] = OrderedDict()  # row -> slot, least recent first
         self._lock = threading.Lock()
@@ -86,22 +91,28 @@ class VectorCache:
             self._slot[row] = slot
 
 
-#: index folder -> (its generation folder's identity, that generation's cache): the caches `shared` hands out
-_SHARED: dict[str, tuple[tuple[str, int, int, int], VectorCache]] = {}
+#: index folder -> (its generation's identity, that generation's cache): the caches `shared` hands out
+_SHARED: dict[str, tuple[tuple[str, str], VectorCache]] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def shared(generation: Path, budget_bytes: int, dim: int) -> VectorCache:
+def shared(generation: Path, build_id: str, budget_bytes: int, dim: int) -> VectorCache:
     """The process's cache of the generation stored in folder ``generation`` (module header). A
-    generation is known by its folder's path, inode and times, so a new generation (a compaction,
-    or a rebuild that reuses the folder's name) gets a new cache; one cache per index folder is kept
-    here (the newest generation asked for), so the memory held is one budget per index."""
-    st = os.stat(generation)
-    ident = (str(Path(generation).resolve()), st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+    generation is known by its folder's path and the random ``build_id`` its save wrote
+    (`SlimArtifacts.build_id`), so a new generation, even in a folder of a name used before, gets
+    a new cache (a folder's inode and times can repeat: a quick rebuild reused both). One cache per
+    index folder is kept here (the newest generation asked for): one budget of memory per index."""
+    ident = (str(Path(generation).resolve()), build_id)
     root = str(Path(ident[0]).parent)
     with _SHARED_LOCK:
         held = _SHARED.get(root)
-        if held is None or held[0] != ident or held[1]._slab.shape[1] != dim:
+        if held is None or held[0] != ident or held[1].dim != dim:
             held = (ident, VectorCache(budget_bytes, dim))
             _SHARED[root] = held
         return held[1]
+
+
+def forget() -> None:
+    """Drop every shared cache: handles opened after this start cold (those open keep theirs)."""
+    with _SHARED_LOCK:
+        _SHARED.clear()

@@ -17,10 +17,11 @@ from conftest import word_passages
 
 from slimrag.config import GenerationConfig
 from slimrag.llm import runner, weights
-from slimrag.llm.kv.blend import REUSE_STRATEGIES, BlendReuse, Rotary
+from slimrag.llm.kv.blend import BlendReuse, Rotary
 from slimrag.llm.kv.config import REUSE_MODES, CacheConfig
 from slimrag.llm.kv.payload import SegmentKV, cache_layers
 from slimrag.llm.kv.recompute import Span, parse_recompute
+from slimrag.llm.kv.strategies import REUSE_STRATEGIES
 from slimrag.llm.kv.tree import KVTree
 from slimrag.llm.local import LocalGenerator
 from slimrag.prompt import Prompt

@@ -130,3 +130,75 @@ def test_architecture_doc_names_every_room():
 def test_no_module_over_400_lines(path):
     n = len(path.read_text().splitlines())
     assert n <= 420, f"{path.relative_to(PKG)} has {n} lines: split it by concept"
+
+
+def import_graph(pkg: Path = PKG) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (lazy and ``TYPE_CHECKING`` ones included); an
+    import of a package's names that are all its submodules (``from slimrag.catalog import codec``)
+    counts as importing those submodules, not the package's ``__init__``."""
+    mods = {module_name(p, pkg): p for p in pkg.rglob("*.py")}
+
+    def known(target: str) -> str:
+        while target and target not in mods:
+            target = target.rsplit(".", 1)[0] if "." in target else ""
+        return target
+
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        targets = {t for _, t in imports_of(path, pkg)}
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                subs = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in mods]
+                if subs and len(subs) == len(node.names):
+                    targets = (targets - {node.module}) | set(subs)
+        graph[name] = {known(t) for t in targets} - {name, ""}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph``: its strongly connected components of two modules or more."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle_inside_a_room():
+    """Rooms cannot form a cycle (ranks); modules of one room must not either: two modules that
+    import each other are one concept cut in two, or a third module's concept held by one of them."""
+    found = circles(import_graph())
+    assert not found, "modules importing each other: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_circle_check_finds_one(tmp_path):
+    fake = tmp_path / "slimrag"
+    (fake / "rag").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "rag" / "__init__.py").write_text("")
+    (fake / "rag" / "a.py").write_text("from slimrag.rag import b\n")
+    (fake / "rag" / "b.py").write_text("def f():\n    from slimrag.rag.a import x\n")
+    assert circles(import_graph(fake)) == [["slimrag.rag.a", "slimrag.rag.b"]]

@@ -50,7 +50,8 @@ from slimrag.llm.decoding import Chooser, chooser, eos_ids, find_stop, greedy, s
 from slimrag.llm.engine import Decoder, KVCache
 from slimrag.llm.kv.config import CacheConfig
 from slimrag.llm.kv.events import KVEvent
-from slimrag.llm.kv.reuse import KVReuse, Lease, PlanningView, make_reuse
+from slimrag.llm.kv.reuse import KVReuse, Lease, PlanningView
+from slimrag.llm.kv.strategies import make_reuse
 from slimrag.llm.kv.tree import KVTree, KVTreeStats
 from slimrag.llm.runner import PrefillRunner
 from slimrag.llm.scheduler import PrefillScheduler, SchedulerConfig

@@ -10,15 +10,16 @@ re-rotated) and `recompute` (its recompute policies, a registry). Importing this
 not import torch.
 """
 
-from slimrag.llm.kv.blend import REUSE_STRATEGIES, BlendReuse
+from slimrag.llm.kv.blend import BlendReuse
 from slimrag.llm.kv.config import DEVICE, DISK, HOST, PERSISTENT, REUSE_MODES, CacheConfig
 from slimrag.llm.kv.eviction import EVICTION_POLICIES, EvictionPolicy
 from slimrag.llm.kv.node import Node
 from slimrag.llm.kv.payload import SegmentKV, assemble_kv, cache_layers, prefill_cost, split_kv
 from slimrag.llm.kv.persist import DamagedSegment, PersistentStorage, file_fingerprint
 from slimrag.llm.kv.recompute import RECOMPUTE_POLICIES, RecomputePolicy, parse_recompute
-from slimrag.llm.kv.reuse import KVReuse, Lease, NoReuse, PlanningView, PrefillEngine, TreeReuse, make_reuse
+from slimrag.llm.kv.reuse import KVReuse, Lease, NoReuse, PlanningView, PrefillEngine, TreeReuse
 from slimrag.llm.kv.storage import KVStorage, SimulatedStorage, TorchStorage
+from slimrag.llm.kv.strategies import REUSE_STRATEGIES, make_reuse
 from slimrag.llm.kv.tiers import Tiers
 from slimrag.llm.kv.tree import KVTree, KVTreeStats, Match, TierStats
 

@@ -53,7 +53,7 @@ in context like any uncached token.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -260,10 +260,3 @@ class BlendReuse(TreeReuse):
 
         _, system = self.tree.walk(root_key, peek)
         return max(exact, system + sum(held.values()))
-
-
-#: ``CacheConfig.reuse`` -> the strategy over a tree (``TreeReuse.from_config`` builds from it).
-REUSE_STRATEGIES: dict[str, Callable[[KVTree, str | None], TreeReuse]] = {
-    "exact": TreeReuse,
-    "blend": BlendReuse,
-}

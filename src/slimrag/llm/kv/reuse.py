@@ -37,13 +37,11 @@ tree pins.
 
 from __future__ import annotations
 
-import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from slimrag.llm.kv.config import CacheConfig
 from slimrag.llm.kv.events import KVEvent
 from slimrag.llm.kv.payload import assemble_kv, split_kv
 from slimrag.llm.kv.tree import KVTree, KVTreeStats, Match
@@ -178,24 +176,6 @@ class TreeReuse(KVReuse):
         self.tree = tree
         self.device = device
 
-    @classmethod
-    def from_config(cls, config: CacheConfig, device: str | None = None,
-                    namespace: Callable[[], str] | None = None) -> TreeReuse:
-        """A fresh tree with real tensors and the given budgets, behind the strategy that
-        ``config.reuse`` names (:data:`slimrag.llm.kv.blend.REUSE_STRATEGIES`). ``namespace``:
-        what the engine's numbers depend on (called only for ``config.persist``, whose files it
-        keys; :mod:`slimrag.llm.kv.persist`)."""
-        from slimrag.llm.kv.blend import REUSE_STRATEGIES
-
-        storage = None
-        if config.persist:
-            from slimrag.llm.kv.persist import PersistentStorage
-
-            if namespace is None:
-                raise ValueError("a persistent KV tier needs the engine's namespace")
-            storage = PersistentStorage(config, namespace())
-        return REUSE_STRATEGIES[config.reuse](KVTree(config, storage), device)
-
     @contextmanager
     def lease(self, root_key: str, path: Sequence[str]) -> Iterator[Lease]:
         match = self.tree.match(root_key, path)
@@ -249,22 +229,3 @@ class PlanningView:
     def walk(self, root_key: str, choose: Callable[[Mapping[str, CachedSegment]], str | None],
              ) -> tuple[list[str], int]:
         return self.reuse.walk(root_key, choose)
-
-
-def make_reuse(spec: CacheConfig | KVTree | KVReuse | None, device: str,
-               namespace: Callable[[], str] | None = None) -> KVReuse:
-    """The strategy for what an engine on ``device`` was given: None → :class:`NoReuse`; a
-    strategy as is; a tree or a :class:`CacheConfig` behind the strategy its ``reuse`` names
-    (a config's device tier is moved to ``device``, wherever the model runs; ``namespace`` keys
-    a persistent disk tier, see :meth:`TreeReuse.from_config`)."""
-    from slimrag.llm.kv.blend import REUSE_STRATEGIES
-
-    if spec is None:
-        return NoReuse()
-    if isinstance(spec, KVReuse):
-        return spec
-    if isinstance(spec, KVTree):
-        return REUSE_STRATEGIES[spec.config.reuse](spec, device)
-    if spec.device != device:
-        spec = dataclasses.replace(spec, device=device)
-    return TreeReuse.from_config(spec, device, namespace)

@@ -87,6 +87,8 @@ def test_serve_answers_at_once_and_embeds_the_rest(tmp_path: Path, small_commits
             httpx.Client(base_url=url, timeout=30) as c:
         r = c.post("/v1/search", json={"query": "uniq110 doc110", "k": 1})  # hybrid, vectors pending
         assert r.status_code == 200 and r.json()["data"][0]["source"] == "doc/110.txt"
+        cov = r.json()["coverage"]  # the reply says what the vectors covered, keyword search the rest
+        assert cov["chunks"] == 120 and cov["embedded"] == 32 and cov["awaiting"] == 120 - 32
         with Index.open(out, embedder=HashEmbedder()) as probe:
             assert probe.coverage().awaiting == 120 - 32  # answered before any backfill step
         emb.gate.set()
@@ -96,4 +98,5 @@ def test_serve_answers_at_once_and_embeds_the_rest(tmp_path: Path, small_commits
         assert pending_done(out)
         r = c.post("/v1/search", json={"query": "uniq110 doc110", "k": 1, "mode": "vector"})
         assert r.status_code == 200 and r.json()["data"][0]["source"] == "doc/110.txt"
+        assert "coverage" not in r.json()  # complete: nothing to say
     index.close()

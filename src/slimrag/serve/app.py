@@ -14,7 +14,9 @@ Endpoints
     ``POST /v1/embeddings``: the index's embedder; ``input`` is a string or up to
     `MAX_EMBED_INPUTS` (256) strings (truncated to the embedder's window, as sentence-transformers does);
     ``encoding_format`` ``float`` or ``base64`` (little-endian float32, as OpenAI sends it).
-    ``POST /v1/search``: ``{query, k=5, source?, mode?}`` → hits with chunk id, source, score, text.
+    ``POST /v1/search``: ``{query, k=5, source?, mode?}`` → hits with chunk id, source, score, text;
+    on an index whose vectors are still filling in, ``coverage`` too (what the vectors covered;
+    keyword search covered the rest, `slimrag.index.coverage`).
     ``GET /v1/status`` (documents, chunks, bytes on disk, last update) and
     ``GET /v1/passages/{chunk_id}?around=1`` (a chunk in its document, with its neighbours).
     ``GET /v1/models``, ``GET /healthz``, ``GET /metrics`` (Prometheus text format, see
@@ -236,12 +238,18 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
 
     @app.post("/v1/search", response_model=dict[str, Any], responses=error_responses(400, 413, 500, 502))
     async def search(req: SearchRequest, request: Request) -> Any:
+        def run(w: Worker) -> tuple[list[Any], Any]:
+            found = w.index.search(req.query, k=req.k, mode=req.mode or rag.mode, source=req.source)
+            return found, w.index.last_coverage
+
         try:
-            hits = await until_gone(request, searches.run(
-                lambda w: w.index.search(req.query, k=req.k, mode=req.mode or rag.mode, source=req.source)))
+            hits, coverage = await until_gone(request, searches.run(run))
         except ClientGone:
             return Response(status_code=499)
-        return {"object": "list", "data": [hit_json(h) for h in hits]}
+        out: dict[str, Any] = {"object": "list", "data": [hit_json(h) for h in hits]}
+        if coverage is not None and not coverage.complete:  # vectors still filling in: say what they covered
+            out["coverage"] = coverage.to_dict()
+        return out
 
     add_browse_routes(app, searches, rag.mode)
 

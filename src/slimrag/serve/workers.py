@@ -111,9 +111,9 @@ class Worker:
         ``llm`` is the served generator as the workers share it (:func:`shared`)."""
         index = Index.open(served.index.root, embedder=served.index.embedder)
         version = index_version(index)
+        # one mirror of the remote prefix cache for all workers (False: the served RAG keeps none)
         rag = RAG(index, llm, system=served.system, generation=served.generation, mode=served.mode,
-                  shadow=False)
-        rag.shadow = served.shadow  # one mirror of the remote prefix cache for all workers
+                  shadow=served.shadow if served.shadow is not None else False, answer=served.answer_mode)
         return cls(index, rag, version)
 
     def current(self, served: RAG, llm: Generator) -> Worker:

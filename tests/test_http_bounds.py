@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import socket
 import subprocess
@@ -257,7 +258,14 @@ def test_abandoned_embeddings_requests_leave_the_next_one_at_idle_speed(tmp_path
         # 1.5x, with 50 ms for the scheduling noise of a shared machine (20 x 256 inputs would be 20 x full)
         assert after <= max(1.5 * idle, idle + 0.05), (after, idle, full)
         metrics = client.get("/metrics").text
-        assert 'slimrag_requests_total{endpoint="/v1/embeddings",status="499"} 20' in metrics, metrics
+
+        def count(status: int) -> int:
+            found = re.search(rf'slimrag_requests_total{{endpoint="/v1/embeddings",status="{status}"}} (\d+)', metrics)
+            return int(found.group(1)) if found else 0
+        # every abandoned request was answered 499, but for at most the one whose batch was already
+        # running when its client left (a fast embedder finishes 256 short inputs within the 0.5 s)
+        finished = count(200) - (2 + 5 + 1 + 3)
+        assert count(499) + finished == 20 and finished <= 1, metrics
 
 
 # -- the flags ------------------------------------------------------------------------------------

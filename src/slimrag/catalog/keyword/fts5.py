@@ -22,10 +22,9 @@ from typing import Any
 
 from slimrag.catalog.keyword.base import ChunkSource, KeywordDamage
 from slimrag.catalog.keyword.words import match_expression
+from slimrag.catalog.schema import BLOCK_OF
 
 MERGE_PAGES = 500
-#: the first chunk id of the block holding chunk ``{id}`` (as `slimrag.catalog.schema.BLOCK_OF`)
-_BLOCK_OF = "SELECT MAX(first) FROM blocks WHERE first<={id}"
 
 
 def tables(detail: str, columnsize: bool | None = None) -> list[str]:
@@ -41,7 +40,7 @@ def tables(detail: str, columnsize: bool | None = None) -> list[str]:
         f"detail={detail}{'' if columnsize else ', columnsize=0'})",
         f"""CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
     INSERT INTO chunks_fts(chunks_fts, rowid, text) SELECT 'delete', old.chunk_id,
-        slimrag_text(old.chunk_id, b.first, b.body) FROM blocks b WHERE b.first=({_BLOCK_OF.format(id='old.chunk_id')});
+        slimrag_text(old.chunk_id, b.first, b.body) FROM blocks b WHERE b.first=({BLOCK_OF.format(id='old.chunk_id')});
     INSERT OR IGNORE INTO tombstones(chunk_id) VALUES (old.chunk_id);
 END""",
     ]

@@ -218,11 +218,17 @@ def test_sigkill_mid_embedding_leaves_an_index_that_answers_and_resumes(tmp_path
         np.testing.assert_allclose(got[key], vec, rtol=0, atol=1e-6)
 
 
-def test_sync_finishes_an_interrupted_build(tmp_path: Path, small_commits: None) -> None:
+def docs_folder(tmp_path: Path, n: int) -> Path:
+    """The first ``n`` of `DOCS` written as files under ``tmp_path / "docs"``."""
     folder = tmp_path / "docs"
-    for source, text in DOCS[:40]:
+    for source, text in DOCS[:n]:
         (folder / source).parent.mkdir(parents=True, exist_ok=True)
         (folder / source).write_text(text)
+    return folder
+
+
+def test_sync_finishes_an_interrupted_build(tmp_path: Path, small_commits: None) -> None:
+    folder = docs_folder(tmp_path, 40)
     out = tmp_path / "s.slimrag"
     with pytest.raises(KeyboardInterrupt):
         Index.build(folder, out, embedder=FailingEmbedder(fail_at=2))
@@ -234,10 +240,7 @@ def test_sync_finishes_an_interrupted_build(tmp_path: Path, small_commits: None)
 
 
 def test_cli_build_resume_finishes_an_interrupted_build(tmp_path: Path, small_commits: None) -> None:
-    folder = tmp_path / "docs"
-    for source, text in DOCS[:40]:
-        (folder / source).parent.mkdir(parents=True, exist_ok=True)
-        (folder / source).write_text(text)
+    folder = docs_folder(tmp_path, 40)
     out = tmp_path / "c.slimrag"
     with pytest.raises(KeyboardInterrupt):
         Index.build(folder, out, embedder=FailingEmbedder(fail_at=3))

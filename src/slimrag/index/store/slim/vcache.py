@@ -11,7 +11,8 @@ One cache per generation per process (`shared`): every open handle of the same g
 process (the server's worker threads, a handle reopened after another process's ``add``, which
 adds a delta part and leaves the generation as it was) reads and fills the same slab, so a row
 recomputed for one thread is free for the others, and a reopen keeps what was recomputed. A lock
-makes each call atomic; `lookup` returns a copy, since the slot may be reused once it is released.
+makes each call atomic; `lookup` (the one read) returns a copy, since the slot may be reused once it
+is released.
 
 A search gives every pooled row already in the cache its exact score for free (`SlimSearcher`), so
 a slim search's top-k can depend on what the process searched before, now across handles as it
@@ -51,16 +52,6 @@ class VectorCache:
         """Forget every entry (for a new index generation, whose row ids differ)."""
         with self._lock:
             self._slot.clear()
-
-    def __contains__(self, row: int) -> bool:
-        return row in self._slot
-
-    def get(self, row: int) -> np.ndarray:
-        """A copy of the cached vector of ``row`` (KeyError if absent); marks it most recently used."""
-        got = self.lookup(row)
-        if got is None:
-            raise KeyError(row)
-        return got
 
     def lookup(self, row: int) -> np.ndarray | None:
         """A copy of the cached vector of ``row``, or None; marks it most recently used."""

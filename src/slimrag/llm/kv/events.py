@@ -245,14 +245,22 @@ def tier_observer(listener: Callable[[KVEvent], None], tier_names: Sequence[str]
         name = tier_names[tier]
         return MEDIUMS.get(name, name.upper())
 
+    # each held node's block hash, so a change costs one hash, not a walk to the root re-hashing
+    # every ancestor (this runs under the tree's lock); a node is known by identity
+    hashes: dict[Node, bytes] = {}
+
+    def hash_of(node: Node) -> bytes:
+        return hashes.get(node) or path_hash(node.path())
+
     def stored(node: Node) -> BlockStored:
-        path = node.path()
-        parent = path_hash(path[:-1]) if len(path) > 1 else None
-        return BlockStored((chain_hash(parent, path[-1]),), parent, node.tokens, medium(node.tier))
+        up = node.parent
+        parent = None if up is None or up.parent is None else hash_of(up)  # a root's parent is the sentinel
+        block = hashes[node] = chain_hash(parent, node.key)
+        return BlockStored((block,), parent, node.tokens, medium(node.tier))
 
     def observe(change: str, node: Node, tier: int) -> None:
         if change == "removed":
-            listener(BlockRemoved((path_hash(node.path()),), medium(tier)))
+            listener(BlockRemoved((hashes.pop(node, None) or path_hash(node.path()),), medium(tier)))
             return
         event = stored(node)
         listener(event)

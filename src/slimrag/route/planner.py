@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from slimrag.api.schemas import ChatRequest
 from slimrag.config import SearchConfig
-from slimrag.prompt import DEFAULT_SYSTEM, Passage, Prompt
+from slimrag.prompt import DEFAULT_SYSTEM, Prompt
 from slimrag.rag.condense import with_words
 from slimrag.rag.guards import DEFAULT_FLOOR, answerable
 
@@ -82,6 +82,8 @@ class RoutePlanner:
         return self._pool.submit(self._plan, req).result()
 
     def _plan(self, req: ChatRequest) -> RoutePlan | None:
+        from slimrag.rag.pipeline import by_relevance, passage_of  # with the index: only with --index
+
         index = self._open()
         question, earlier = chat_turn(req)
         query = with_words(question, earlier) if earlier else question
@@ -89,9 +91,9 @@ class RoutePlanner:
         hits = index.search(query, k=req.k, mode=self.mode, source=req.source)
         if not answerable(index, self.mode, queries, hits, self.floor, req.source):
             return None
-        hits = sorted(hits, key=lambda h: (-h.score, h.chunk_id))
+        hits = by_relevance(hits)  # the replica's own order and passages (`slimrag.rag.pipeline`)
         template = Prompt(question, (), self.system)
-        passages = [Passage(str(h.chunk_id), f"{h.source}#{h.metadata.get('ordinal', 0)}", h.text) for h in hits]
+        passages = [passage_of(h) for h in hits]
         keys = tuple(template.passage_key(p) for p in passages)
         tokens = tuple(max(1, round(len(template.passage_text(p)) / self.chars_per_token)) for p in passages)
         return RoutePlan(tuple((h.chunk_id, h.score) for h in hits), keys, tokens)

@@ -191,7 +191,7 @@ class LocalEmbedder(Embedder):
         if self.model_id == MODEL_ID:
             from slimrag.embed.bert import bf16_units
 
-            if bf16_units():
+            if bf16_units() and importlib.util.find_spec("torch"):  # an install without torch keeps onnx
                 return CPU_BF16
         if not importlib.util.find_spec("onnxruntime"):
             return "torch"

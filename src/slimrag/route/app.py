@@ -220,6 +220,7 @@ class Router:
         headers = {k: v for k in FORWARDED if (v := request.headers.get(k)) is not None}
         tried: list[Replica] = []
         failures: list[str] = []
+        planned = headers if plan is None else {**headers, PLAN_HEADER: format_plan(plan.hits)}
         while len(tried) < len(self.replicas):
             now = time.monotonic()
             untried = [r for r in self.replicas if r not in tried]
@@ -227,8 +228,7 @@ class Router:
             if plan is None:
                 (replica, reason), prefill, sent = choose(pool, key, self.config), 0, headers
             else:
-                replica, reason, prefill = choose_planned(pool, plan, key, self.config)
-                sent = {**headers, PLAN_HEADER: format_plan(plan.hits)}
+                (replica, reason, prefill), sent = choose_planned(pool, plan, key, self.config), planned
             tried.append(replica)
             try:  # a client that leaves before the answer starts: stop waiting, close the upstream
                 outcome = await until_gone(request, self._attempt(replica, request.method, path, body, sent, prefill))

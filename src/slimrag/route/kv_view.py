@@ -66,11 +66,6 @@ class KVView:
     def __len__(self) -> int:
         return len(self.blocks)
 
-    @property
-    def tokens(self) -> int:
-        """Tokens held, over all segments."""
-        return sum(b.tokens for b in self.blocks.values())
-
     def clear(self) -> None:
         """Forget everything (a new stream, ``AllBlocksCleared``, or a replica found down)."""
         self.blocks.clear()

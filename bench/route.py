@@ -415,6 +415,17 @@ def calibrate(root: Path, plans: dict[str, RoutePlan | None], args: argparse.Nam
             "cold_ttft_s": round(tc, 3), "warm_ttft_s": round(tw, 3), "cold_uncached": round(uc), "warm_uncached": round(uw)}
 
 
+def plan_all(questions: list[str], args: argparse.Namespace) -> dict[str, RoutePlan | None]:
+    """Each distinct question's plan, as the router makes it; the planner's index and embedder are
+    closed before anything is timed."""
+    planner = RoutePlanner(INDEX)
+    try:
+        return {q: planner.plan(ChatRequest.model_validate(chat_body(q, args) | {"stream": False}))
+                for q in dict.fromkeys(questions)}
+    finally:
+        planner.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--requests", type=int, default=30)
@@ -442,10 +453,7 @@ def main() -> None:
         for run in [*out["policies"].values(), *([out["faults"]] if "faults" in out else [])]:
             run.update(longest_share(run["records"]))
         sim_questions = distinct_zipf(args.sim_requests, 200, args.zipf_s, args.seed + 2)
-        planner = RoutePlanner(INDEX)
-        plans = {q: planner.plan(ChatRequest.model_validate(chat_body(q, args) | {"stream": False}))
-                 for q in dict.fromkeys(sim_questions)}
-        planner.close()
+        plans = plan_all(sim_questions, args)
         out["fleet"] = {n: simulate_fleet(int(n), sim_questions, plans, out["costs"], args) for n in args.fleet.split(",")}
         args.out.write_text(json.dumps(out, indent=1, default=str))
         print(report(out))
@@ -453,10 +461,8 @@ def main() -> None:
     questions = distinct_zipf(args.requests, args.passages, args.zipf_s, args.seed)
     direct = distinct_zipf(args.direct, args.passages, args.zipf_s, args.seed + 1)
     sim_questions = distinct_zipf(args.sim_requests, 200, args.zipf_s, args.seed + 2) if args.fleet else []
-    planner = RoutePlanner(INDEX)
     t = time.perf_counter()
-    plans = {q: planner.plan(ChatRequest.model_validate(chat_body(q, args) | {"stream": False}))
-             for q in dict.fromkeys(questions + direct + sim_questions)}
+    plans = plan_all(questions + direct + sim_questions, args)
     print(f"planned {len(plans)} questions in {time.perf_counter() - t:.1f}s (before the timing lock)", file=sys.stderr)
     out: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "policies": {}}
     with timing_lock(), tempfile.TemporaryDirectory(prefix="route-bench-") as tmp:
@@ -473,7 +479,6 @@ def main() -> None:
     if args.fleet:
         out["fleet"] = {n: simulate_fleet(int(n), sim_questions, plans, out["costs"], args)
                         for n in args.fleet.split(",")}
-    planner.close()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1, default=str))
     print(report(out))

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -75,6 +76,25 @@ SIZES = {Q4_0: (32, 18), Q4_1: (32, 20), Q8_0: (32, 34), Q4_K: (256, 144), Q6_K:
 _REFERENCE_DEQUANT = frozenset({Q4_K, Q6_K})
 #: Weights per kernel block (per scale).
 BLOCK = 32
+
+
+def cpu_session(graph: Any, threads: int | None, *, arena: bool = True) -> Any:
+    """An ONNX Runtime CPU session of ``graph`` (opset 17 and the ``com.microsoft`` contrib ops)
+    as the engine runs them: ``threads`` intra-op threads (default torch's), no spinning, no graph
+    optimization (the graphs are built minimal or fused by hand; optimizing took 4x the build of a
+    small one), no memory pattern (shapes change with the cache); ``arena``: ORT's CPU arena."""
+    import onnxruntime as ort
+    from onnx import helper
+
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads or torch.get_num_threads()
+    opts.inter_op_num_threads = 1
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.enable_cpu_mem_arena = arena
+    opts.enable_mem_pattern = False
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
 def quantizable(ggml_type: int) -> bool:
@@ -229,7 +249,6 @@ class QuantLinear:
     device = torch.device("cpu")
 
     def __init__(self, parts: Sequence[QuantPart], *, threads: int | None = None) -> None:
-        import onnxruntime as ort
         from onnx import TensorProto, helper
 
         if not parts or len({p.cols for p in parts}) != 1:
@@ -239,15 +258,8 @@ class QuantLinear:
         nodes, inits = self.onnx_nodes("x", "y", "")
         graph = helper.make_graph(nodes, "qlinear", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", self.shape[1]])],
                                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", self.shape[0]])], inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads or torch.get_num_threads()
-        opts.inter_op_num_threads = 1
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # the graph is minimal; optimizing it took 4x the session's build
-        opts.enable_cpu_mem_arena = False  # an arena per session would hold megabytes each for a few KB of activations
-        opts.enable_mem_pattern = False
-        self._session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        # no arena: one per session would hold megabytes each for a few KB of activations
+        self._session = cpu_session(graph, threads, arena=False)
         self._dense: torch.Tensor | None = None
 
     def onnx_nodes(self, x: str, out: str, tag: str, *, one_row: bool = False) -> tuple[list, list]:

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from slimrag.llm.engine.cache import KVCache
-from slimrag.llm.engine.qlinear import QuantLinear
+from slimrag.llm.engine.qlinear import QuantLinear, cpu_session
 
 
 def supports(model: object) -> bool:
@@ -63,7 +63,6 @@ class StepGraph:
     :class:`~slimrag.llm.engine.model.Decoder` for which :func:`supports` holds."""
 
     def __init__(self, model: object, *, threads: int | None = None) -> None:
-        import onnxruntime as ort
         from onnx import TensorProto, helper, numpy_helper
 
         if not supports(model):
@@ -149,14 +148,7 @@ class StepGraph:
         outs = [helper.make_tensor_value_info("logits", f32, [1, 1, c.vocab_size])]
         outs += [helper.make_tensor_value_info(f"{t}{i}_out", f32, buf) for i in range(n) for t in "kv"]
         graph = helper.make_graph(nodes, "decode_step", ins, outs, inits)
-        proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads or torch.get_num_threads()
-        opts.inter_op_num_threads = 1
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # built fused by hand
-        opts.enable_mem_pattern = False  # the capacity changes every 256 tokens
-        self._session = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        self._session = cpu_session(graph, threads)  # built fused by hand; the capacity changes every 256 tokens
         self._embed, self._rope = m.embed, m.rope  # type: ignore[attr-defined]
         self._table: tuple[np.ndarray, np.ndarray] | None = None
 

@@ -144,9 +144,9 @@ def _q4_k(raw: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     blocks = raw.reshape(n, -1, 144)
     sup = blocks.shape[1]
     d, dmin = _scales(blocks, 0).reshape(n, sup, 1), _scales(blocks, 2).reshape(n, sup, 1)
-    q = blocks[:, :, 4:16]
-    sc = np.concatenate([q[..., 0:4] & 63, (q[..., 8:12] & 0x0F) | ((q[..., 0:4] >> 6) << 4)], axis=-1)
-    mn = np.concatenate([q[..., 4:8] & 63, (q[..., 8:12] >> 4) | ((q[..., 4:8] >> 6) << 4)], axis=-1)
+    from gguf.quants import Q4_K  # the 6-bit scales and mins, unpacked as gguf's own dequantizer does
+
+    sc, mn = (a.reshape(n, sup, 8) for a in Q4_K.get_scale_min(np.ascontiguousarray(blocks[:, :, 4:16]).reshape(-1, 12)))
     qs = blocks[:, :, 16:].reshape(n, sup, 4, 1, 32)
     values = np.concatenate([qs & 0x0F, qs >> 4], axis=3).reshape(n, sup * 8, 32)  # block 2j: low nibbles of chunk j
     packed = values[..., 0::2] | (values[..., 1::2] << 4)

@@ -103,14 +103,20 @@ def fused(fp32: Path, dst: Path, model_dir: Path) -> None:
     _atomic(dst, lambda tmp: model.save_model_to_file(str(tmp)))
 
 
+def _fused_beside(fp32: Path, dst: Path, model_dir: Path) -> Path:
+    """The ``fused`` graph in ``dst``'s folder, which the int8 variants start from (built once)."""
+    fused_path = dst.with_name(BUILDERS["fused"][0])
+    if not fused_path.is_file():
+        fused(fp32, fused_path, model_dir)
+    return fused_path
+
+
 def int8_fused(fp32: Path, dst: Path, model_dir: Path) -> None:
     """``int8-fused``: fusions, then per-channel dynamic int8 Attention and MatMul (see the header)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    fused_path = dst.with_name(BUILDERS["fused"][0])
-    if not fused_path.is_file():
-        fused(fp32, fused_path, model_dir)
+    fused_path = _fused_beside(fp32, dst, model_dir)
     # DefaultTensorType: the fused ops (com.microsoft domain) defeat ONNX shape inference, so the
     # quantizer is told that the tensors it cannot type are float32, which they all are here.
     _atomic(dst, lambda tmp: quantize_dynamic(
@@ -166,10 +172,7 @@ def _matmul_nbits(src: Path, dst: Path, block: int) -> None:
 def int8_block(fp32: Path, dst: Path, model_dir: Path) -> None:
     """``int8-block``: fusions, then the output, FFN-in and FFN-out MatMuls of each layer as 8-bit
     blockwise ``MatMulNBits`` (`BLOCK`; see the header)."""
-    fused_path = dst.with_name(BUILDERS["fused"][0])
-    if not fused_path.is_file():
-        fused(fp32, fused_path, model_dir)
-    _matmul_nbits(fused_path, dst, BLOCK)
+    _matmul_nbits(_fused_beside(fp32, dst, model_dir), dst, BLOCK)
 
 
 #: variant -> (file name in the export folder, builder from the fp32 graph); fp32 is the export itself

@@ -102,6 +102,7 @@ def build(source: str, out: str, storage: str, chunk_tokens: int, chunk_overlap:
     names every file by its absolute path."""
     from slimrag.cli.asking import free_cores
     from slimrag.index.core import Index
+    from slimrag.index.store.layout import MANIFEST
 
     # torch's threads for the bfloat16 embedder, as for ask's LLM (slimrag.cli.asking): on a busy
     # machine one thread embeds faster than two that wait on each other (docs/benchmarks.md)
@@ -116,7 +117,7 @@ def build(source: str, out: str, storage: str, chunk_tokens: int, chunk_overlap:
         raise click.UsageError("--embedder-model names a model of the --embedder-url server: give --embedder-url too")
     if (use_ray or ray_address) and storage == "flat":
         raise click.UsageError("--ray builds a slim graph's partitions on Ray: use it with --storage slim or auto")
-    if not (resume and (Path(out) / "manifest.json").is_file()):
+    if not (resume and (Path(out) / MANIFEST).is_file()):
         check_out(out, source, force)
     embedder = None
     if embedder_url:
@@ -133,7 +134,7 @@ def build(source: str, out: str, storage: str, chunk_tokens: int, chunk_overlap:
         with show_progress(), on_ray:
             idx = Index.build(source, out, config=cfg, embedder=embedder, overwrite=force, resume=resume)
     except KeyboardInterrupt:  # the text stored so far answers; the rest waits for --resume
-        if not replacing and (Path(out) / "manifest.json").is_file():
+        if not replacing and (Path(out) / MANIFEST).is_file():
             click.echo(f"interrupted: {out} answers from what it stored (chunks awaiting vectors are found by "
                        f"keyword search); `slimrag build {source} -o {out} --resume` finishes it", err=True)
         raise SystemExit(130) from None

@@ -260,8 +260,9 @@ def attribute(question: str, answer: str, hits: Sequence[Hit], embedder: Embeds,
     general = common(said) if common is not None else set()
     passages = _code_text(hits)
     support: list[Support] = []
+    asked, q_words = _terms_in(question), content_words(question)  # once per answer, not per sentence
     for i, s in enumerate(sents):
-        one = _support(s, cos[i], ps, question, threshold, general)
+        one = _support(s, cos[i], ps, asked, q_words, threshold, general)
         missing = tuple(sorted(x for x in identifiers(s.text) if not _shown(x, passages)))
         if missing:  # code it names that no passage shows (item 3 of issue 29)
             one = replace(one, supported=False, unknown_terms=tuple(sorted({*one.unknown_terms, *missing})))
@@ -277,15 +278,14 @@ def _held(words: set[str], own: set[str], around: set[str]) -> float:
     return (len(inside) + 0.5 * len((words - inside) & around)) / len(words) if words else 1.0
 
 
-def _support(s: Sentence, cos: np.ndarray, ps: _Passages, question: str, threshold: float,
+def _support(s: Sentence, cos: np.ndarray, ps: _Passages, asked: set[str], q_words: set[str], threshold: float,
              general: set[str]) -> Support:
+    """``asked``, ``q_words``: the question's terms (`_terms_in`) and content words."""
     words_a = content_words(s.text)
     terms = key_terms(s.text) - general
-    asked = _terms_in(question)
     unknown = tuple(sorted(t for t in terms if not _found(t, ps.known)))
     backing: list[tuple[float, int]] = []
     subject = {t for t in terms if t in asked}
-    q_words = content_words(question)
     topic = words_a & q_words
     new = {w for w in words_a - q_words - CHATTER_STEMS - general if "." not in w}  # code: `identifiers`
     idents = identifiers(s.text)

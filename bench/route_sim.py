@@ -59,14 +59,19 @@ class _Server:
     busy: bool = False
 
 
-def _tokens(plan: RoutePlan) -> dict[str, int]:
-    return dict(zip(plan.keys, plan.tokens, strict=True))
+def _store(tree: KVTree, plan: RoutePlan, order: tuple[str, ...], match: Any) -> None:
+    """What the engine does after a prefill: insert the segments ``match`` lacked, release it."""
+    tokens, done = dict(zip(plan.keys, plan.tokens, strict=True)), len(match.nodes)
+    payloads = ([SegmentKV.simulated(SYSTEM_TOKENS)] if done == 0 else []) + [
+        SegmentKV.simulated(tokens[key]) for key in order[max(0, done - 1):]]
+    tree.insert(ROOT, order, payloads)
+    tree.release(match)
 
 
 def run_sim(policy: str, n: int, arrivals: list[tuple[float, str, RoutePlan]], costs: dict[str, float],
-            budget: int) -> dict[str, Any]:
+            budget: int, config: RouterConfig | None = None) -> dict[str, Any]:
     a, b, decode = costs["a_s"], costs["b_s_per_token"], costs["decode_s"]
-    config = RouterConfig()
+    config = config or RouterConfig()
     servers = [_Server(KVTree.simulated(CacheConfig(device="cpu", host_bytes=budget))) for _ in range(n)]
     reps = [Replica(f"http://sim-{i}:1", PrefixTree()) for i in range(n)]
     if policy == "events":
@@ -77,7 +82,7 @@ def run_sim(policy: str, n: int, arrivals: list[tuple[float, str, RoutePlan]], c
     heap: list[tuple[float, int, str, int, _Job]] = []
     seq = 0
     ttfts: list[float] = []
-    prompt = cached = longest = judged = arrived = 0
+    prompt = cached = longest = judged = arrived = turn = 0
     last = 0.0
 
     def push(t: float, kind: str, i: int, job: _Job) -> None:
@@ -110,7 +115,8 @@ def run_sim(policy: str, n: int, arrivals: list[tuple[float, str, RoutePlan]], c
             elif policy == "approx":
                 i = reps.index(choose(reps, job.key, config)[0])
             else:
-                replica, _, job.estimate = choose_planned(reps, job.plan, job.key, config)
+                replica, _, job.estimate = choose_planned(reps, job.plan, job.key, config, turn)
+                turn += 1
                 i = reps.index(replica)
             if max(real) > min(real):
                 judged += 1
@@ -120,12 +126,7 @@ def run_sim(policy: str, n: int, arrivals: list[tuple[float, str, RoutePlan]], c
             servers[i].queue.append(job)
             start(i, now)
         elif kind == "prefilled":
-            s, tokens = servers[i], _tokens(job.plan)
-            done = len(job.match.nodes)
-            payloads = ([SegmentKV.simulated(SYSTEM_TOKENS)] if done == 0 else []) + [
-                SegmentKV.simulated(tokens[key]) for key in job.order[max(0, done - 1):]]
-            s.tree.insert(ROOT, job.order, payloads)
-            s.tree.release(job.match)
+            _store(servers[i].tree, job.plan, job.order, job.match)
             reps[i].pending_prefill -= job.estimate
             reps[i].tree.insert(job.key)
             total = SYSTEM_TOKENS + sum(job.plan.tokens)
@@ -143,6 +144,22 @@ def run_sim(policy: str, n: int, arrivals: list[tuple[float, str, RoutePlan]], c
             "ttft_p50_s": round(statistics.median(ttfts), 3), "ttft_p90_s": round(ttfts[int(0.9 * (len(ttfts) - 1))], 3),
             "req_per_s": round(len(ttfts) / (last - first), 3),
             "chose_longest_share": round(longest / judged, 3) if judged else None}
+
+
+def reuse_bound(warm: list[RoutePlan], plans: list[RoutePlan]) -> float:
+    """The share of ``plans``' prompt tokens (in order) that one replica of unlimited memory would
+    reuse after it served ``warm`` and every earlier plan: no router over several replicas can
+    reuse more, since each of them holds a part of what this one holds (estimated tokens)."""
+    tree = KVTree.simulated(CacheConfig(device="cpu", host_bytes=1 << 40))
+    prompt = cached = 0
+    for n, plan in enumerate([*warm, *plans]):
+        order = plan_passages(plan.keys, tree, ROOT).order
+        match = tree.match(ROOT, order)
+        if n >= len(warm):
+            prompt += SYSTEM_TOKENS + sum(plan.tokens)
+            cached += match.tokens
+        _store(tree, plan, order, match)
+    return cached / max(1, prompt)
 
 
 def simulate_fleet(n: int, questions: list[str], plans: dict[str, RoutePlan | None], costs: dict[str, float],

@@ -144,8 +144,77 @@ def test_planned_rule_weighs_prefill_saved_against_load() -> None:
     assert (chosen, reason, prefill) == (reps[1], "kv", 40 + 500 - 340)
     reps[1].pending_prefill = 600  # its queue now costs more than the 340 tokens it saves
     chosen, reason, _ = choose_planned(reps, plan, "<user>q\n", config)
-    assert chosen is reps[0] and reason == "kv_load"
+    assert chosen is reps[0] and reason == "kv_load"  # 0 and 2 tie (nothing held): turn 0 picks 0
+    assert choose_planned(reps, plan, "<user>q\n", config, turn=1)[0] is reps[2]  # ... turn 1 the next
     reps[1].events.exact = False  # type: ignore[union-attr]
     reps[0].events = None
     reps[1].pending_prefill = 0
     assert choose_planned(reps, plan, "<user>q\n", config)[:2] == choose(reps, "<user>q\n", config)
+
+
+def _followed(*held: dict[str, int]) -> list[Any]:
+    """Replicas with exact views: each holds the system segment (40 tokens) and passages
+    ``key -> tokens`` right after it."""
+    from dataclasses import dataclass
+
+    from slimrag.llm.kv.events import BlockStored, chain_hash
+    from slimrag.route.kv_view import KVView
+    from slimrag.route.policy import Replica
+    from slimrag.route.prefix_tree import PrefixTree
+
+    @dataclass
+    class Followed:  # what Replica.exact() reads of a stream
+        view: KVView
+        exact: bool = True
+
+    root = chain_hash(None, "model|system@1")
+    reps = []
+    for i, passages in enumerate(held):
+        view = KVView()
+        view.apply(BlockStored((root,), None, 40, "CPU"))
+        for key, tokens in passages.items():
+            view.apply(BlockStored((chain_hash(root, key),), root, tokens, "CPU"))
+        rep = Replica(f"http://127.0.0.1:{9100 + i}", PrefixTree())
+        rep.events = Followed(view)  # type: ignore[assignment]
+        reps.append(rep)
+    return reps
+
+
+def test_planned_rule_spreads_chats_that_save_about_the_same() -> None:
+    """Chats that save nothing but the system segment, which two replicas of three hold, go round
+    the three replicas (the old rule sent every one to the first holder); a replica with requests
+    in flight is passed over among near ties; a real saving still wins."""
+    from slimrag.route.kv_policy import choose_planned
+    from slimrag.route.kv_view import KVView
+    from slimrag.route.planner import RoutePlan
+
+    reps = _followed({}, {}, {})
+    reps[2].events.view = KVView()  # type: ignore[union-attr]  # a fresh replica: not even the system segment
+    plan = RoutePlan(((1, 0.9),), ("p9",), (500,))
+    config = RouterConfig()
+    chosen = [choose_planned(reps, plan, None, config, turn)[0] for turn in range(6)]
+    assert [reps.index(r) for r in chosen] == [0, 1, 2, 0, 1, 2]
+    exact_ties = RouterConfig(spread_share=0.0)  # exact ties only: the fresh replica is never chosen
+    assert [reps.index(choose_planned(reps, plan, None, exact_ties, t)[0]) for t in range(3)] == [0, 1, 0]
+    reps[0].in_flight = reps[1].in_flight = 1  # both busy decoding: the idle one, whatever the turn
+    assert {reps.index(choose_planned(reps, plan, None, config, t)[0]) for t in range(3)} == {2}
+
+    holders = _followed({"p1": 300}, {}, {})
+    plan = RoutePlan(((1, 0.9),), ("p1",), (300,))
+    for turn in range(3):
+        assert choose_planned(holders, plan, None, config, turn)[:2] == (holders[0], "kv")
+
+
+def test_planned_rule_balances_by_in_flight_counts_past_the_thresholds() -> None:
+    """SGLang's switch: in-flight counts apart by more than ``balance_abs_threshold`` and
+    ``balance_rel_threshold`` times: the least loaded answers, however much the busy one holds."""
+    from slimrag.route.kv_policy import choose_planned
+    from slimrag.route.planner import RoutePlan
+
+    reps = _followed({"p1": 3000}, {}, {})
+    plan = RoutePlan(((1, 0.9),), ("p1",), (3000,))
+    config = RouterConfig(balance_abs_threshold=2, balance_rel_threshold=1.5)
+    reps[0].in_flight, reps[1].in_flight, reps[2].in_flight = 3, 1, 2  # 3 - 1 = 2: not past the threshold
+    assert choose_planned(reps, plan, None, config)[:2] == (reps[0], "kv")
+    reps[0].in_flight = 4
+    assert choose_planned(reps, plan, None, config)[:2] == (reps[1], "balance")

@@ -140,6 +140,8 @@ class Router:
         self.replicas = [Replica(u, PrefixTree(config.max_tree_chars)) for u in urls]
         self.streams: EventStreams | None = None
         self.metrics = RouterMetrics()
+        #: Planned chats so far: the round-robin position that spreads ties (`choose_planned`).
+        self.turn = 0
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s),
                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
         #: The cancel scopes of every wait on a replica (first byte, next chunk), cancelled when
@@ -221,6 +223,7 @@ class Router:
         tried: list[Replica] = []
         failures: list[str] = []
         planned = headers if plan is None else {**headers, PLAN_HEADER: format_plan(plan.hits)}
+        turn, self.turn = self.turn, self.turn + (plan is not None)
         while len(tried) < len(self.replicas):
             now = time.monotonic()
             untried = [r for r in self.replicas if r not in tried]
@@ -228,7 +231,7 @@ class Router:
             if plan is None:
                 (replica, reason), prefill, sent = choose(pool, key, self.config), 0, headers
             else:
-                (replica, reason, prefill), sent = choose_planned(pool, plan, key, self.config), planned
+                (replica, reason, prefill), sent = choose_planned(pool, plan, key, self.config, turn), planned
             tried.append(replica)
             try:  # a client that leaves before the answer starts: stop waiting, close the upstream
                 outcome = await until_gone(request, self._attempt(replica, request.method, path, body, sent, prefill))

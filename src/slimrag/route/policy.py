@@ -58,8 +58,8 @@ Knobs (`RouterConfig`; SGLang's defaults in brackets where ours differ)
     interval. Detection takes at most interval + timeout (4 s by default); a shorter interval
     finds failures sooner for one small request per replica per interval. 0 turns checks off.
     ``max_body_bytes`` 1 MiB: larger request bodies are refused with 413, as ``slimrag serve`` does.
-    ``prefill_weight`` 1.0, ``decode_tokens`` 64 and ``chars_per_token`` 4.0: the cost of a chat
-    routed by its passages over replicas that publish KV events; the rule and each trade-off are in
+    ``prefill_weight`` 1.0, ``decode_tokens`` 64, ``spread_share`` 0.1 and ``chars_per_token`` 4.0:
+    the cost of a chat routed by its passages over replicas that publish KV events; the rule and each trade-off are in
     `slimrag.route.kv_policy`. They do nothing when no replica publishes events or the router plans
     no passages (no ``--index``).
 """
@@ -94,6 +94,7 @@ class RouterConfig:
     health_timeout_s: float = 2.0
     prefill_weight: float = 1.0
     decode_tokens: int = 64
+    spread_share: float = 0.1
     chars_per_token: float = 4.0
 
     def __post_init__(self) -> None:
@@ -107,8 +108,8 @@ class RouterConfig:
             raise ValueError(f"cooldown_s must be >= 0, got {self.cooldown_s}")
         if self.health_interval_s < 0:
             raise ValueError(f"health_interval_s must be >= 0 (0: no health checks), got {self.health_interval_s}")
-        if self.prefill_weight < 0 or self.decode_tokens < 0:
-            raise ValueError("prefill_weight and decode_tokens must be >= 0")
+        if self.prefill_weight < 0 or self.decode_tokens < 0 or self.spread_share < 0:
+            raise ValueError("prefill_weight, decode_tokens and spread_share must be >= 0")
         for name in ("max_tree_chars", "connect_timeout_s", "timeout_s", "max_body_bytes", "health_timeout_s",
                      "chars_per_token"):
             if getattr(self, name) <= 0:
@@ -171,6 +172,14 @@ class Replica:
         return changed
 
 
+def imbalanced(pool: Sequence[Replica], config: RouterConfig) -> bool:
+    """Whether the in-flight counts of ``pool`` are uneven enough for load to win over affinity:
+    ``max - min > balance_abs_threshold`` and ``max > balance_rel_threshold * min``."""
+    loads = [r.in_flight for r in pool]
+    lo, hi = min(loads), max(loads)
+    return hi - lo > config.balance_abs_threshold and hi > config.balance_rel_threshold * lo
+
+
 def choose(pool: Sequence[Replica], key: str | None, config: RouterConfig) -> tuple[Replica, str]:
     """The replica for a request with routing ``key`` (None: no affinity) among ``pool`` (non-empty,
     the candidates in ``--replica`` order), and why: ``"balance"`` (load imbalanced, least loaded),
@@ -178,9 +187,7 @@ def choose(pool: Sequence[Replica], key: str | None, config: RouterConfig) -> tu
     if not pool:
         raise ValueError("choose needs at least one replica")
     least = min(pool, key=lambda r: (r.in_flight, r.tree.size))  # min keeps the first of equals
-    loads = [r.in_flight for r in pool]
-    lo, hi = min(loads), max(loads)
-    if hi - lo > config.balance_abs_threshold and hi > config.balance_rel_threshold * lo:
+    if imbalanced(pool, config):
         return least, "balance"
     if key:
         matched = [r.tree.match(key) for r in pool]

@@ -18,7 +18,10 @@ over its view. Token counts of passages no replica holds are estimated from thei
 Cost: one query embedding and one search per chat, on one thread of the router (the index's SQLite
 connection belongs to it): a few ms to tens of ms on a CPU, paid instead of the replica's own search.
 The router must serve the same index folder as the replicas (same chunk ids) and their system
-prompt (the default one); it loads the index's embedder, not the generator.
+prompt (the default one); it loads the index's embedder, not the generator. Changes by another
+process (``slimrag add``/``remove`` while everything runs) are picked up before the next plan: the
+index's version token is compared per plan and the index reopened when it moved, as the replicas
+reopen theirs, so a plan names the chunks a replica would find.
 """
 
 from __future__ import annotations
@@ -67,14 +70,26 @@ class RoutePlanner:
         self.floor, self.system, self.chars_per_token = floor, system, chars_per_token
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="route-plan")
         self._index: Index | None = None
+        self._seen: tuple[int, int, int] | None = None
         self._pool.submit(self._open).result()  # a bad folder fails here, at start-up
 
     def _open(self) -> Index:
-        if self._index is None:
-            from slimrag.index.core import Index  # the embedder and the index: only with --index
+        """The index, opened (again) with the same embedder object: no model reload."""
+        from slimrag.index.core import Index  # the embedder and the index: only with --index
 
-            self._index = Index.open(self.path)
+        old = self._index
+        self._index = Index.open(self.path, embedder=old.embedder if old is not None else None)
+        if old is not None:
+            old.close()
+        self._seen = self._index.version()
         return self._index
+
+    def _current(self) -> Index:
+        """The index, reopened first when another process changed it since the last plan (an
+        ``add`` or ``remove`` beside the running replicas): `Index.version`, as the replicas'
+        workers and the MCP server's `IndexWorker` check it; a stat and a pragma per plan."""
+        assert self._index is not None, "opened in __init__"
+        return self._open() if self._index.version() != self._seen else self._index
 
     def plan(self, req: ChatRequest) -> RoutePlan | None:
         """The chat's passages, or None below the relevance floor (blocking, from any thread: the
@@ -84,7 +99,7 @@ class RoutePlanner:
     def _plan(self, req: ChatRequest) -> RoutePlan | None:
         from slimrag.rag.pipeline import by_relevance, passage_of  # with the index: only with --index
 
-        index = self._open()
+        index = self._current()
         question, earlier = chat_turn(req)
         query = with_words(question, earlier) if earlier else question
         queries = [question] + ([query] if query != question else [])

@@ -70,14 +70,17 @@ from typing import Any
 import httpx
 
 from bench.qa_workload import INDEX, passages_and_questions, zipf
-from bench.route_sim import simulate_fleet
+from bench.route_sim import reuse_bound, simulate_fleet
 from slimrag.api.schemas import ChatRequest
 from slimrag.files import slimrag_home
 from slimrag.route.events import EventStream
 from slimrag.route.planner import RoutePlan, RoutePlanner
+from slimrag.route.policy import RouterConfig
 
 RESULTS = Path(__file__).parent / "results" / "route.json"
 TIMEOUT = 300.0
+#: Seconds a replica (model load included) or the in-process router may take to answer; ``--start-timeout``.
+START_TIMEOUT = 180.0
 
 
 def distinct_zipf(n: int, passages: int, s: float, seed: int) -> list[str]:
@@ -105,37 +108,59 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class StartError(RuntimeError):
+    """A replica, or the router, that did not come up: the bench stops with this message."""
+
+
+def log_tail(path: Path, lines: int = 8) -> str:
+    """The last ``lines`` lines of a log file ("(empty)" or "(none)" when there is nothing)."""
+    if not path.exists():
+        return "(none)"
+    tail = path.read_text(errors="replace").strip().splitlines()[-lines:]
+    return "\n".join("    " + line for line in tail) or "(empty)"
+
+
 class Replica:
-    """A `slimrag serve` process with its own ``$SLIMRAG_HOME`` (fresh KV, shared models)."""
+    """A `slimrag serve` process with its own ``$SLIMRAG_HOME`` (fresh KV, shared models); its
+    output goes to ``serve.log`` there, shown when it fails to start."""
 
     def __init__(self, home: Path, events: bool = True) -> None:
         self.home, self.events = home, events
         self.port, self.ev_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.log = home / "serve.log"
         self.proc: subprocess.Popen[bytes] | None = None
         home.mkdir(parents=True, exist_ok=True)
         if not (home / "models").exists():
             (home / "models").symlink_to(slimrag_home() / "models")
 
-    def start(self) -> None:
-        cmd = [sys.executable, "-m", "slimrag", "serve", str(INDEX), "--port", str(self.port), "--workers", "2",
+    def start(self, index: Path = INDEX) -> None:
+        cmd = [sys.executable, "-m", "slimrag", "serve", str(index), "--port", str(self.port), "--workers", "2",
                "--search-workers", "1"]
         if self.events:
             cmd += ["--kv-events", f"tcp://127.0.0.1:{self.ev_port}"]
         env = {**os.environ, "SLIMRAG_HOME": str(self.home), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
 
-    def wait(self, timeout: float = 180) -> None:
+    def wait(self, timeout: float = START_TIMEOUT) -> None:
+        """Until its ``/healthz`` answers 200; `StartError` (the replica killed, its log's tail in
+        the message) when it exits first or ``timeout`` seconds pass."""
+        assert self.proc is not None, "start() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            assert self.proc is not None and self.proc.poll() is None, f"replica {self.url} exited"
+            if (code := self.proc.poll()) is not None:
+                raise StartError(f"replica {self.url} exited with status {code} before it answered /healthz; "
+                                 f"the end of {self.log}:\n{log_tail(self.log)}")
             try:
                 if httpx.get(self.url + "/healthz", timeout=2).status_code == 200:
                     return
             except httpx.TransportError:
                 pass
             time.sleep(0.3)
-        raise TimeoutError(f"replica {self.url} did not start")
+        self.kill()
+        raise StartError(f"replica {self.url} did not answer /healthz within {timeout:g}s (killed; raise "
+                         f"--start-timeout on a loaded machine); the end of {self.log}:\n{log_tail(self.log)}")
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -144,13 +169,17 @@ class Replica:
 
 
 @contextmanager
-def replicas(root: Path, events: tuple[bool, ...] = (True, True, True)) -> Iterator[list[Replica]]:
+def replicas(root: Path, events: tuple[bool, ...] = (True, True, True),
+             timeout: float = START_TIMEOUT) -> Iterator[list[Replica]]:
+    """Replicas started together, each given ``timeout`` seconds from its start to answer; all
+    killed on the way out (and when one fails to start)."""
     reps = [Replica(root / f"r{i}", e) for i, e in enumerate(events)]
     try:
         for r in reps:
             r.start()
+        deadline = time.monotonic() + timeout
         for r in reps:
-            r.wait()
+            r.wait(max(1.0, deadline - time.monotonic()))
         yield reps
     finally:
         for r in reps:
@@ -158,8 +187,9 @@ def replicas(root: Path, events: tuple[bool, ...] = (True, True, True)) -> Itera
 
 
 @contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """``app`` under uvicorn in a thread on a free 127.0.0.1 port."""
+def serving(app: Any, timeout: float = 30.0) -> Iterator[str]:
+    """``app`` under uvicorn in a thread on a free 127.0.0.1 port; `StartError` when it has not
+    started within ``timeout`` seconds (or its thread ended: uvicorn logs why)."""
     import socket
 
     import uvicorn
@@ -169,7 +199,14 @@ def serving(app: Any) -> Iterator[str]:
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
+    deadline = time.monotonic() + timeout
     while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            thread.join(10)
+            sock.close()
+            raise StartError(f"the router did not start within {timeout:g}s" if thread.is_alive()
+                             else "the router's server stopped before it started (its log above says why)")
         time.sleep(0.02)
     try:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
@@ -255,13 +292,14 @@ def run_policy(policy: str, reps: list[Replica], plans: dict[str, RoutePlan | No
                direct: list[str], args: argparse.Namespace, faults: bool = False) -> dict[str, Any]:
     """The workload through ``policy`` over running ``reps``; per-request records and summary."""
     from slimrag.route.app import create_router_app
-    from slimrag.route.policy import RouterConfig
 
     mirror = Mirror(reps)
     time.sleep(1.0)  # the mirror's first replays
     urls = [r.url for r in reps]
-    config = RouterConfig(health_interval_s=args.health_interval)
-    app = None if policy == "rr" else create_router_app(urls, config, index=str(INDEX) if policy == "events" else None)
+    kind, _, spread = policy.partition(":")  # "events:X": the events policy with spread_share X
+    config = RouterConfig(health_interval_s=args.health_interval,
+                          spread_share=float(spread) if spread else args.spread_share)
+    app = None if kind == "rr" else create_router_app(urls, config, index=str(INDEX) if kind == "events" else None)
     records: list[dict[str, Any]] = []
     fault_log: dict[str, Any] = {}
     lock = threading.Lock()
@@ -297,7 +335,7 @@ def run_policy(policy: str, reps: list[Replica], plans: dict[str, RoutePlan | No
             futures = []
             for i, q in enumerate(questions):
                 if faults and i == len(questions) // 3:
-                    fault_log = inject(reps, router, mirror)  # its thread adds the timings to it
+                    fault_log = inject(reps, router, mirror, args.start_timeout)  # its thread adds the timings to it
                 futures.append(pool.submit(one, i, q))
                 while sum(not f.done() for f in futures) >= args.concurrency:
                     time.sleep(0.01)
@@ -311,7 +349,7 @@ def run_policy(policy: str, reps: list[Replica], plans: dict[str, RoutePlan | No
     return summarize(policy, records, direct_records, wall) | ({"faults": fault_log} if faults else {})
 
 
-def inject(reps: list[Replica], router: Any, mirror: Mirror) -> dict[str, Any]:
+def inject(reps: list[Replica], router: Any, mirror: Mirror, start_timeout: float) -> dict[str, Any]:
     """Kill replica 2 (restarted 3 s later, in a thread) and drop 5 of replica 1's event batches."""
     router.replicas[1].events.drop_next(5)
     out: dict[str, Any] = {"gaps_before": router.replicas[1].events.counts.gaps}
@@ -329,7 +367,11 @@ def inject(reps: list[Replica], router: Any, mirror: Mirror) -> dict[str, Any]:
         time.sleep(max(0.0, killed + 3.0 - time.monotonic()))
         reps[2].start()
         out["started_at"] = time.monotonic()
-        reps[2].wait()
+        try:
+            reps[2].wait(start_timeout)
+        except StartError as exc:  # raised again by settle, in the bench's thread
+            out["error"] = exc
+            return
         out["listening_s"] = round(time.monotonic() - out["started_at"], 3)
         while not (dead.exact() and dead.healthy()) and time.monotonic() - out["started_at"] < 60:
             time.sleep(0.05)
@@ -343,7 +385,9 @@ def inject(reps: list[Replica], router: Any, mirror: Mirror) -> dict[str, Any]:
 def settle(reps: list[Replica], router: Any, mirror: Mirror, records: list[dict[str, Any]],
            log: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """The fault run's outcome (module header)."""
-    log.pop("thread").join(90)
+    log.pop("thread").join(90 + args.start_timeout)
+    if "error" in log:
+        raise log["error"]
     time.sleep(1.0)
     text = router.metrics.render_all(router.replicas)
     dead = router.replicas[2].url
@@ -401,7 +445,7 @@ def calibrate(root: Path, plans: dict[str, RoutePlan | None], args: argparse.Nam
     """Costs for the fleet simulation, on one idle replica: a cold and a warm TTFT per question."""
     qs = [q for q, p in plans.items() if p is not None][: args.calibrate]
     cold, warm = [], []
-    with replicas(root, (True,)) as reps, httpx.Client(timeout=TIMEOUT) as client:
+    with replicas(root, (True,), args.start_timeout) as reps, httpx.Client(timeout=TIMEOUT) as client:
         for q in qs:
             cold.append(ask(client, reps[0].url, q, args))
             warm.append(ask(client, reps[0].url, q, args))
@@ -436,7 +480,12 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=8)
     ap.add_argument("--health-interval", type=float, default=1.0)
-    ap.add_argument("--policies", default="rr,approx,events")
+    ap.add_argument("--start-timeout", type=float, default=START_TIMEOUT,
+                    help="seconds each replica may take to answer /healthz before the bench stops")
+    ap.add_argument("--policies", default="rr,approx,events",
+                    help="comma-separated; events:X runs the events policy with spread_share X (a sweep)")
+    ap.add_argument("--spread-share", type=float, default=RouterConfig().spread_share,
+                    help="RouterConfig.spread_share of the events policy (slimrag.route.kv_policy)")
     ap.add_argument("--faults", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--calibrate", type=int, default=3)
     ap.add_argument("--fleet", default="16,64")
@@ -468,14 +517,19 @@ def main() -> None:
     with timing_lock(), tempfile.TemporaryDirectory(prefix="route-bench-") as tmp:
         root = Path(tmp)
         for n, policy in enumerate(args.policies.split(",")):
-            with replicas(root / f"{policy}-{n}") as reps:
+            with replicas(root / f"{policy}-{n}", timeout=args.start_timeout) as reps:
                 out["policies"][policy] = run_policy(policy, reps, plans, questions, direct, args)
             print(table_row(out["policies"][policy]), file=sys.stderr)
         if args.faults:
-            with replicas(root / "faults", (False, True, True)) as reps:
+            with replicas(root / "faults", (False, True, True), args.start_timeout) as reps:
                 out["faults"] = run_policy("events", reps, plans, questions, direct, args, faults=True)
             print("faults:", out["faults"]["faults"], file=sys.stderr)
-        out["costs"] = calibrate(root / "calibrate", plans, args)
+        if args.fleet:
+            out["costs"] = calibrate(root / "calibrate", plans, args)
+    known = [plans[q] for q in questions if plans[q] is not None]
+    out["bound"] = {"one_replica_reused_share": round(reuse_bound([], known), 3),
+                    "with_direct_first_reused_share": round(
+                        reuse_bound([p for q in direct if (p := plans[q]) is not None], known), 3)}
     if args.fleet:
         out["fleet"] = {n: simulate_fleet(int(n), sim_questions, plans, out["costs"], args)
                         for n in args.fleet.split(",")}
@@ -494,10 +548,15 @@ def report(out: dict[str, Any]) -> str:
     lines = ["policy   reused/prompt tokens  p50 s   p90 s  req/s  longest  direct-reused  per-replica"]
     lines += [table_row(s) for s in out["policies"].values()]
     pol = out["policies"]
-    if "approx" in pol and "events" in pol:
-        a, e = pol["approx"], pol["events"]
-        lines.append(f"events/approx: reused {e['cached_tokens'] / max(1, a['cached_tokens']):.2f}x, "
-                     f"p90 TTFT {e['ttft_p90_s'] / a['ttft_p90_s']:.2f}x")
+    for name, e in pol.items():
+        if name.startswith("events") and "approx" in pol:
+            a = pol["approx"]
+            lines.append(f"{name}/approx: reused {e['cached_tokens'] / max(1, a['cached_tokens']):.2f}x, "
+                         f"p90 TTFT {e['ttft_p90_s'] / a['ttft_p90_s']:.2f}x, p50 {e['ttft_p50_s'] / a['ttft_p50_s']:.2f}x")
+    if "bound" in out:
+        b = out["bound"]
+        lines.append(f"bound (one replica that served every chat, estimated tokens): reused share "
+                     f"{b['one_replica_reused_share']}, {b['with_direct_first_reused_share']} with the direct chats first")
     if "faults" in out:
         lines.append(f"faults: {out['faults']['faults']}")
     lines.append(f"costs: {out.get('costs')}")
@@ -509,4 +568,7 @@ def report(out: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except StartError as exc:
+        sys.exit(f"bench.route: {exc}")

@@ -44,7 +44,19 @@ knowledge tree (``--sim-budget`` tokens), one request at a time (a slimrag repli
 prefill at a time), Poisson arrivals at ``--sim-load`` of the fleet's uncached capacity, the same
 three policies with the router's real code (`choose`, `choose_planned`, `KVView`).
 
-Writes ``bench/results/route.json`` and prints a table. The machine has 2 cores shared by three
+Bound: the share of the router's chats' prompt tokens that *one* replica of unlimited memory would
+reuse had it served every chat in order (`bench.route_sim.reuse_bound`, estimated tokens; also with
+the direct chats served first): no router over several replicas reuses more, so it says how far
+apart the policies can be on this workload at all.
+
+Sweep: ``--policies rr,approx,events,events:0,events:0.3`` adds the events policy with other
+``spread_share`` values (`slimrag.route.kv_policy`), each on fresh replicas, in the same run.
+
+Start deadline: each replica has ``--start-timeout`` (180 s, the model load on a loaded machine
+included) to answer ``/healthz`` and the in-process router 30 s; one that exits or misses it stops
+the bench with `StartError`, naming it and the end of its ``serve.log``.
+
+Writes ``bench/results/route.json`` (``--out``) and prints a table. The machine has 2 cores shared by three
 replicas, the router and the clients: absolute times are slow; compare within the run.
 """
 

@@ -61,7 +61,7 @@ Health checks and hung replicas
 Metrics (Prometheus text)
     ``slimrag_requests_total`` and ``slimrag_errors_total`` by endpoint and status, as ``slimrag
     serve`` counts them (`Gate`); by replica: ``slimrag_router_routed_total`` (answered, with the
-    routing reason: cache, balance, least_loaded), ``slimrag_router_upstream_total`` (attempts, by
+    routing reason: cache, balance, least_loaded; kv, kv_load for chats routed by their passages), ``slimrag_router_upstream_total`` (attempts, by
     the replica's status, ``error`` when none came), ``slimrag_router_failures_total`` (attempts
     that failed over or answers broken off), and the gauges ``slimrag_router_in_flight``,
     ``slimrag_router_healthy`` and ``slimrag_router_tree_chars``.

@@ -13,7 +13,14 @@ Rule
     below that, half the documents is one or two, and a name they share is still a claim. The
     count comes from the keyword index (the chunks holding the word, then their documents); a
     word held by fewer chunks than half the documents is rejected without reading any chunk.
-    Answers to the cache: per word, until the catalog changes (``data_version``).
+
+Cache
+    Per index generation: the document and chunk counts and every word's answer are kept until
+    `slimrag.index.core.Index.version` changes (the manifest replaced by an add or a compact through
+    any handle, or another connection's commit: a remove elsewhere) or this handle's catalog
+    connection writes (SQLite's ``total_changes``: a remove through this handle, which moves neither).
+    The key is a stat, a pragma and an attribute, so an answer reads the catalog only for words not
+    yet decided, instead of counting its documents and chunks each time.
 
 Knobs
     `SHARE` (0.5): a word in half the documents is what the corpus is about; nationalities and
@@ -21,8 +28,9 @@ Knobs
     "American" is in about 20% of them).
     `MIN_DOCUMENTS` (5): smaller indexes have no common vocabulary.
 
-Cost: one keyword lookup per distinct word of an answer not already decided, and for the few
-words held by enough chunks one catalog read of those chunks' documents.
+Cost: `Index.version` per answer; one count of documents and chunks per index generation; one
+keyword lookup per distinct word not already decided in that generation, and for the few words held
+by enough chunks one catalog read of those chunks' documents.
 """
 
 from __future__ import annotations
@@ -46,21 +54,21 @@ class Vocabulary:
     def __init__(self, index: Index) -> None:
         self.index = index
         self._known: dict[str, bool] = {}
-        self._state: tuple[int, int, int] | None = None
+        self._version: tuple[tuple[int, int, int], int] | None = None
+        self._sizes = (0, 0)  # documents, chunks of the generation `_version` names
 
     def common(self, words: Iterable[str]) -> set[str]:
         """Those of ``words`` (lower-cased) that are in at least `SHARE` of the documents (module
         header)."""
-        catalog = self.index.catalog
-        counts = catalog.counts()
-        state = (catalog.data_version(), counts["documents"], counts["chunks"])
-        if state != self._state:  # another writer committed, or this handle added or removed
+        version = (self.index.version(), self.index.catalog.db.total_changes)
+        if version != self._version:  # an add, a compact or a remove through any handle (module header, "Cache")
+            counts = self.index.catalog.counts()
             self._known.clear()
-            self._state = state
+            self._version, self._sizes = version, (counts["documents"], counts["chunks"])
         out = set()
         for w in {w.lower() for w in words}:
             if w not in self._known:
-                self._known[w] = w.isalpha() and self._count(w, state[1], state[2])
+                self._known[w] = w.isalpha() and self._count(w, *self._sizes)
             if self._known[w]:
                 out.add(w)
         return out

@@ -32,9 +32,19 @@ mode (vector, keyword, hybrid):
   answer, `Answer.shown`, contains the gold answer, among questions whose gold passage was
   retrieved), ``shown_gold`` (the same over all), ``confidently_wrong`` (presented as backed,
   verdict supported or partial, and the gold answer absent from what is shown), ``withheld_or_marked``
-  (verdict not_backed or partial), ``check_precision`` (of those, the share whose model text truly
-  lacks the gold answer), ``abstained`` (below the relevance floor), the median first byte
-  (``ttfb_s``: the first text piece a reader sees, from the call) and total time (``total_s``).
+  (verdict not_backed or partial: an answer counts as flagged when any part of what is shown is
+  withheld or marked), ``check_precision`` (of those, the share whose model text truly lacks the gold
+  answer: the issue's figure), ``mark_precision`` (of those, the share whose withheld or marked text
+  lacks it: the model text of a withheld answer, the marked sentences of a partial one; a partial
+  answer whose gold value stands in a backed, cited sentence is no miss here), ``read_precision``
+  (with ``--labels``: of those, the share that lacks the gold answer or whose flag a reader labelled
+  right, the flagged text stating what no passage says; an unlabelled flag on a text holding the gold
+  counts as a miss), ``abstained`` (below the relevance floor), the median first byte (``ttfb_s``:
+  the first text piece a reader sees, from the call) and total time (``total_s``).
+- ``--labels FILE`` (`LABELS`): hand labels of flagged answers whose model text holds the gold string,
+  keyed ``set|mode|question``: ``right`` (what is withheld or marked states something no passage
+  says: a wrong director beside the right actor) or ``wrong`` (the text is backed and answers: the
+  check erred). Labels are read, never written, by the benchmark.
 
 ``--tune`` chooses the evidence weights instead: it computes the features once for the questions
 of the first set (disfl_qa) in hybrid mode, scores every weight vector of a small grid (cosine
@@ -68,6 +78,8 @@ from bench.qa_workload import normalize  # noqa: E402
 from slimrag.rag.evidence import FEATURES, Candidates, Weights, features  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "answers.json"
+#: Hand labels of the check's flags on gold-holding answers (module header, ``--labels``).
+LABELS = Path(__file__).resolve().parent / "check_labels.json"
 #: Every set ``--sets`` may name: the QA sets of `bench.qa_sets` and the folder of files (`bench.pydocs_qa`,
 #: ``pydocs``: its index is built on first use, minutes, so it is not among the defaults).
 ALL_SETS = {**SETS, "pydocs": pydocs}
@@ -239,6 +251,14 @@ def _model_text(answer: Any) -> str:
     return answer.text
 
 
+def _flagged_text(verdict: str | None, said: str, support: Any) -> str:
+    """What the check withheld or marked of the model's text ``said``: all of it when not backed,
+    the unsupported sentences when partial, nothing when supported (module header, ``mark_precision``)."""
+    if verdict == "not_backed":
+        return said
+    return " ".join(s.sentence for s in support if not s.supported) if verdict == "partial" else ""
+
+
 def _phrase_view(answer: Any) -> tuple[str, str]:
     """Extract-then-phrase read off a grounded answer: (verdict, shown) of its model sentence alone."""
     from slimrag.rag.grounded import IN_SHORT
@@ -269,18 +289,22 @@ def reader_rows(idx: Any, items: list[Item], k: int, n: int, llm: str | None = N
             rec["hits"] = [{"chunk_id": h.chunk_id, "score": h.score, "text": h.text, "source": h.source,
                             "metadata": h.metadata} for h in ans.sources]  # to re-check offline
             said = _model_text(ans)
+            flagged = _flagged_text(ans.verdict, said, ans.support)
             rec[m] = {"verdict": ans.verdict, "abstained": ans.abstained, "shown": ans.shown or ans.text,
-                      "model": said, "model_gold": gold in normalize(said), "ttfb_s": first, "total_s": total}
+                      "model": said, "model_gold": gold in normalize(said), "marked_gold": gold in normalize(flagged),
+                      "ttfb_s": first, "total_s": total}
             if m == "grounded":
                 verdict, shown = _phrase_view(ans)
                 rec["phrase"] = {"verdict": verdict, "abstained": ans.abstained, "shown": shown, "model": said,
-                                 "model_gold": gold in normalize(said), "ttfb_s": model or total, "total_s": total}
+                                 "model_gold": gold in normalize(said), "marked_gold": gold in normalize(flagged),
+                                 "ttfb_s": model or total, "total_s": total}
             for view in (m, "phrase") if m == "grounded" else (m,):
                 rec[view]["shown_gold"] = gold in normalize(rec[view]["shown"])
         t = time.perf_counter()
         ev = evidence_answer(idx, it.question, k, mode="hybrid")
         rec["evidence"] = {"verdict": "" if ev.abstained else "supported", "abstained": ev.abstained,
-                           "shown": ev.text, "model": "", "model_gold": False, "shown_gold": gold in normalize(ev.text),
+                           "shown": ev.text, "model": "", "model_gold": False, "marked_gold": False,
+                           "shown_gold": gold in normalize(ev.text),
                            "ttfb_s": time.perf_counter() - t, "total_s": time.perf_counter() - t}
         records.append(rec)
         print(i, json.dumps({v: (r["verdict"], r["shown_gold"]) for v, r in rec.items() if isinstance(r, dict)}),
@@ -288,7 +312,7 @@ def reader_rows(idx: Any, items: list[Item], k: int, n: int, llm: str | None = N
     return {"summary": summarize(records), "records": records}
 
 
-def recheck(path: Path) -> dict[str, Any]:
+def recheck(path: Path, labels: dict[str, str] | None = None) -> dict[str, Any]:
     """The reader-view figures of a saved ``--reader`` run with today's check: each recorded model
     text (greedy, so what the model writes again) is attributed and judged again against its
     recorded passages (`slimrag.rag.attribution`, `slimrag.rag.verdict`); timings stay the run's."""
@@ -321,29 +345,38 @@ def recheck(path: Path) -> dict[str, Any]:
                     said = said.rsplit(" [", 1)[0] if said.endswith("]") else said
                 check = attribute(rec["question"], said, hits, memo, common=common)
                 verdict = judge(rec["question"], said, check, evidence, hits)
+                marked_gold = gold in normalize(_flagged_text(verdict.kind, said, check.support))
                 if m == "grounded":
                     lead = lead_text(evidence)
                     shown = (lead + IN_SHORT + with_markers(said, check)) if verdict.kind != "not_backed" else verdict.shown
                     phrase = with_markers(said, check) if verdict.kind != "not_backed" else verdict.shown
-                    rec["phrase"].update(verdict=verdict.kind, shown=phrase, shown_gold=gold in normalize(phrase))
+                    rec["phrase"].update(verdict=verdict.kind, shown=phrase, shown_gold=gold in normalize(phrase),
+                                         marked_gold=marked_gold)
                 else:
                     shown = verdict.shown
-                view.update(verdict=verdict.kind, shown=shown, shown_gold=gold in normalize(shown))
+                view.update(verdict=verdict.kind, shown=shown, shown_gold=gold in normalize(shown), marked_gold=marked_gold)
         idx.close()
-        out[name] = summarize(records)
+        out[name] = summarize(records, labels, name)
         for v, m in out[name].items():
             print(name, v, json.dumps(m), flush=True)
     return out
 
 
-def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The reader-view figures of each mode over ``records`` (module header)."""
+def _misses(flagged: list[tuple[dict[str, Any], dict[str, Any]]], key: str) -> int:
+    return sum(x.get(key, x["model_gold"]) for _, x in flagged)
+
+
+def summarize(records: list[dict[str, Any]], labels: dict[str, str] | None = None, name: str = "") -> dict[str, Any]:
+    """The reader-view figures of each mode over ``records`` (module header); ``labels``: the hand
+    labels of `LABELS` for ``read_precision``, set ``name``'s."""
     out: dict[str, Any] = {}
     views = [v for v in ("grounded", "phrase", "free", "evidence") if records and v in records[0]]
     for v in views:
         rows = [(r["retrieved"], r[v]) for r in records]
         ret = [x for got, x in rows if got]
-        flagged = [x for _, x in rows if x["verdict"] in ("not_backed", "partial") and not x["abstained"]]
+        flagged = [(r, r[v]) for r in records if r[v]["verdict"] in ("not_backed", "partial") and not r[v]["abstained"]]
+        right = sum(x["model_gold"] and (labels or {}).get(f"{name}|{_LABELLED.get(v, v)}|{r['question']}") == "right"
+                    for r, x in flagged)
         out[v] = {
             "n": len(rows), "retrieved": len(ret),
             "shown_gold_retrieved": sum(x["shown_gold"] for x in ret) / len(ret) if ret else 0.0,
@@ -351,11 +384,18 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             "confidently_wrong": sum(x["verdict"] in ("supported", "partial") and not x["shown_gold"]
                                      for _, x in rows) / len(rows),
             "withheld_or_marked": len(flagged) / len(rows),
-            "check_precision": sum(not x["model_gold"] for x in flagged) / len(flagged) if flagged else None,
+            "check_precision": 1 - _misses(flagged, "model_gold") / len(flagged) if flagged else None,
+            "mark_precision": 1 - _misses(flagged, "marked_gold") / len(flagged) if flagged else None,
+            "read_precision": (1 - (_misses(flagged, "model_gold") - right) / len(flagged)
+                               if flagged and labels is not None else None),
             "abstained": sum(x["abstained"] for _, x in rows) / len(rows),
             "ttfb_s": _median([x["ttfb_s"] for _, x in rows]), "total_s": _median([x["total_s"] for _, x in rows]),
         }
     return out
+
+
+#: The view whose labels a view reads: extract-then-phrase shows the grounded run's model sentence.
+_LABELLED = {"phrase": "grounded"}
 
 
 def main() -> None:
@@ -375,11 +415,13 @@ def main() -> None:
                     help="--reader starts after this many questions of the sample (a held-out slice)")
     ap.add_argument("--recheck", type=Path, default=None,
                     help="judge the model texts of a saved --reader run again with today's check (no model)")
+    ap.add_argument("--labels", type=Path, default=None,
+                    help=f"hand labels of the check's flags for read_precision (module header; ours: {LABELS.name})")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     res: dict[str, Any] = {"args": vars(args), "machine": platform.platform(), "load_before": os.getloadavg()}
     if args.recheck is not None:
-        res["recheck"] = recheck(args.recheck)
+        res["recheck"] = recheck(args.recheck, json.loads(args.labels.read_text()) if args.labels else None)
         args.out.with_name(args.recheck.stem + "-recheck.json").write_text(json.dumps(res, indent=1, default=str))
         return
     if args.tune:
@@ -408,6 +450,7 @@ def main() -> None:
                       f"{m['cos2']:6.3f} {m['evidence_ms']:8.1f} {m.get('evidence_cpu_ms', 0):7.1f}")
             for v, m in r.get("reader", {}).get("summary", {}).items():
                 prec = "-" if m["check_precision"] is None else f"{m['check_precision']:.3f}"
+                prec += "" if m.get("mark_precision") is None else f" (marked text {m['mark_precision']:.3f})"
                 print(f"{name:13} reader:{v:9} n={m['n']} retrieved={m['retrieved']} shown gold (retrieved) "
                       f"{m['shown_gold_retrieved']:.3f}, all {m['shown_gold']:.3f}, confidently wrong "
                       f"{m['confidently_wrong']:.3f}, withheld/marked {m['withheld_or_marked']:.3f}, precision {prec}, "

@@ -25,11 +25,13 @@ weights, dequantized on first use and then held (4 bytes per weight on top of th
 choice depends only on the forward's token count, never on the cache or the batch, so cached and
 uncached runs of the same segments compute the same way. A fully quantized model runs its
 one-token forwards at the cache's length (decode) as one ONNX Runtime graph
-(:mod:`slimrag.llm.engine.step`), built on the first one; every other forward runs here.
+(:mod:`slimrag.llm.engine.step`), saved once per model under ``$SLIMRAG_HOME/steps`` and loaded beside
+the first prefill or at the first one-token forward; every other forward runs here.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from typing import Literal
@@ -43,6 +45,7 @@ from slimrag.llm.engine.config import ModelConfig
 from slimrag.llm.engine.norm import rms_norm
 from slimrag.llm.engine.qlinear import QuantLinear, QuantPart, linear, stacked
 from slimrag.llm.engine.rope import Rope
+from slimrag.llm.engine.saved_step import SavedSteps
 from slimrag.llm.engine.step import StepGraph
 from slimrag.llm.engine.step import supports as step_supported
 
@@ -65,7 +68,7 @@ class Decoder:
 
     def __init__(self, config: ModelConfig, embed: torch.Tensor, layers: list[LayerWeights],
                  norm: torch.Tensor, lm_head: torch.Tensor | QuantLinear | None, *,
-                 dense_rows: int | None = None) -> None:
+                 dense_rows: int | None = None, saved_steps: SavedSteps | None = None) -> None:
         if len(layers) != config.num_layers:
             raise ValueError(f"config says {config.num_layers} layers, got weights for {len(layers)}")
         if dense_rows is not None and dense_rows < 1:
@@ -77,15 +80,31 @@ class Decoder:
         self.rope = Rope(config.rope, config.head_dim, self.device)
         self._step: StepGraph | None = None
         self._step_lock = threading.Lock()
+        self._warming: threading.Thread | None = None
+        self._warm_lock = threading.Lock()
         self.fused_step = step_supported(self)  # a quantized model's one-token forwards run fused
+        self.saved_steps = saved_steps if saved_steps is not None else SavedSteps()
 
-    def warm_step(self) -> None:
-        """Build the fused one-token step now (:mod:`slimrag.llm.engine.step`; about a second for
-        SmolLM2-135M) rather than at the first decoded token; nothing for a float model."""
-        if self.fused_step and self._step is None:
-            with self._step_lock:
-                if self._step is None:
-                    self._step = StepGraph(self)
+    def warm_step(self, *, wait: bool = True) -> None:
+        """Make the fused one-token step ready (:mod:`slimrag.llm.engine.step`: loaded from
+        :attr:`saved_steps` when saved there, else built and saved: 1-2 s for SmolLM2-135M);
+        nothing for a float model. ``wait=False`` does it in a background thread and returns at
+        once, where a core is free of torch's threads (a prefill starts it so: the first decoded
+        token then waits only for what is left; without a free core it would slow the prefill, and
+        with it the first token, down)."""
+        if not self.fused_step or self._step is not None:
+            return
+        if not wait:
+            if (os.cpu_count() or 1) <= torch.get_num_threads():
+                return  # no core free of torch's threads: loading beside a prefill would slow it down
+            with self._warm_lock:  # not _step_lock: a build in progress holds that one
+                if self._warming is None:
+                    self._warming = threading.Thread(target=self.warm_step, name="slimrag-warm-step", daemon=True)
+                    self._warming.start()
+            return
+        with self._step_lock:
+            if self._step is None:
+                self._step = StepGraph(self, saved=self.saved_steps)
 
     @classmethod
     def from_state_dict(cls, config: ModelConfig, tensors: dict[str, torch.Tensor | QuantPart], *,
@@ -153,7 +172,9 @@ class Decoder:
                 and int(positions[0]) == cache.length):
             self.warm_step()
             assert self._step is not None
-            return self._step(int(ids[0]), int(positions[0]), cache)
+            return self._step(int(ids[0]), cache)
+        if ids.shape[0] > 1:
+            self.warm_step(wait=False)  # a prefill: decode comes next
         dense = self.dense_rows
         x = F.embedding(ids, self.embed)
         cos, sin = self.rope.cos_sin(positions, x.dtype)

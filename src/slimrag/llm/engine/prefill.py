@@ -107,6 +107,7 @@ def prefill(model: Decoder, ids: torch.Tensor, positions: torch.Tensor, cache: K
     n = int(ids.shape[0])
     if not spans or any(s <= 0 for s in spans) or sum(spans) != n or positions.shape[0] != n:
         raise ValueError(f"spans {list(spans)} must be positive and cover the {n} tokens")
+    model.warm_step(wait=False)  # decode comes next: its graph loads beside this pass
     c = model.config
     kw = {"heads": c.num_heads, "kv_heads": c.num_kv_heads, "head_dim": c.head_dim, "eps": c.rms_eps}
     base = cache.length

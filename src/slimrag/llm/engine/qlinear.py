@@ -78,15 +78,13 @@ _REFERENCE_DEQUANT = frozenset({Q4_K, Q6_K})
 BLOCK = 32
 
 
-def cpu_session(graph: Any, threads: int | None, *, arena: bool = True) -> Any:
-    """An ONNX Runtime CPU session of ``graph`` (opset 17 and the ``com.microsoft`` contrib ops)
-    as the engine runs them: ``threads`` intra-op threads (default torch's), no spinning, no graph
-    optimization (the graphs are built minimal or fused by hand; optimizing took 4x the build of a
-    small one), no memory pattern (shapes change with the cache); ``arena``: ORT's CPU arena."""
+def cpu_options(threads: int | None, *, arena: bool = True) -> Any:
+    """ONNX Runtime CPU session options as the engine runs its graphs: ``threads`` intra-op threads
+    (default torch's), no spinning, no graph optimization (the graphs are built minimal or fused by
+    hand; optimizing took 4x the build of a small one), no memory pattern (shapes change with the
+    cache); ``arena``: ORT's CPU arena."""
     import onnxruntime as ort
-    from onnx import helper
 
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads or torch.get_num_threads()
     opts.inter_op_num_threads = 1
@@ -94,7 +92,18 @@ def cpu_session(graph: Any, threads: int | None, *, arena: bool = True) -> Any:
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.enable_cpu_mem_arena = arena
     opts.enable_mem_pattern = False
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return opts
+
+
+def cpu_session(graph: Any, threads: int | None, *, arena: bool = True) -> Any:
+    """An ONNX Runtime CPU session of ``graph`` (opset 17 and the ``com.microsoft`` contrib ops)
+    with :func:`cpu_options`."""
+    import onnxruntime as ort
+    from onnx import helper
+
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    return ort.InferenceSession(model.SerializeToString(), cpu_options(threads, arena=arena),
+                                providers=["CPUExecutionProvider"])
 
 
 def quantizable(ggml_type: int) -> bool:
@@ -304,6 +313,11 @@ class QuantLinear:
         if self._dense is None:
             self._dense = torch.from_numpy(np.concatenate([dequantize(p) for p in self._parts]))
         return self._dense
+
+    @property
+    def parts(self) -> list[QuantPart]:
+        """The stored parts, stacked by rows in this order."""
+        return list(self._parts)
 
     @property
     def nbytes(self) -> int:

@@ -15,8 +15,10 @@ cache's K and V buffers ``[1, kv_heads, capacity, head_dim]``)::
     a = GroupQueryAttention(qkv, K, V, past)               RoPE at ``past``, the new K/V written
                                                            into the buffers at ``past``, softmax
                                                            over positions 0 .. past
-    x = x + a @ Wo.T;  h = RMSNorm(x);  g, u = split(h @ Wgu.T);  x = x + (silu(g) * u) @ Wdown.T
-    logits = RMSNorm(x) @ Whead.T
+    x, h = x + a @ Wo.T, RMSNorm(x + a @ Wo.T)             one SkipSimplifiedLayerNormalization
+    g, u = split(h @ Wgu.T);  d = (QuickGelu(g) * u) @ Wdown.T     (QuickGelu at alpha 1 is SiLU)
+    x, h = x + d, RMSNorm(x + d)                           the next layer's input norm (or the last)
+    logits = h @ Whead.T
 
 ``GroupQueryAttention`` is ONNX Runtime's contrib operator (the one its generative-AI runtime
 decodes with). Its K/V outputs are bound to the very buffers it reads (ORT then writes only the
@@ -31,9 +33,16 @@ quantized model runs one token at the cache's length, batched or not (a batched 
 row, :mod:`slimrag.llm.engine.batch`), so cached and uncached runs, alone or beside other streams,
 give the same tokens.
 
-Memory. The graph holds its own copy of the quantized weights (MLAS packs them per session):
-about the file's size again beside the per-projection sessions prefill uses. It is built on the
-first one-token forward (about a second for SmolLM2-135M), or ahead with :meth:`Decoder.warm_step`.
+Build, save and memory. Building the graph takes 1-2 s for SmolLM2-135M (converting the blocks,
+a ~100 MB protobuf, then ONNX Runtime packing every weight for MLAS). So it is built once per
+model and machine and saved with its weights already packed (:mod:`slimrag.llm.engine.saved_step`,
+under ``$SLIMRAG_HOME/steps``); a later process maps the saved file (0.4-0.5 s, the packing stage
+ORT still walks). Mapped, the packed weights are file pages shared with the page cache rather
+than this process's own memory: +11 MiB anonymous memory for SmolLM2 (a built graph holds its
+own packed copy: +300-500 MiB RSS). A prefill starts loading it in a background thread where a
+core is free of torch's threads (:meth:`Decoder.warm_step`), else it loads at the first decoded
+token. Each cache keeps its own IOBinding (inputs bound once, updated in place; the K/V rebound
+when the cache grows), so a step costs one ``run_with_iobinding`` and a copy of the logits.
 
 Threads: ``threads`` of ORT's intra-op pool (default: torch's thread count when built), no
 spinning. One call at a time per sequence; several sequences may run from several threads.
@@ -42,12 +51,16 @@ spinning. One call at a time per sequence; several sequences may run from severa
 from __future__ import annotations
 
 import math
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
 from slimrag.llm.engine.cache import KVCache
-from slimrag.llm.engine.qlinear import QuantLinear, cpu_session
+from slimrag.llm.engine.qlinear import QuantLinear, cpu_options
+from slimrag.llm.engine.saved_step import SavedSteps, step_key
 
 
 def supports(model: object) -> bool:
@@ -58,125 +71,192 @@ def supports(model: object) -> bool:
     return bool(mats) and all(isinstance(w, QuantLinear) for w in [*mats, getattr(model, "lm_head", None)])
 
 
+def _f32(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to(torch.float32).contiguous().numpy()
+
+
+def _weights(model: Any) -> list[tuple[str, np.ndarray]]:
+    """What the graph is made of, for its key: every norm (float32) and every projection's stored
+    blocks (views of the model file)."""
+    out: list[tuple[str, np.ndarray]] = [("norm", _f32(model.norm))]
+    for i, layer in enumerate(model.layers):
+        a = layer.attn
+        named = {"in": layer.input_norm, "post": layer.post_norm, "bias": a.qkv_bias, "qn": a.q_norm, "kn": a.k_norm}
+        out += [(f"{i}.{k}", _f32(v)) for k, v in named.items() if v is not None]
+        for k, w in (("qkv", a.qkv), ("o", a.o), ("gu", layer.gate_up), ("down", layer.down)):
+            out += [(f"{i}.{k}.{j}.{p.ggml_type}", p.raw) for j, p in enumerate(w.parts)]
+    out += [(f"head.{j}.{p.ggml_type}", p.raw) for j, p in enumerate(model.lm_head.parts)]
+    return out
+
+
+def build_graph(model: Any) -> Any:
+    """The step's ONNX model (``ModelProto``) for a Decoder for which :func:`supports` holds (see the
+    module header)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    c = model.config
+    heads, kvh, hd, hidden = c.num_heads, c.num_kv_heads, c.head_dim, c.hidden_size
+    inter, n = c.intermediate_size, c.num_layers
+    nodes: list = []
+    inits: list = []
+
+    def const(name: str, value: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(value, name))
+        return name
+
+    def node(op: str, ins: list[str], outs: list[str], domain: str = "", **attrs: object) -> None:
+        nodes.append(helper.make_node(op, ins, outs, domain=domain or None, **attrs))
+
+    def norm(x: str, w: torch.Tensor, out: str) -> None:
+        node("SimplifiedLayerNormalization", [x, const(out + "_w", _f32(w))], [out], axis=-1, epsilon=c.rms_eps)
+
+    def skip_norm(x: str, add: str, w: torch.Tensor, out: str, total: str) -> None:
+        """``total = x + add`` and ``out = RMSNorm(total)`` in one node."""
+        node("SkipSimplifiedLayerNormalization", [add, x, const(out + "_w", _f32(w))], [out, "", "", total],
+             domain="com.microsoft", epsilon=c.rms_eps)
+
+    def proj(w: QuantLinear, x: str, out: str) -> None:
+        more, data = w.onnx_nodes(x, out, out, one_row=True)
+        nodes.extend(more)
+        inits.extend(data)
+
+    const("split_gu", np.array([inter, inter], np.int64))
+    if c.qk_norm:
+        const("split_qkv", np.array([heads * hd, kvh * hd, kvh * hd], np.int64))
+        const("shape_qh", np.array([1, 1, heads, hd], np.int64))
+        const("shape_kh", np.array([1, 1, kvh, hd], np.int64))
+        const("shape_q", np.array([1, 1, heads * hd], np.int64))
+        const("shape_k", np.array([1, 1, kvh * hd], np.int64))
+    x, h = "x", "l0_h"
+    norm(x, model.layers[0].input_norm, h)
+    for i, layer in enumerate(model.layers):
+        p = f"l{i}_"
+        a = layer.attn
+        proj(a.qkv, h, p + "qkv0")
+        qkv = p + "qkv0"
+        if a.qkv_bias is not None:
+            node("Add", [qkv, const(p + "qkv_b", _f32(a.qkv_bias))], [p + "qkv1"])
+            qkv = p + "qkv1"
+        ins = [qkv, "", ""]
+        if a.q_norm is not None and a.k_norm is not None:  # Qwen3: q and k normalized per head first
+            node("Split", [qkv, "split_qkv"], [p + "q0", p + "k0", p + "v"], axis=-1)
+            node("Reshape", [p + "q0", "shape_qh"], [p + "q1"])
+            node("Reshape", [p + "k0", "shape_kh"], [p + "k1"])
+            norm(p + "q1", a.q_norm, p + "q2")
+            norm(p + "k1", a.k_norm, p + "k2")
+            node("Reshape", [p + "q2", "shape_q"], [p + "q"])
+            node("Reshape", [p + "k2", "shape_k"], [p + "k"])
+            ins = [p + "q", p + "k", p + "v"]
+        node("GroupQueryAttention", [*ins, f"k{i}", f"v{i}", "seqlens", "total", "cos", "sin"],
+             [p + "a", f"k{i}_out", f"v{i}_out"], domain="com.microsoft", num_heads=heads, kv_num_heads=kvh,
+             do_rotary=1, rotary_interleaved=0, scale=1.0 / math.sqrt(hd))
+        proj(a.o, p + "a", p + "o")
+        skip_norm(x, p + "o", layer.post_norm, p + "h2", p + "x1")
+        proj(layer.gate_up, p + "h2", p + "gu")
+        node("Split", [p + "gu", "split_gu"], [p + "g", p + "u"], axis=-1)
+        node("QuickGelu", [p + "g"], [p + "silu"], domain="com.microsoft", alpha=1.0)
+        node("Mul", [p + "silu", p + "u"], [p + "m"])
+        proj(layer.down, p + "m", p + "d")
+        last = i == n - 1
+        h = "hf" if last else f"l{i + 1}_h"
+        skip_norm(p + "x1", p + "d", model.norm if last else model.layers[i + 1].input_norm, h, p + "x2")
+        x = p + "x2"
+    more, data = model.lm_head.onnx_nodes("hf", "logits", "head", one_row=True)
+    nodes += more
+    inits += data
+    f32, buf = TensorProto.FLOAT, [1, kvh, "capacity", hd]
+    ins = [helper.make_tensor_value_info("x", f32, [1, 1, hidden]),
+           helper.make_tensor_value_info("cos", f32, ["table", hd // 2]),
+           helper.make_tensor_value_info("sin", f32, ["table", hd // 2]),
+           helper.make_tensor_value_info("seqlens", TensorProto.INT32, [1]),
+           helper.make_tensor_value_info("total", TensorProto.INT32, [])]
+    ins += [helper.make_tensor_value_info(f"{t}{i}", f32, buf) for i in range(n) for t in "kv"]
+    outs = [helper.make_tensor_value_info("logits", f32, [1, 1, c.vocab_size])]
+    outs += [helper.make_tensor_value_info(f"{t}{i}_out", f32, buf) for i in range(n) for t in "kv"]
+    graph = helper.make_graph(nodes, "decode_step", ins, outs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+
+
+@dataclass(slots=True)
+class _Binding:
+    """One cache's IOBinding and the arrays it reads: bound once, then updated in place; the K/V
+    rebound when the cache's buffers are replaced (every 256 positions), the RoPE table when it
+    grows."""
+
+    bind: Any
+    x: np.ndarray
+    seqlens: np.ndarray
+    total: np.ndarray
+    logits: np.ndarray
+    buffers: list[torch.Tensor] = field(default_factory=list)  # held: a bound buffer is never freed
+    table: tuple[np.ndarray, np.ndarray] | None = None
+
+
 class StepGraph:
     """The fused one-token step of a quantized decoder (see the module header). ``model`` is a
-    :class:`~slimrag.llm.engine.model.Decoder` for which :func:`supports` holds."""
+    :class:`~slimrag.llm.engine.model.Decoder` for which :func:`supports` holds. ``saved``: where
+    the built graph is saved and looked for (:mod:`slimrag.llm.engine.saved_step`; None builds it
+    every time)."""
 
-    def __init__(self, model: object, *, threads: int | None = None) -> None:
-        from onnx import TensorProto, helper, numpy_helper
+    def __init__(self, model: Any, *, threads: int | None = None, saved: SavedSteps | None = None) -> None:
+        import onnxruntime as ort
 
         if not supports(model):
             raise ValueError("the fused decode step needs every projection quantized (a float32 CPU model)")
-        m = model  # a Decoder (typed loosely: model.py imports this module)
-        c = m.config  # type: ignore[attr-defined]
-        heads, kvh, hd, hidden = c.num_heads, c.num_kv_heads, c.head_dim, c.hidden_size
-        inter, n = c.intermediate_size, c.num_layers
-        self.num_layers, self.kv_heads, self.head_dim = n, kvh, hd
-        nodes: list = []
-        inits: list = []
-
-        def const(name: str, value: np.ndarray) -> str:
-            inits.append(numpy_helper.from_array(value, name))
-            return name
-
-        def node(op: str, ins: list[str], outs: list[str], domain: str = "", **attrs: object) -> None:
-            nodes.append(helper.make_node(op, ins, outs, domain=domain or None, **attrs))
-
-        def norm(x: str, w: np.ndarray, out: str) -> None:
-            node("SimplifiedLayerNormalization", [x, const(out + "_w", w)], [out], axis=-1, epsilon=c.rms_eps)
-
-        def weight(t: torch.Tensor) -> np.ndarray:
-            return t.detach().to(torch.float32).contiguous().numpy()
-
-        def proj(w: QuantLinear, x: str, out: str) -> None:
-            more, data = w.onnx_nodes(x, out, out, one_row=True)
-            nodes.extend(more)
-            inits.extend(data)
-
-        const("split_gu", np.array([inter, inter], np.int64))
-        if c.qk_norm:
-            const("split_qkv", np.array([heads * hd, kvh * hd, kvh * hd], np.int64))
-            const("shape_qh", np.array([1, 1, heads, hd], np.int64))
-            const("shape_kh", np.array([1, 1, kvh, hd], np.int64))
-            const("shape_q", np.array([1, 1, heads * hd], np.int64))
-            const("shape_k", np.array([1, 1, kvh * hd], np.int64))
-        x = "x"
-        for i, layer in enumerate(m.layers):  # type: ignore[attr-defined]
-            p = f"l{i}_"
-            a = layer.attn
-            norm(x, weight(layer.input_norm), p + "h")
-            proj(a.qkv, p + "h", p + "qkv0")
-            qkv = p + "qkv0"
-            if a.qkv_bias is not None:
-                node("Add", [qkv, const(p + "qkv_b", weight(a.qkv_bias))], [p + "qkv1"])
-                qkv = p + "qkv1"
-            ins = [qkv, "", ""]
-            if a.q_norm is not None and a.k_norm is not None:  # Qwen3: q and k normalized per head first
-                node("Split", [qkv, "split_qkv"], [p + "q0", p + "k0", p + "v"], axis=-1)
-                node("Reshape", [p + "q0", "shape_qh"], [p + "q1"])
-                node("Reshape", [p + "k0", "shape_kh"], [p + "k1"])
-                norm(p + "q1", weight(a.q_norm), p + "q2")
-                norm(p + "k1", weight(a.k_norm), p + "k2")
-                node("Reshape", [p + "q2", "shape_q"], [p + "q"])
-                node("Reshape", [p + "k2", "shape_k"], [p + "k"])
-                ins = [p + "q", p + "k", p + "v"]
-            node("GroupQueryAttention", [*ins, f"k{i}", f"v{i}", "seqlens", "total", "cos", "sin"],
-                 [p + "a", f"k{i}_out", f"v{i}_out"], domain="com.microsoft", num_heads=heads, kv_num_heads=kvh,
-                 do_rotary=1, rotary_interleaved=0, scale=1.0 / math.sqrt(hd))
-            proj(a.o, p + "a", p + "o")
-            node("Add", [x, p + "o"], [p + "x1"])
-            norm(p + "x1", weight(layer.post_norm), p + "h2")
-            proj(layer.gate_up, p + "h2", p + "gu")
-            node("Split", [p + "gu", "split_gu"], [p + "g", p + "u"], axis=-1)
-            node("Sigmoid", [p + "g"], [p + "sg"])
-            node("Mul", [p + "g", p + "sg"], [p + "silu"])
-            node("Mul", [p + "silu", p + "u"], [p + "m"])
-            proj(layer.down, p + "m", p + "d")
-            node("Add", [p + "x1", p + "d"], [p + "x2"])
-            x = p + "x2"
-        norm(x, weight(m.norm), "hf")  # type: ignore[attr-defined]
-        more, data = m.lm_head.onnx_nodes("hf", "logits", "head", one_row=True)  # type: ignore[attr-defined]
-        nodes += more
-        inits += data
-        f32, buf = TensorProto.FLOAT, [1, kvh, "capacity", hd]
-        ins = [helper.make_tensor_value_info("x", f32, [1, 1, hidden]),
-               helper.make_tensor_value_info("cos", f32, ["table", hd // 2]),
-               helper.make_tensor_value_info("sin", f32, ["table", hd // 2]),
-               helper.make_tensor_value_info("seqlens", TensorProto.INT32, [1]),
-               helper.make_tensor_value_info("total", TensorProto.INT32, [])]
-        ins += [helper.make_tensor_value_info(f"{t}{i}", f32, buf) for i in range(n) for t in "kv"]
-        outs = [helper.make_tensor_value_info("logits", f32, [1, 1, c.vocab_size])]
-        outs += [helper.make_tensor_value_info(f"{t}{i}_out", f32, buf) for i in range(n) for t in "kv"]
-        graph = helper.make_graph(nodes, "decode_step", ins, outs, inits)
-        self._session = cpu_session(graph, threads)  # built fused by hand; the capacity changes every 256 tokens
-        self._embed, self._rope = m.embed, m.rope  # type: ignore[attr-defined]
+        c = model.config
+        self.num_layers, self.kv_heads, self.head_dim, self.vocab = c.num_layers, c.num_kv_heads, c.head_dim, c.vocab_size
+        # no graph optimization (built fused by hand); no memory pattern (the capacity changes every 256 tokens)
+        options = lambda: cpu_options(threads)  # noqa: E731
+        if saved is None:
+            self._session = ort.InferenceSession(build_graph(model).SerializeToString(), options(),
+                                                 providers=["CPUExecutionProvider"])
+            self.loaded = False
+        else:
+            self._session, self.loaded = saved.session(step_key(c, _weights(model)), lambda: build_graph(model), options)
+        self._embed = model.embed.detach().numpy()
+        self._rope = model.rope
         self._table: tuple[np.ndarray, np.ndarray] | None = None
+        self._bindings: weakref.WeakKeyDictionary[KVCache, _Binding] = weakref.WeakKeyDictionary()
 
-    def __call__(self, token: int, position: int, cache: KVCache) -> torch.Tensor:
-        """Feed ``token`` at ``position`` (the cache's length) to ``cache``, which gains its K/V
-        (written in place by the graph); float32 logits ``[vocab]``."""
+    def _binding(self, cache: KVCache) -> _Binding:
         import onnxruntime as ort
 
+        b = self._bindings.get(cache)
+        if b is None:
+            b = _Binding(self._session.io_binding(), np.zeros((1, 1, self._embed.shape[1]), np.float32),
+                         np.zeros(1, np.int32), np.zeros((), np.int32), np.zeros((1, 1, self.vocab), np.float32))
+            for name, arr in (("x", b.x), ("seqlens", b.seqlens), ("total", b.total)):
+                b.bind.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(arr))
+            b.bind.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(b.logits))
+            self._bindings[cache] = b
+        pairs = cache.buffers()
+        if not b.buffers or b.buffers[0] is not pairs[0][0]:
+            b.buffers = [t for pair in pairs for t in pair]
+            for i, (k, v) in enumerate(pairs):
+                for name, buf in ((f"k{i}", k), (f"v{i}", v)):
+                    value = ort.OrtValue.ortvalue_from_numpy(buf.numpy())
+                    b.bind.bind_ortvalue_input(name, value)
+                    b.bind.bind_ortvalue_output(name + "_out", value)
+        if b.table is not self._table:
+            assert self._table is not None
+            b.table = self._table
+            b.bind.bind_ortvalue_input("cos", ort.OrtValue.ortvalue_from_numpy(self._table[0]))
+            b.bind.bind_ortvalue_input("sin", ort.OrtValue.ortvalue_from_numpy(self._table[1]))
+        return b
+
+    def __call__(self, token: int, cache: KVCache) -> torch.Tensor:
+        """Feed ``token`` at the cache's length to ``cache``, which gains its K/V (written in place
+        by the graph); float32 logits ``[vocab]`` (a new tensor)."""
         past = cache.length
-        if position != past:
-            raise ValueError(f"the fused step runs at the cache's length {past}, not at {position}")
         cache.reserve(past + 1)
-        if self._table is None or self._table[0].shape[0] <= position:
-            self._rope.cos_sin(torch.tensor([position]), torch.float32)  # grows the table to cover it
+        if self._table is None or self._table[0].shape[0] <= past:
+            self._rope.cos_sin(torch.tensor([past]), torch.float32)  # grows the table to cover it
             half = self.head_dim // 2
             self._table = (self._rope._cos[:, :half].contiguous().numpy(), self._rope._sin[:, :half].contiguous().numpy())
-        bind = self._session.io_binding()
-        bind.bind_cpu_input("x", self._embed[token : token + 1].numpy().reshape(1, 1, -1))
-        bind.bind_cpu_input("cos", self._table[0])
-        bind.bind_cpu_input("sin", self._table[1])
-        bind.bind_cpu_input("seqlens", np.array([past], np.int32))
-        bind.bind_cpu_input("total", np.array(past + 1, np.int32))
-        for i, (k, v) in enumerate(cache.buffers()):
-            for name, buf in ((f"k{i}", k), (f"v{i}", v)):
-                value = ort.OrtValue.ortvalue_from_numpy(buf.numpy())
-                bind.bind_ortvalue_input(name, value)
-                bind.bind_ortvalue_output(name + "_out", value)
-        bind.bind_output("logits")
-        self._session.run_with_iobinding(bind)
+        b = self._binding(cache)
+        b.x[0, 0] = self._embed[token]
+        b.seqlens[0] = past
+        b.total[()] = past + 1
+        self._session.run_with_iobinding(b.bind)
         cache.advance(1)
-        return torch.from_numpy(bind.get_outputs()[-1].numpy()).reshape(-1)
+        return torch.from_numpy(b.logits.reshape(-1).copy())

@@ -3,9 +3,12 @@
 One-shot cost: these commands import only what they run. ``search`` never imports the LLM stack
 (torch, transformers), and a keyword search not even the embedder's runtime; `slimrag.rag` is
 imported inside the verbs that generate. ``ask`` and ``chat`` start loading the LLM (importing
-torch and transformers, reading the cached weights: most of a cold start) on a background thread
-before they open the index and load the embedder, so the two loads overlap; the answer then waits
-only for whichever is longer.
+torch, mapping the GGUF, building its products: most of a cold start) on a background thread
+before they open the index and load the embedder, and the answer starts without waiting for it:
+retrieval and a grounded answer's evidence sentences need only the index and the embedder, so they
+stream while the model loads, and the first call into the model waits for the load (the
+generator's ``load`` is idempotent and locked). A load that failed on the thread fails again, with
+its message, where the answer first needs the model.
 
 CPU threads of the embedded LLM: `free_cores` at start (cores minus the 1-minute load average,
 at least 1) unless ``OMP_NUM_THREADS`` is set. Measured on this 2-core machine at load average
@@ -25,12 +28,13 @@ by relevance.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import click
 
@@ -38,6 +42,8 @@ from slimrag.cli.base import SEARCH, cli, open_index
 from slimrag.cli.feedback import StatusLine, print_answer_end, until_first_piece
 from slimrag.cli.options import llm_options, llm_spec, non_blank, source_filter
 from slimrag.config import ANSWER_MODES, SEARCH_MODES
+
+log = logging.getLogger("slimrag.cli")
 
 SOURCE_HELP = "Only sources under this stored name, folder (e.g. 'guide') or glob ('docs/*.md')."
 
@@ -112,30 +118,20 @@ def print_sources(answer: Any) -> None:
     print_answer_end(replace(answer, evidence=()) if answer.mode == "grounded" else answer)
 
 
-T = TypeVar("T")
+def preload(gen: Any) -> threading.Thread:
+    """Start ``gen.load()`` on a daemon thread (a failed command exits at once, not after the load).
+    A failure is logged here and raised again, with its message, by the load that the answer's
+    first call into the model makes (a generator's ``load`` keeps nothing of a failed attempt)."""
 
-
-class Background(Generic[T]):
-    """``fn()`` run on a daemon thread (a failed command exits at once, not after the load);
-    `result` waits for it and re-raises its exception in the caller."""
-
-    def __init__(self, fn: Callable[[], T]) -> None:
-        self._value: T | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(fn,), name="slimrag-preload", daemon=True)
-        self._thread.start()
-
-    def _run(self, fn: Callable[[], T]) -> None:
+    def run() -> None:
         try:
-            self._value = fn()
-        except BaseException as e:  # handed to the caller by result()
-            self._error = e
+            gen.load()
+        except Exception as e:  # noqa: BLE001  (raised again on the answer's path; see the docstring)
+            log.debug("background load of %s failed: %s", getattr(gen, "name", gen), e)
 
-    def result(self) -> T:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value  # type: ignore[return-value]
+    thread = threading.Thread(target=run, name="slimrag-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 def free_cores() -> int:
@@ -144,28 +140,28 @@ def free_cores() -> int:
     return max(1, min(cores, round(cores - os.getloadavg()[0])))
 
 
-def load_generator(spec: dict[str, Any]) -> Any:
+def make_spec_generator(spec: dict[str, Any]) -> Any:
     """The generator ``spec`` names (`slimrag.cli.options.llm_spec`: ``llm`` and, for a remote one,
-    ``model`` and ``api_key``; see `slimrag.llm.backends`), loaded (idempotent)."""
+    ``model`` and ``api_key``; see `slimrag.llm.backends`), not loaded yet."""
     from slimrag.llm.backends import make_generator
 
     options = dict(spec)
-    gen = make_generator(options.pop("llm"), **options)
-    gen.load()
-    return gen
+    return make_generator(options.pop("llm"), **options)
 
 
-def open_for_answers(index: str, spec: dict[str, Any]) -> tuple[Any, Background[Any]]:
-    """Open ``index`` and load its embedder while the generator loads on another thread."""
+def open_for_answers(index: str, spec: dict[str, Any]) -> tuple[Any, Any]:
+    """Open ``index`` and load its embedder while the generator loads on another thread (module
+    header); the generator is returned at once, its load under way."""
     os.environ.setdefault("OMP_NUM_THREADS", str(free_cores()))  # read by torch when it is imported
-    pending = Background(lambda: load_generator(spec))
+    gen = make_spec_generator(spec)
+    preload(gen)
     idx = open_index(index)
     try:
         idx.embedder.load()
     except BaseException:
         idx.close()
         raise
-    return idx, pending
+    return idx, gen
 
 
 def rag_for(idx: Any, llm: Any, max_tokens: int, mode: str | None = None, answer: str | None = None,
@@ -184,14 +180,15 @@ def rag_for(idx: Any, llm: Any, max_tokens: int, mode: str | None = None, answer
 def answering(index: str, spec: dict[str, Any], max_tokens: int, mode: str | None,
               answer: str | None = None) -> Iterator[tuple[Any, StatusLine]]:
     """What `ask` and `chat` share: a status line from the start ("loading", then the RAG's stages
-    until the first token), the index and the generator loaded side by side, and a `RAG` over them;
-    the index is closed and the status line cleared however the command ends."""
+    until the first token), the index and the generator loaded side by side, and a `RAG` over them
+    that does not wait for the generator's load (module header); the index is closed and the status
+    line cleared however the command ends."""
     status = StatusLine()
     status.show("loading")
     try:
         idx, generator = open_for_answers(index, spec)
         with idx:
-            yield rag_for(idx, generator.result(), max_tokens, mode, answer, progress=status.show), status
+            yield rag_for(idx, generator, max_tokens, mode, answer, progress=status.show), status
     finally:
         status.clear()
 

@@ -41,9 +41,9 @@ def _session(saved: SavedSteps, key: str = "k1", w: np.ndarray = W) -> tuple[obj
 
     def build():  # noqa: ANN202
         builds.append(1)
-        return _matmul_model(w)
+        return _matmul_model(w), {}
 
-    sess, loaded = saved.session(key, build, lambda: cpu_options(1))
+    sess, loaded = saved.session(key, build, lambda weights: cpu_options(1, weights))
     assert loaded == (not builds)  # loaded exactly when nothing was built
     return sess, loaded
 

@@ -78,11 +78,45 @@ _REFERENCE_DEQUANT = frozenset({Q4_K, Q6_K})
 BLOCK = 32
 
 
-def cpu_options(threads: int | None, *, arena: bool = True) -> Any:
+#: Initializers of at least this many bytes reach ONNX Runtime as OrtValues over the arrays
+#: themselves, not inside the protobuf (no copy into it and out of it again, and no 2 GB protobuf
+#: limit on a large model's graph); smaller ones (shape constants ORT reads while checking the
+#: graph) stay inline.
+INLINE_BYTES = 4096
+
+
+Weights = dict[str, np.ndarray]
+
+
+def onnx_model(nodes: list, inits: Sequence[tuple[str, np.ndarray]], inputs: list, outputs: list,
+               name: str) -> tuple[Any, Weights]:
+    """An ONNX ``ModelProto`` (opset 17 and the ``com.microsoft`` contrib ops) of ``nodes`` with the
+    initializers ``inits`` (name, array), and the large ones it names but does not hold (see
+    :data:`INLINE_BYTES`): pass them to :func:`cpu_options` and keep them alive with the session."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inline, external, placeholders = [], {}, []
+    for n, a in inits:
+        if a.nbytes < INLINE_BYTES:
+            inline.append(numpy_helper.from_array(a, n))
+            continue
+        external[n] = np.ascontiguousarray(a)
+        t = TensorProto(name=n, data_type=helper.np_dtype_to_tensor_dtype(a.dtype), dims=a.shape,
+                        data_location=TensorProto.EXTERNAL)
+        for key, value in (("location", f"mem:{n}"), ("offset", "0"), ("length", str(a.nbytes))):
+            t.external_data.add(key=key, value=value)
+        placeholders.append(t)
+    graph = helper.make_graph(nodes, name, inputs, outputs, inline + placeholders)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    return model, external
+
+
+def cpu_options(threads: int | None, weights: Weights | None = None, *, arena: bool = True) -> Any:
     """ONNX Runtime CPU session options as the engine runs its graphs: ``threads`` intra-op threads
     (default torch's), no spinning, no graph optimization (the graphs are built minimal or fused by
     hand; optimizing took 4x the build of a small one), no memory pattern (shapes change with the
-    cache); ``arena``: ORT's CPU arena."""
+    cache); ``arena``: ORT's CPU arena; ``weights``: the external initializers of
+    :func:`onnx_model` (ORT reads them in place: the caller keeps them alive)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -92,17 +126,17 @@ def cpu_options(threads: int | None, *, arena: bool = True) -> Any:
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.enable_cpu_mem_arena = arena
     opts.enable_mem_pattern = False
+    if weights:
+        opts.add_external_initializers(list(weights), [ort.OrtValue.ortvalue_from_numpy(a) for a in weights.values()])
     return opts
 
 
-def cpu_session(graph: Any, threads: int | None, *, arena: bool = True) -> Any:
-    """An ONNX Runtime CPU session of ``graph`` (opset 17 and the ``com.microsoft`` contrib ops)
+def cpu_session(model: Any, weights: Weights | None, threads: int | None, *, arena: bool = True) -> Any:
+    """An ONNX Runtime CPU session of ``model`` and its external ``weights`` (:func:`onnx_model`)
     with :func:`cpu_options`."""
     import onnxruntime as ort
-    from onnx import helper
 
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-    return ort.InferenceSession(model.SerializeToString(), cpu_options(threads, arena=arena),
+    return ort.InferenceSession(model.SerializeToString(), cpu_options(threads, weights, arena=arena),
                                 providers=["CPUExecutionProvider"])
 
 
@@ -177,33 +211,35 @@ def _q6_k(raw: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     return values.reshape(n, sup * 16, 16), (d * sc).reshape(n, -1)
 
 
-def _nodes(part: QuantPart, i: int | str, x: str, out: str, *, one_row: bool = False) -> tuple[list, list]:
-    """ONNX nodes and initializers computing ``out = x @ W.T`` for one part (``i`` makes their
+def _nodes(part: QuantPart, i: int | str, x: str, out: str, *, one_row: bool = False,
+           ) -> tuple[list, list[tuple[str, np.ndarray]]]:
+    """ONNX nodes and initializers (name, array) computing ``out = x @ W.T`` for one part (``i`` makes their
     names unique within a graph). ``one_row``: ``x`` is ``[1, cols]``, so Q4_1's residual
     product is a vector handed to the kernel as its bias (one node fewer)."""
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
     n, k, t = part.rows, part.cols, part.ggml_type
     nb = k // BLOCK
     blocks = part.raw.reshape(n, -1, SIZES[t][1])
-    inits, nodes = [], []
+    inits: list[tuple[str, np.ndarray]] = []
+    nodes: list = []
     attrs = {"K": k, "N": n, "block_size": BLOCK, "accuracy_level": 4, "domain": "com.microsoft"}
     if t == Q6_K:
         values, scales = _q6_k(part.raw, n)
-        inits += [numpy_helper.from_array(np.ascontiguousarray(values), f"b{i}"),
-                  numpy_helper.from_array(scales.ravel(), f"s{i}"),
-                  numpy_helper.from_array(np.full(scales.size, 32, np.uint8), f"z{i}")]
+        inits += [(f"b{i}", np.ascontiguousarray(values)),
+                  (f"s{i}", scales.ravel()),
+                  (f"z{i}", np.full(scales.size, 32, np.uint8))]
         nodes.append(helper.make_node("MatMulNBits", [x, f"b{i}", f"s{i}", f"z{i}"], [out], bits=8,
                                       **{**attrs, "block_size": 16}))
         return nodes, inits
     if t == Q8_0:
         packed = blocks[:, :, 2:] ^ np.uint8(0x80)  # int8 q as uint8 q + 128
-        inits += [numpy_helper.from_array(packed, f"b{i}"), numpy_helper.from_array(_scales(blocks, 0), f"s{i}")]
+        inits += [(f"b{i}", packed), (f"s{i}", _scales(blocks, 0))]
         nodes.append(helper.make_node("MatMulNBits", [x, f"b{i}", f"s{i}"], [out], bits=8, **attrs))
         return nodes, inits
     if t == Q4_0:
-        inits += [numpy_helper.from_array(_pack_nibbles(blocks[:, :, 2:]), f"b{i}"),
-                  numpy_helper.from_array(_scales(blocks, 0), f"s{i}")]
+        inits += [(f"b{i}", _pack_nibbles(blocks[:, :, 2:])),
+                  (f"s{i}", _scales(blocks, 0))]
         nodes.append(helper.make_node("MatMulNBits", [x, f"b{i}", f"s{i}"], [out], bits=4, **attrs))
         return nodes, inits
     # Q4_1: d * (q - z) through the kernel, z the integer zero point nearest -m / d, and the
@@ -217,12 +253,12 @@ def _nodes(part: QuantPart, i: int | str, x: str, out: str, *, one_row: bool = F
         z[:, :nb] = np.where(d != 0, np.clip(np.rint(-m / d), 0, 15), 0)
     residual = np.ascontiguousarray((m + d * z[:, :nb]).T)
     shape, axis = ([nb, BLOCK], 1) if one_row else ([-1, nb, BLOCK], 2)  # per-block sums of x's rows
-    inits += [numpy_helper.from_array(np.ascontiguousarray(packed), f"b{i}"),
-              numpy_helper.from_array(np.ascontiguousarray(d).ravel(), f"s{i}"),
-              numpy_helper.from_array((z[:, 0::2] | (z[:, 1::2] << 4)).ravel(), f"z{i}"),
-              numpy_helper.from_array(residual, f"m{i}"),
-              numpy_helper.from_array(np.array(shape, np.int64), f"shape{i}"),
-              numpy_helper.from_array(np.array([axis], np.int64), f"axis{i}")]
+    inits += [(f"b{i}", np.ascontiguousarray(packed)),
+              (f"s{i}", np.ascontiguousarray(d).ravel()),
+              (f"z{i}", (z[:, 0::2] | (z[:, 1::2] << 4)).ravel()),
+              (f"m{i}", residual),
+              (f"shape{i}", np.array(shape, np.int64)),
+              (f"axis{i}", np.array([axis], np.int64))]
     nodes += [helper.make_node("Reshape", [x, f"shape{i}"], [f"xb{i}"]),
               helper.make_node("ReduceSum", [f"xb{i}", f"axis{i}"], [f"xs{i}"], keepdims=0),
               helper.make_node("MatMul", [f"xs{i}", f"m{i}"], [f"mq{i}"])]
@@ -265,14 +301,16 @@ class QuantLinear:
         self._parts = list(parts)
         self.shape = (sum(p.rows for p in parts), parts[0].cols)
         nodes, inits = self.onnx_nodes("x", "y", "")
-        graph = helper.make_graph(nodes, "qlinear", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", self.shape[1]])],
-                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", self.shape[0]])], inits)
+        model, self._weights = onnx_model(
+            nodes, inits, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", self.shape[1]])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", self.shape[0]])], "qlinear")
         # no arena: one per session would hold megabytes each for a few KB of activations
-        self._session = cpu_session(graph, threads, arena=False)
+        self._session = cpu_session(model, self._weights, threads, arena=False)
         self._dense: torch.Tensor | None = None
 
-    def onnx_nodes(self, x: str, out: str, tag: str, *, one_row: bool = False) -> tuple[list, list]:
-        """ONNX nodes and initializers computing ``out = x @ W.T`` in a larger graph (the fused
+    def onnx_nodes(self, x: str, out: str, tag: str, *, one_row: bool = False,
+                   ) -> tuple[list, list[tuple[str, np.ndarray]]]:
+        """ONNX nodes and initializers (name, array) computing ``out = x @ W.T`` in a larger graph (the fused
         decode step, :mod:`slimrag.llm.engine.step`); ``tag`` keeps their names unique there.
         ``one_row``: ``x`` is always ``[1, cols]`` (fewer nodes)."""
         from onnx import helper

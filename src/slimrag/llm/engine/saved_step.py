@@ -121,25 +121,24 @@ class SavedSteps:
         self.folder = Path(folder) if folder is not None else default_folder()
         self.keep = keep
 
-    def session(self, key: str, build: Callable[[], Any], options: Callable[[], Any]) -> tuple[Any, bool]:
-        """An ONNX Runtime session of the entry ``key``, loaded when it is saved and sound, else
-        built from ``build()`` (an ONNX ``ModelProto``) and saved; ``options()`` makes fresh
-        ``SessionOptions`` (threads, spinning: nothing that changes the saved files). Returns the
-        session and whether it was loaded."""
+    def session(self, key: str, build: Callable[[], tuple[Any, dict[str, np.ndarray]]],
+                options: Callable[[dict[str, np.ndarray] | None], Any]) -> tuple[Any, bool]:
+        """An ONNX Runtime session of the entry ``key``: loaded when it is saved and sound, else
+        built from ``build()`` (an ONNX ``ModelProto`` and the weights it reads from memory,
+        :func:`slimrag.llm.engine.qlinear.onnx_model`), saved, and loaded from what was saved (the
+        packed weights then map the file instead of holding memory). ``options(weights)`` makes
+        fresh ``SessionOptions`` (threads, spinning: nothing that changes the saved files).
+        Returns the session and whether it came from an entry saved before this call."""
         import onnxruntime as ort
 
         entry = self.folder / key
         if entry.is_dir():
             try:
-                if json.loads((entry / "manifest.json").read_text()) != _manifest(entry):
-                    raise ValueError("sizes or hashes differ from its manifest")
-                sess = ort.InferenceSession(str(entry / "step.onnx"), options(), providers=["CPUExecutionProvider"])
-                os.utime(entry)  # most recently used
-                return sess, True
+                return self._load(entry, options), True
             except (OSError, ValueError, *_ort_errors()) as exc:
                 warnings.warn(f"saved decode step {entry} is damaged ({exc}); rebuilding it", stacklevel=2)
                 shutil.rmtree(entry, ignore_errors=True)
-        model = build()
+        model, weights = build()
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             sweep_stale_tmp(self.folder)
@@ -147,13 +146,13 @@ class SavedSteps:
         except OSError as exc:
             warnings.warn(f"cannot save the decode step under {self.folder} ({exc}); building it in every process",
                           stacklevel=2)
-            return ort.InferenceSession(model.SerializeToString(), options(), providers=["CPUExecutionProvider"]), False
-        opts = options()
+            return ort.InferenceSession(model.SerializeToString(), options(weights), providers=["CPUExecutionProvider"]), False
+        opts = options(weights)
         opts.optimized_model_filepath = str(tmp / "step.onnx")
         opts.add_session_config_entry("session.optimized_model_external_initializers_file_name", "step.bin")
         opts.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
         opts.add_session_config_entry("session.save_external_prepacked_constant_initializers", "1")
-        sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        built = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
         try:
             (tmp / "manifest.json").write_text(json.dumps(_manifest(tmp)))
             fsync_tree(tmp)
@@ -161,7 +160,21 @@ class SavedSteps:
         except OSError:  # another process saved the same entry first, or the disk is full: ours is not needed
             shutil.rmtree(tmp, ignore_errors=True)
         self._prune()
-        return sess, False
+        try:
+            return self._load(entry, options), False
+        except (OSError, ValueError, *_ort_errors()):
+            return built, False  # the disk is full or another process's entry was pruned: keep ours
+
+    @staticmethod
+    def _load(entry: Path, options: Callable[[dict[str, np.ndarray] | None], Any]) -> Any:
+        """The session of a saved entry, after checking its files against its manifest."""
+        import onnxruntime as ort
+
+        if json.loads((entry / "manifest.json").read_text()) != _manifest(entry):
+            raise ValueError("sizes or hashes differ from its manifest")
+        sess = ort.InferenceSession(str(entry / "step.onnx"), options(None), providers=["CPUExecutionProvider"])
+        os.utime(entry)  # most recently used
+        return sess
 
     def _prune(self) -> None:
         """Delete all but the :attr:`keep` most recently used entries."""

@@ -59,7 +59,7 @@ import numpy as np
 import torch
 
 from slimrag.llm.engine.cache import KVCache
-from slimrag.llm.engine.qlinear import QuantLinear, cpu_options
+from slimrag.llm.engine.qlinear import QuantLinear, Weights, cpu_options, onnx_model
 from slimrag.llm.engine.saved_step import SavedSteps, step_key
 
 
@@ -89,19 +89,19 @@ def _weights(model: Any) -> list[tuple[str, np.ndarray]]:
     return out
 
 
-def build_graph(model: Any) -> Any:
+def build_graph(model: Any) -> tuple[Any, Weights]:
     """The step's ONNX model (``ModelProto``) for a Decoder for which :func:`supports` holds (see the
-    module header)."""
-    from onnx import TensorProto, helper, numpy_helper
+    module header), and the weights it reads (:func:`slimrag.llm.engine.qlinear.onnx_model`)."""
+    from onnx import TensorProto, helper
 
     c = model.config
     heads, kvh, hd, hidden = c.num_heads, c.num_kv_heads, c.head_dim, c.hidden_size
     inter, n = c.intermediate_size, c.num_layers
     nodes: list = []
-    inits: list = []
+    inits: list[tuple[str, np.ndarray]] = []
 
     def const(name: str, value: np.ndarray) -> str:
-        inits.append(numpy_helper.from_array(value, name))
+        inits.append((name, value))
         return name
 
     def node(op: str, ins: list[str], outs: list[str], domain: str = "", **attrs: object) -> None:
@@ -173,8 +173,7 @@ def build_graph(model: Any) -> Any:
     ins += [helper.make_tensor_value_info(f"{t}{i}", f32, buf) for i in range(n) for t in "kv"]
     outs = [helper.make_tensor_value_info("logits", f32, [1, 1, c.vocab_size])]
     outs += [helper.make_tensor_value_info(f"{t}{i}_out", f32, buf) for i in range(n) for t in "kv"]
-    graph = helper.make_graph(nodes, "decode_step", ins, outs, inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    return onnx_model(nodes, inits, ins, outs, "decode_step")
 
 
 @dataclass(slots=True)
@@ -205,14 +204,14 @@ class StepGraph:
             raise ValueError("the fused decode step needs every projection quantized (a float32 CPU model)")
         c = model.config
         self.num_layers, self.kv_heads, self.head_dim, self.vocab = c.num_layers, c.num_kv_heads, c.head_dim, c.vocab_size
-        # no graph optimization (built fused by hand); no memory pattern (the capacity changes every 256 tokens)
-        options = lambda: cpu_options(threads)  # noqa: E731
         if saved is None:
-            self._session = ort.InferenceSession(build_graph(model).SerializeToString(), options(),
+            graph, self._weights = build_graph(model)
+            self._session = ort.InferenceSession(graph.SerializeToString(), cpu_options(threads, self._weights),
                                                  providers=["CPUExecutionProvider"])
             self.loaded = False
         else:
-            self._session, self.loaded = saved.session(step_key(c, _weights(model)), lambda: build_graph(model), options)
+            self._session, self.loaded = saved.session(step_key(c, _weights(model)), lambda: build_graph(model),
+                                                       lambda weights: cpu_options(threads, weights))
         self._embed = model.embed.detach().numpy()
         self._rope = model.rope
         self._table: tuple[np.ndarray, np.ndarray] | None = None

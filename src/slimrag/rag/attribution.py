@@ -81,6 +81,14 @@ Results
     ``[label]`` (the citation form answers use, which the CLI and the web page already resolve) to
     each supported sentence that cites nothing itself, and `UNSUPPORTED_MARK` after each sentence
     no passage backs, where it stands.
+
+Grain
+    The sentence is the unit: a sentence that states the right value beside a clause no passage
+    says ("... 47 streetcars ... in 1885, not 30") is marked whole. Checking each clause alone was
+    measured (docs/benchmarks.md, "The check, third pass") and not kept: once the invented clause no
+    longer sinks the sentence, its other clause is judged alone, and as many wrong answers were
+    presented as backed ("The novel was first published in 1890 by ..." for "who wrote ...") as
+    right values were cleared.
 """
 
 from __future__ import annotations

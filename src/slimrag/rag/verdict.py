@@ -25,6 +25,10 @@ hold at least `ON_TOPIC` (half) of the question's content words (`on_topic`). A 
 a passage retrieved for the wrong subject ("the Mona Lisa is a portrait painting by ..." for "who
 painted la primavera, a painting of the roman goddess flora?") is backed, and answers nothing asked.
 
+What counts as flagged is what the reader sees: an answer is withheld (``not_backed``) or marked
+(``partial``, at least one `UNSUPPORTED_MARK` in what is shown) or neither (``supported``), and
+`bench.answers` measures the check's precision over the first two together.
+
 The verdict is a pure function of the attribution, the question, the answer text and the evidence;
 `judge` returns it with the text a shell shows once the answer is complete (`Answer.shown`).
 """

@@ -18,7 +18,8 @@ from conftest import BAD_FILES, write_mixed_tree
 
 from slimrag.cli import cli
 from slimrag.config import RayIngestConfig
-from slimrag.embed.local import LocalEmbedder
+from slimrag.embed.base import BUCKET_TOLERANCE
+from slimrag.embed.local import CPU_BF16, LocalEmbedder
 from slimrag.index.core import Index
 from slimrag.index.report import AddReport
 
@@ -59,7 +60,11 @@ def test_ray_ingest_stores_what_index_add_stores(docs_dir: Path, tmp_path: Path,
     assert dist.catalog.live_ids() == ids and len(ids) >= 9
     assert dist.catalog.chunks(ids) == local.catalog.chunks(ids)  # same ids, texts, ordinals, metadata
     assert np.array_equal(dist.vectors.ids, local.vectors.ids)
-    np.testing.assert_allclose(np.asarray(dist.vectors.vectors), np.asarray(local.vectors.vectors), atol=1e-5)
+    got, want = np.asarray(dist.vectors.vectors), np.asarray(local.vectors.vectors)
+    if embedder.runtime == CPU_BF16:  # bfloat16: a vector moves slightly with its batch mates, and
+        assert (got * want).sum(1).min() >= 0.9998  # Ray's batches need not be add's (test_embed_bf16)
+    else:
+        np.testing.assert_allclose(got, want, atol=BUCKET_TOLERANCE)
     for q in QUERIES:
         assert [h.chunk_id for h in dist.search(q, k=5)] == [h.chunk_id for h in local.search(q, k=5)], q
 

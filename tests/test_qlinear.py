@@ -43,13 +43,11 @@ def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("kind", [Q4_0, Q4_1, Q8_0])
-def test_dequantize_equals_gguf_and_the_product_is_within_the_bound(kind: int) -> None:
-    from gguf.constants import GGMLQuantizationType
-    from gguf.quants import dequantize as reference
-
+def test_the_product_on_the_blocks_is_within_the_bound_of_gguf_dequantized_weights(kind: int) -> None:
+    """``dequantize`` is gguf's own dequantizer; the kernel's layouts of the blocks (nibble order,
+    zero points, Q4_1's residual) must compute those weights within the int8 rounding bound."""
     part = _part(kind, 96, 256, seed=kind)
     dense = dequantize(part)
-    assert np.array_equal(dense, reference(part.raw, GGMLQuantizationType(kind)).reshape(96, 256))
     w = QuantLinear([part], threads=1)
     x = torch.randn(5, 256, generator=torch.Generator().manual_seed(kind))
     want = x @ torch.from_numpy(dense).T

@@ -72,8 +72,6 @@ import torch.nn.functional as F
 Q4_0, Q4_1, Q8_0, Q4_K, Q6_K = 2, 3, 8, 12, 14
 #: (weights, bytes) of one stored block per type.
 SIZES = {Q4_0: (32, 18), Q4_1: (32, 20), Q8_0: (32, 34), Q4_K: (256, 144), Q6_K: (256, 210)}
-#: Types the loader dequantizes with ``gguf.quants`` for :meth:`QuantLinear.dense` (K-quants).
-_REFERENCE_DEQUANT = frozenset({Q4_K, Q6_K})
 #: Weights per kernel block (per scale).
 BLOCK = 32
 
@@ -364,23 +362,12 @@ class QuantLinear:
 
 
 def dequantize(part: QuantPart) -> np.ndarray:
-    """A part's weights as float32 ``[rows, cols]`` (the GGUF formulas of the module header)."""
-    n, nb, t = part.rows, part.cols // BLOCK, part.ggml_type
-    if t in _REFERENCE_DEQUANT:
-        from gguf.constants import GGMLQuantizationType
-        from gguf.quants import dequantize as reference
+    """A part's weights as float32 ``[rows, cols]``, by ``gguf``'s own dequantizer (llama.cpp's
+    formulas, the module header's left column): the reference the kernel layouts are tested against."""
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import dequantize as reference
 
-        return reference(part.raw, GGMLQuantizationType(t)).reshape(n, -1).astype(np.float32)
-    blocks = part.raw.reshape(n, nb, SIZES[t][1])
-    d = _scales(blocks, 0).reshape(n, nb, 1)
-    if t == Q8_0:
-        return (d * np.ascontiguousarray(blocks[:, :, 2:]).view(np.int8)).reshape(n, -1)
-    off = 4 if t == Q4_1 else 2
-    qs = blocks[:, :, off:]
-    q = np.concatenate([qs & 0x0F, qs >> 4], axis=-1).astype(np.float32)
-    if t == Q4_0:
-        return (d * (q - 8)).reshape(n, -1)
-    return (d * q + _scales(blocks, 2).reshape(n, nb, 1)).reshape(n, -1)
+    return reference(part.raw, GGMLQuantizationType(part.ggml_type)).reshape(part.rows, -1).astype(np.float32)
 
 
 def linear(x: torch.Tensor, w: torch.Tensor | QuantLinear, bias: torch.Tensor | None = None, *,

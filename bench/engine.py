@@ -12,7 +12,8 @@ fresh process:
 - llama.cpp: ``llama-bench -m GGUF -p PROMPT -n NEW -t THREADS -r 1 -o json`` (prefill of
   ``PROMPT`` tokens and decode of ``NEW`` tokens, its own tok/s);
 - the engine: a child process loads the model (``load_model``; ``import_s`` and ``load_s`` are
-  its import and load times), then through ``LocalGenerator.generate_ids`` on a ``PROMPT``-token
+  its import and load times; ``step_s`` the time to make the fused decode step ready, loaded from
+  ``$SLIMRAG_HOME/steps`` or built and saved there, ``step_loaded`` which), then through ``LocalGenerator.generate_ids`` on a ``PROMPT``-token
   prompt: prefill tok/s = ``PROMPT / t(1 token)``, decode tok/s = ``NEW / (t(NEW + 1 tokens) -
   t(1 token))``, each time the median of 3 (greedy may stop at an EOS early; the count of tokens
   actually made is used). Rows: ``quantized`` (the default load) and ``float32``
@@ -51,6 +52,8 @@ from slimrag.llm.local import LocalGenerator
 t1 = time.perf_counter()
 loaded = weights.load_model({gguf!r}, device="cpu", **{kwargs!r})
 t2 = time.perf_counter()
+loaded.model.warm_step()  # the fused decode step: loaded from $SLIMRAG_HOME/steps, or built and saved there
+t3 = time.perf_counter()
 gen = LocalGenerator(loaded=loaded, cache=None, device="cpu")
 words = "river stone cat moon paper green seven blue house tree light harbour lamp tower".split()
 text = " ".join(words[(i * 7) % len(words)] for i in range(4 * {prompt}))
@@ -61,7 +64,9 @@ for _ in range(3):
     a = time.perf_counter(); gen.generate_ids(ids, 1); one.append(time.perf_counter() - a)
     a = time.perf_counter(); toks = gen.generate_ids(ids, {new} + 1); many.append(time.perf_counter() - a)
 t_one, t_many = sorted(one)[1], sorted(many)[1]
-print("RESULT " + json.dumps({{"import_s": t1 - t0, "load_s": t2 - t1, "prompt_tokens": len(ids),
+step = loaded.model._step
+print("RESULT " + json.dumps({{"import_s": t1 - t0, "load_s": t2 - t1, "step_s": t3 - t2,
+      "step_loaded": bool(step is not None and step.loaded), "prompt_tokens": len(ids),
       "prefill_tok_s": len(ids) / t_one, "decode_tok_s": (len(toks) - 1) / (t_many - t_one),
       "decoded": len(toks) - 1}}))
 """
@@ -130,7 +135,7 @@ def main() -> None:
         table.append({"engine": "llama.cpp", "threads": t, **base, "runs": runs[("llama.cpp", t)]})
         for name in rows:
             rs = runs[(name, t)]
-            row = {k: statistics.median(x[k] for x in rs) for k in ("prefill_tok_s", "decode_tok_s", "load_s", "import_s")}
+            row = {k: statistics.median(x[k] for x in rs) for k in ("prefill_tok_s", "decode_tok_s", "load_s", "import_s", "step_s")}
             row["prefill_ratio"] = row["prefill_tok_s"] / base["prefill_tok_s"]
             row["decode_ratio"] = row["decode_tok_s"] / base["decode_tok_s"]
             table.append({"engine": name, "threads": t, **row, "runs": rs})
@@ -140,10 +145,11 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))
     print(f"{Path(args.gguf).name}: prefill {args.prompt}, decode {args.new}, medians of {args.repeats}")
-    print(f"{'engine':<12}{'threads':>8}{'prefill tok/s':>15}{'ratio':>8}{'decode tok/s':>14}{'ratio':>8}{'load s':>8}")
+    print(f"{'engine':<12}{'threads':>8}{'prefill tok/s':>15}{'ratio':>8}{'decode tok/s':>14}{'ratio':>8}{'load s':>8}{'step s':>8}")
     for row in table:
         print(f"{row['engine']:<12}{row['threads']:>8}{row['prefill_tok_s']:>15.1f}{row.get('prefill_ratio', 1):>8.2f}"
-              f"{row['decode_tok_s']:>14.1f}{row.get('decode_ratio', 1):>8.2f}{row.get('load_s', float('nan')):>8.2f}")
+              f"{row['decode_tok_s']:>14.1f}{row.get('decode_ratio', 1):>8.2f}{row.get('load_s', float('nan')):>8.2f}"
+              f"{row.get('step_s', float('nan')):>8.2f}")
     print(f"load average {load0[0]:.1f} -> {os.getloadavg()[0]:.1f}")
 
 

@@ -1,11 +1,12 @@
 """Write a random-weight GGUF in a real model's shapes and llama.cpp's Q4_K_M type mix, for speed runs.
 
-``python -m bench.make_gguf OUT.gguf [--shape llama-3.2-1b]``. The weights are random blocks
+``python -m bench.make_gguf OUT.gguf [--shape llama-3.2-1b|qwen2.5-1.5b|smollm2-135m]``. The weights are random blocks
 (random bytes with sane float16 scales; ``gguf.quants`` has no K-quant quantizer, and random
 weights are all a speed run needs), written with the ``gguf`` package's ``GGUFWriter`` as raw
 blocks. Type mix as llama.cpp's ``Q4_K_M``: Q4_K everywhere but ``attn_v`` and ``ffn_down`` of
 the first and last eighth of the layers and every third layer between (Q6_K), and the embedding
-table, which doubles as the output head of a tied model (Q6_K). Norms are float32 ones.
+table, which doubles as the output head of a tied model (Q6_K). Norms are float32 ones, Qwen2's
+q/k/v biases float32 zeros (arch ``qwen2``).
 
 The vocabulary is the embedded SmolLM2's (49,152 tokens; the metadata's tokenizer must be a real
 one for both engines to load), so the embedding table and output head have 49,152 rows instead
@@ -20,9 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-#: name -> (hidden, layers, heads, kv heads, intermediate, rope theta, tied)
-SHAPES = {"llama-3.2-1b": (2048, 16, 32, 8, 8192, 500000.0, True),
-          "smollm2-135m": (576, 30, 9, 3, 1536, 100000.0, True)}
+#: name -> (hidden, layers, heads, kv heads, intermediate, rope theta, GGUF arch); all tie the head
+SHAPES = {"llama-3.2-1b": (2048, 16, 32, 8, 8192, 500000.0, "llama"),
+          "qwen2.5-1.5b": (1536, 28, 12, 2, 8960, 1000000.0, "qwen2"),
+          "smollm2-135m": (576, 30, 9, 3, 1536, 100000.0, "llama")}
 Q4_K, Q6_K = 12, 14
 _BYTES = {Q4_K: 144, Q6_K: 210}
 
@@ -54,12 +56,12 @@ def main() -> None:
     ap.add_argument("--shape", choices=sorted(SHAPES), default="llama-3.2-1b")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    hidden, layers, heads, kv_heads, inter, theta, _ = SHAPES[args.shape]
+    hidden, layers, heads, kv_heads, inter, theta, arch = SHAPES[args.shape]
     head_dim = hidden // heads
     meta = GGUFFile(default_gguf_path()).metadata
     vocab = len(meta["tokenizer.ggml.tokens"])
     rng = np.random.default_rng(args.seed)
-    w = gguf.GGUFWriter(args.out, "llama")
+    w = gguf.GGUFWriter(args.out, arch)
     w.add_block_count(layers)
     w.add_context_length(8192)
     w.add_embedding_length(hidden)
@@ -91,6 +93,9 @@ def main() -> None:
         add(f"blk.{i}.attn_q.weight", heads * head_dim, hidden, Q4_K)
         add(f"blk.{i}.attn_k.weight", kv_heads * head_dim, hidden, Q4_K)
         add(f"blk.{i}.attn_v.weight", kv_heads * head_dim, hidden, big)
+        if arch == "qwen2":
+            for t, rows in (("q", heads), ("k", kv_heads), ("v", kv_heads)):
+                w.add_tensor(f"blk.{i}.attn_{t}.bias", np.zeros(rows * head_dim, np.float32))
         add(f"blk.{i}.attn_output.weight", hidden, heads * head_dim, Q4_K)
         add(f"blk.{i}.ffn_gate.weight", inter, hidden, Q4_K)
         add(f"blk.{i}.ffn_up.weight", inter, hidden, Q4_K)

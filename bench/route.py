@@ -532,6 +532,7 @@ def main() -> None:
             with replicas(root / f"{policy}-{n}", timeout=args.start_timeout) as reps:
                 out["policies"][policy] = run_policy(policy, reps, plans, questions, direct, args)
             print(table_row(out["policies"][policy]), file=sys.stderr)
+            save(args.out, out)  # a later failure (a replica that does not restart) keeps what was measured
         if args.faults:
             with replicas(root / "faults", (False, True, True), args.start_timeout) as reps:
                 out["faults"] = run_policy("events", reps, plans, questions, direct, args, faults=True)
@@ -545,9 +546,13 @@ def main() -> None:
     if args.fleet:
         out["fleet"] = {n: simulate_fleet(int(n), sim_questions, plans, out["costs"], args)
                         for n in args.fleet.split(",")}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1, default=str))
+    save(args.out, out)
     print(report(out))
+
+
+def save(path: Path, out: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1, default=str))
 
 
 def table_row(s: dict[str, Any]) -> str:

@@ -129,22 +129,30 @@ def docs_dir(tmp_path: Path) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def smollm() -> Iterator[weights.LoadedModel]:
-    """The embedded SmolLM2, loaded once per test module and run on one torch thread there: with two
-    threads on two cores that other processes also use, torch's threads spin against each other
-    (an exactness test took 443 s instead of 27 s). Exactness does not depend on it (warm and cold
-    runs share the setting). Skips when the model package is not installed."""
-    import torch
-
+@pytest.fixture(scope="session")
+def _smollm_loaded() -> weights.LoadedModel:
+    """The embedded SmolLM2, loaded once per test session (a load maps the file and builds the
+    engine: about a second, paid once instead of once per module). Skips when the model package is
+    not installed."""
     try:
         weights.default_gguf_path()
     except ModelNotFoundError as exc:
         pytest.skip(str(exc))
+    return weights.load_model(device="cpu")
+
+
+@pytest.fixture(scope="module")
+def smollm(_smollm_loaded: weights.LoadedModel) -> Iterator[weights.LoadedModel]:
+    """The embedded SmolLM2, run on one torch thread in the module that uses it: with two threads
+    on two cores that other processes also use, torch's threads spin against each other (an
+    exactness test took 443 s instead of 27 s). Exactness does not depend on it (warm and cold
+    runs share the setting)."""
+    import torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        yield weights.load_model(device="cpu")
+        yield _smollm_loaded
     finally:
         torch.set_num_threads(threads)
 

@@ -127,3 +127,27 @@ def test_the_loaded_step_gives_bitwise_the_built_ones_logits(smollm: weights.Loa
             token = int(a.argmax())
         for (ka, va), (kb, vb) in zip(caches[0].layers(), caches[1].layers(), strict=True):
             assert torch.equal(ka, kb) and torch.equal(va, vb)
+
+
+def test_a_prefill_loads_the_step_beside_it_where_a_core_is_free(smollm: weights.LoadedModel, tmp_path: Path) -> None:
+    """With a core free of torch's threads, a prefill starts loading the saved step in a background
+    thread; the first decoded token then finds it ready, and its logits are the built step's."""
+    model = smollm.model
+    if (os.cpu_count() or 1) <= torch.get_num_threads():
+        pytest.skip("no core free of torch's threads here")
+    built = StepGraph(model, threads=1, saved=SavedSteps(tmp_path))  # saves the entry
+    before = (model.saved_steps, model._step, model._warming)
+    model.saved_steps, model._step, model._warming = SavedSteps(tmp_path), None, None
+    try:
+        ids = list(range(700, 730))
+        with torch.inference_mode():
+            cache, other = model.new_cache(), model.new_cache()
+            model.forward(torch.tensor(ids), torch.arange(len(ids)), cache)
+            assert model._warming is not None
+            model._warming.join(timeout=120)
+            assert model._step is not None and model._step.loaded
+            model.forward(torch.tensor(ids), torch.arange(len(ids)), other)
+            got = model.forward(torch.tensor([42]), torch.tensor([len(ids)]), cache)
+            assert got is not None and torch.equal(got, built(42, other))
+    finally:
+        model.saved_steps, model._step, model._warming = before

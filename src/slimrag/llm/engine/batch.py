@@ -101,9 +101,10 @@ def decode_step(model: Decoder, ids: Sequence[int], positions: Sequence[int], ca
         raise ValueError(f"{b} ids, {len(positions)} positions and {len(caches)} caches for width {width}")
     dev = model.device
     if b == 1 or getattr(model, "fused_step", False):  # the lone stream, or the fused step row by row
-        return torch.stack([model.forward(torch.tensor([t], dtype=torch.long, device=dev),
-                                          torch.tensor([p], dtype=torch.long, device=dev), cache)
-                            for t, p, cache in zip(ids, positions, caches, strict=True)])
+        rows = [model.forward(torch.tensor([t], dtype=torch.long, device=dev),
+                              torch.tensor([p], dtype=torch.long, device=dev), cache)
+                for t, p, cache in zip(ids, positions, caches, strict=True)]
+        return rows[0].unsqueeze(0) if b == 1 else torch.stack(rows)  # a lone row: a view, not a copy
     c, dense = model.config, getattr(model, "dense_rows", None)
     kw = {"heads": c.num_heads, "kv_heads": c.num_kv_heads, "head_dim": c.head_dim, "eps": c.rms_eps}
     x = F.embedding(torch.tensor(list(ids), dtype=torch.long, device=dev), model.embed)

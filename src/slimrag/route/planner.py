@@ -15,8 +15,10 @@ KV events are keyed by, so `slimrag.route.kv_view.KVView.plan` can replay the re
 over its view. Token counts of passages no replica holds are estimated from their text
 (``chars_per_token``, default 4: English under SmolLM2's tokenizer); held ones are known exactly.
 
-Cost: one query embedding and one search per chat, on one thread of the router (the index's SQLite
-connection belongs to it): a few ms to tens of ms on a CPU, paid instead of the replica's own search.
+Cost: the embedder's load at start-up (``RoutePlanner`` returns with it loaded, as a replica loads its
+models before it listens), then one query embedding and one search per chat, on one thread of the
+router (the index's SQLite connection belongs to it): a few ms to tens of ms on a CPU, paid instead of
+the replica's own search.
 The router must serve the same index folder as the replicas (same chunk ids) and their system
 prompt (the default one); it loads the index's embedder, not the generator. Changes by another
 process (``slimrag add``/``remove`` while everything runs) are picked up before the next plan: the
@@ -71,7 +73,9 @@ class RoutePlanner:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="route-plan")
         self._index: Index | None = None
         self._seen: tuple[int, int, int] | None = None
-        self._pool.submit(self._open).result()  # a bad folder fails here, at start-up
+        # A bad folder, or an embedder that cannot load, fails here, at start-up; and the first
+        # chats do not wait for the model's load (seconds on a CPU) behind their plans.
+        self._pool.submit(lambda: self._open().embedder.load()).result()
 
     def _open(self) -> Index:
         """The index, opened (again) with the same embedder object: no model reload."""

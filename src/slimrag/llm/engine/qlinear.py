@@ -109,9 +109,12 @@ def onnx_model(nodes: list, inits: Sequence[tuple[str, np.ndarray]], inputs: lis
     return model, external
 
 
-def cpu_options(threads: int | None, weights: Weights | None = None, *, arena: bool = True) -> Any:
+def cpu_options(threads: int | None, weights: Weights | None = None, *, arena: bool = True,
+                spin: bool = False) -> Any:
     """ONNX Runtime CPU session options as the engine runs its graphs: ``threads`` intra-op threads
-    (default torch's), no spinning, no graph optimization (the graphs are built minimal or fused by
+    (default torch's), spinning only with ``spin`` (idle pool threads spin a moment before they
+    sleep: a graph of many short parallel nodes then does not pay a wake-up per node, but the
+    spinning takes CPU from torch's threads), no graph optimization (the graphs are built minimal or fused by
     hand; optimizing took 4x the build of a small one), no memory pattern (shapes change with the
     cache); ``arena``: ORT's CPU arena; ``weights``: the external initializers of
     :func:`onnx_model` (ORT reads them in place: the caller keeps them alive)."""
@@ -120,7 +123,7 @@ def cpu_options(threads: int | None, weights: Weights | None = None, *, arena: b
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads or torch.get_num_threads()
     opts.inter_op_num_threads = 1
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.enable_cpu_mem_arena = arena
     opts.enable_mem_pattern = False

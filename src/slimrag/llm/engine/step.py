@@ -44,8 +44,10 @@ core is free of torch's threads (:meth:`Decoder.warm_step`), else it loads at th
 token. Each cache keeps its own IOBinding (inputs bound once, updated in place; the K/V rebound
 when the cache grows), so a step costs one ``run_with_iobinding`` and a copy of the logits.
 
-Threads: ``threads`` of ORT's intra-op pool (default: torch's thread count when built), no
-spinning. One call at a time per sequence; several sequences may run from several threads.
+Threads: ``threads`` of ORT's intra-op pool (default: torch's thread count when built), spinning
+when there are two or more (a step is ~150 short parallel sections, the products and attention; a
+pool that sleeps between them pays a wake-up for each: at 2 threads 24.8 ms a step without
+spinning, 16.9 with it, ``docs/benchmarks.md``). One call at a time per sequence; several sequences may run from several threads.
 """
 
 from __future__ import annotations
@@ -204,14 +206,16 @@ class StepGraph:
             raise ValueError("the fused decode step needs every projection quantized (a float32 CPU model)")
         c = model.config
         self.num_layers, self.kv_heads, self.head_dim, self.vocab = c.num_layers, c.num_kv_heads, c.head_dim, c.vocab_size
+        threads = threads or torch.get_num_threads()
+        spin = threads > 1  # 2 threads: 16.9 against 24.8 ms a step (docs/benchmarks.md)
         if saved is None:
             graph, self._weights = build_graph(model)
-            self._session = ort.InferenceSession(graph.SerializeToString(), cpu_options(threads, self._weights),
+            self._session = ort.InferenceSession(graph.SerializeToString(), cpu_options(threads, self._weights, spin=spin),
                                                  providers=["CPUExecutionProvider"])
             self.loaded = False
         else:
             self._session, self.loaded = saved.session(step_key(c, _weights(model)), lambda: build_graph(model),
-                                                       lambda weights: cpu_options(threads, weights))
+                                                       lambda weights: cpu_options(threads, weights, spin=spin))
         self._embed = model.embed.detach().numpy()
         self._rope = model.rope
         self._table: tuple[np.ndarray, np.ndarray] | None = None

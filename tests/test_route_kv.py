@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -29,6 +30,7 @@ from slimrag.llm.local import LocalGenerator
 from slimrag.rag.guards import Guards
 from slimrag.rag.pipeline import RAG
 from slimrag.route.app import create_router_app
+from slimrag.route.kv_view import KVView
 from slimrag.route.policy import RouterConfig
 from slimrag.serve.app import create_app
 
@@ -115,22 +117,22 @@ def test_serve_kv_events_flag_is_checked(tmp_path: Any) -> None:
     assert remote.exit_code == 2 and "--llm" in remote.output
 
 
+@dataclass
+class Followed:
+    """What `Replica.exact` reads of an event stream: a view kept by hand, complete."""
+
+    view: KVView
+    exact: bool = True
+
+
 def test_planned_rule_weighs_prefill_saved_against_load() -> None:
     """`choose_planned` with plain numbers: the holder wins until its queue outweighs the saving,
     and with no exact view anywhere the old rule decides alone."""
-    from dataclasses import dataclass
-
     from slimrag.llm.kv.events import BlockStored, chain_hash
     from slimrag.route.kv_policy import choose_planned
-    from slimrag.route.kv_view import KVView
     from slimrag.route.planner import RoutePlan
     from slimrag.route.policy import Replica, choose
     from slimrag.route.prefix_tree import PrefixTree
-
-    @dataclass
-    class Followed:  # what Replica.exact() reads of a stream
-        view: KVView
-        exact: bool = True
 
     root = chain_hash(None, "model|system@1")
     holder = KVView()
@@ -155,17 +157,9 @@ def test_planned_rule_weighs_prefill_saved_against_load() -> None:
 def _followed(*held: dict[str, int]) -> list[Any]:
     """Replicas with exact views: each holds the system segment (40 tokens) and passages
     ``key -> tokens`` right after it."""
-    from dataclasses import dataclass
-
     from slimrag.llm.kv.events import BlockStored, chain_hash
-    from slimrag.route.kv_view import KVView
     from slimrag.route.policy import Replica
     from slimrag.route.prefix_tree import PrefixTree
-
-    @dataclass
-    class Followed:  # what Replica.exact() reads of a stream
-        view: KVView
-        exact: bool = True
 
     root = chain_hash(None, "model|system@1")
     reps = []
@@ -185,7 +179,6 @@ def test_planned_rule_spreads_chats_that_save_about_the_same() -> None:
     the three replicas (the old rule sent every one to the first holder); a replica with requests
     in flight is passed over among near ties; a real saving still wins."""
     from slimrag.route.kv_policy import choose_planned
-    from slimrag.route.kv_view import KVView
     from slimrag.route.planner import RoutePlan
 
     reps = _followed({}, {}, {})

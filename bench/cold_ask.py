@@ -26,6 +26,11 @@ Each case is run ``--reps`` times (default 3) and reported by its median:
     Right after each run of (c), the same question in a new process: its passages (and the
     system segment) were computed by the earlier process and are read from the KV tier.
 
+``--baseline DIR/src`` (a source tree of an earlier commit: ``git archive REV src | tar -x -C DIR``)
+runs that tree and the current one alternately, run by run, each with homes of its own, and
+the table gives each first byte's ratio to the baseline's: on a shared machine only such ratios
+within one run mean much.
+
 Every spawn runs at normal priority; run the whole script under the shared timing lock
 (``flock /tmp/slimrag-timing.lock python -m bench.cold_ask``). The load average is recorded with
 each run, because on a shared machine it moves the absolute seconds.
@@ -117,67 +122,88 @@ def spawn(args: list[str], env: dict[str, str]) -> dict[str, Any]:
             "answer_head": out.decode("utf-8", "replace")[:160]}
 
 
-def _fresh_env(home: Path, threads: int | None) -> dict[str, str]:
+def _env(home: Path, threads: int | None, src: str | None) -> dict[str, str]:
+    """The environment of one spawn: its ``SLIMRAG_HOME``, threads, and the source tree it runs
+    (``src`` put first on ``PYTHONPATH``; None: the installed one)."""
     env = dict(os.environ, SLIMRAG_HOME=str(home), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env.pop("OMP_NUM_THREADS", None)  # the CLI picks its threads as a user's shell would leave it to
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
+    if src is not None:
+        env["PYTHONPATH"] = src
     return env
 
 
 def _summary(runs: list[dict[str, Any]], target: float) -> dict[str, Any]:
-    med = {k: statistics.median(r[k] for r in runs if r[k] is not None)
+    med = {k: statistics.median(vals) if (vals := [r[k] for r in runs if r[k] is not None]) else None
            for k in ("first_byte_s", "model_s", "total_s")}
     return {"median": med, "target_first_byte_s": target, "met": med["first_byte_s"] <= target, "runs": runs}
 
 
-def run(reps: int, extra: list[str], threads: int | None, cases: str) -> dict[str, Any]:
-    """The cases named in ``cases`` (letters of the module header), each ``reps`` times."""
-    out: dict[str, Any] = {}
+def run(reps: int, extra: list[str], threads: int | None, cases: str,
+        trees: dict[str, str | None]) -> dict[str, dict[str, Any]]:
+    """The cases named in ``cases`` (letters of the module header), each ``reps`` times for each
+    source tree of ``trees`` (name -> ``src`` folder, None for the installed one), the trees
+    alternating run by run, each with homes of its own. Returns tree -> case -> summary."""
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {t: {c: [] for c in cases} for t in trees}
     scratch = Path(tempfile.mkdtemp(prefix="cold-ask-"))
+
+    def env(tree: str, home: str) -> dict[str, str]:
+        return _env(scratch / tree / home, threads, trees[tree])
+
     try:
-        small = small_index(_fresh_env(scratch / "build-home", threads))
+        small = small_index(_env(scratch / "build-home", threads, None))
         ask_small = [str(small), SMALL_QUESTION, *extra]
         if "a" in cases:
-            env = _fresh_env(scratch / "home-a", threads)
-            spawn(ask_small, env)  # fills the home
-            out["a"] = _summary([spawn(ask_small, env) for _ in range(reps)], TARGETS["a"])
+            for t in trees:
+                spawn(ask_small, env(t, "a"))  # fills the home
+            for _ in range(reps):
+                for t in trees:
+                    runs[t]["a"].append(spawn(ask_small, env(t, "a")))
         if "b" in cases:
-            runs = [spawn(ask_small, _fresh_env(scratch / f"home-b{i}", threads)) for i in range(reps)]
-            out["b"] = _summary(runs, TARGETS["b"])
+            for i in range(reps):
+                for t in trees:
+                    runs[t]["b"].append(spawn(ask_small, env(t, f"b{i}")))
         if ("c" in cases or "d" in cases) and BIG.exists():
-            questions = [q["question"] for q in json.loads(QA.read_text())][1 : reps + 1]
-            home = scratch / "home-big"
-            env = _fresh_env(home, threads)
-            spawn([str(BIG), WARMUP_QUESTION, *extra], env)
-            new, again = [], []
-            for q in questions:
-                shutil.rmtree(home / "kv", ignore_errors=True)
-                new.append(spawn([str(BIG), q, *extra], env) | {"question": q})
-                again.append(spawn([str(BIG), q, *extra], env) | {"question": q})
-            out["c"] = _summary(new, TARGETS["c"])
-            out["d"] = _summary(again, TARGETS["d"])
+            for t in trees:
+                spawn([str(BIG), WARMUP_QUESTION, *extra], env(t, "big"))
+            for q in [q["question"] for q in json.loads(QA.read_text())][1 : reps + 1]:
+                for t in trees:
+                    shutil.rmtree(scratch / t / "big" / "kv", ignore_errors=True)
+                    for case in "cd":  # a question never asked, then the same again
+                        result = spawn([str(BIG), q, *extra], env(t, "big")) | {"question": q}
+                        if case in cases:
+                            runs[t][case].append(result)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return out
+    return {t: {c: _summary(r, TARGETS[c]) for c, r in by_case.items() if r} for t, by_case in runs.items()}
 
 
 LABELS = {"a": "(a) small flat, warm home", "b": "(b) small flat, empty home",
           "c": "(c) 497 files, question never asked", "d": "(d) 497 files, asked before"}
 
 
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
 def table(result: dict[str, Any]) -> str:
-    """The medians of each case against its target."""
-    lines = [f"{'case':<38} {'first byte s':>12} {'model s':>8} {'total s':>8} {'target':>7}  met  load",
-             "-" * 90]
+    """The medians of each case and tree against the target, with the first byte's ratio to the
+    first tree's."""
+    lines = [f"{'case':<38} {'tree':<9} {'first byte s':>12} {'model s':>8} {'total s':>8} {'target':>7}  met "
+             f"{'ratio':>6}  load", "-" * 104]
+    trees = list(result["trees"])
     for key, label in LABELS.items():
-        if key not in result["cases"]:
-            continue
-        c = result["cases"][key]
-        m = c["median"]
-        load = statistics.median(r["load_avg"] for r in c["runs"])
-        lines.append(f"{label:<38} {m['first_byte_s']:12.2f} {m['model_s']:8.2f} {m['total_s']:8.2f} "
-                     f"{c['target_first_byte_s']:7.1f}  {'yes' if c['met'] else 'no ':<4} {load:4.1f}")
+        for t in trees:
+            c = result["cases"][t].get(key)
+            if c is None:
+                continue
+            m = c["median"]
+            base = result["cases"][trees[0]][key]["median"]["first_byte_s"]
+            load = statistics.median(r["load_avg"] for r in c["runs"])
+            lines.append(f"{label:<38} {t:<9} {m['first_byte_s']:12.2f} {_s(m['model_s']):>8} "
+                         f"{m['total_s']:8.2f} {c['target_first_byte_s']:7.1f}  {'yes' if c['met'] else 'no ':<4}"
+                         f"{m['first_byte_s'] / base:5.2f}x {load:5.1f}")
     return "\n".join(lines)
 
 
@@ -190,12 +216,16 @@ def main() -> None:
                     help="OMP_NUM_THREADS for the spawned asks (default: unset, the CLI's own choice)")
     ap.add_argument("--answer", choices=("grounded", "free"), default=None,
                     help="the answer mode (default: the model's own, grounded for the embedded one)")
+    ap.add_argument("--baseline", default=None,
+                    help="a src folder of an earlier version (git archive REV src | tar -x -C DIR; give DIR/src), "
+                         "run alternately with the current tree")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     extra = ["--answer", args.answer] if args.answer else []
-    cases = run(args.reps, extra, args.threads, args.cases)
-    result = {"cases": cases, "reps": args.reps, "answer": args.answer or "default", "threads": args.threads,
-              "cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    trees = ({"baseline": args.baseline} if args.baseline else {}) | {"current": os.environ.get("PYTHONPATH")}
+    cases = run(args.reps, extra, args.threads, args.cases, trees)
+    result = {"trees": trees, "cases": cases, "reps": args.reps, "answer": args.answer or "default",
+              "threads": args.threads, "cpus": os.cpu_count(), "python": sys.version.split()[0]}
     print(table(result))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))

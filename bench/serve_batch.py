@@ -74,7 +74,9 @@ def server(index: str, width: int, stats: str) -> None:
         def report() -> None:  # uvicorn ends the process on SIGTERM itself, so keep the file current
             while True:
                 counts = gen.batch_stats()
-                Path(stats).write_text(json.dumps(counts and {"steps": counts.steps, "rows": counts.rows}))
+                part = Path(stats + ".part")  # replaced whole: a terminate mid-write leaves the last file
+                part.write_text(json.dumps(counts and {"steps": counts.steps, "rows": counts.rows}))
+                os.replace(part, stats)
                 time.sleep(0.5)
 
         threading.Thread(target=report, daemon=True).start()

@@ -61,7 +61,43 @@ class Column:
         self._buf[: self._n] = values
 
 
-class FlatVectors:
+class LiveRows:
+    """The chunk id of every row and which rows are live: the bookkeeping every vector store keeps
+    beside its vectors (flat and slim alike), written once here."""
+
+    def __init__(self, ids: np.ndarray) -> None:
+        self._ids = Column(np.asarray(ids, dtype=np.int64))
+        self._live = Column(np.ones(len(self._ids), dtype=bool))
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The chunk id of every row."""
+        return self._ids.view
+
+    @property
+    def live(self) -> np.ndarray:
+        """True for rows whose chunk is stored (not removed)."""
+        return self._live.view
+
+    def set_live(self, live_ids: np.ndarray) -> None:
+        """Mark as live exactly the rows whose chunk id is in ``live_ids``."""
+        self._live.assign(np.isin(self.ids, live_ids))
+
+    def kill(self, chunk_ids: np.ndarray) -> None:
+        """Mark the rows of ``chunk_ids`` removed (the chunks a commit replaced)."""
+        if len(chunk_ids):
+            self._live.view[np.isin(self.ids, chunk_ids)] = False
+
+    def _add_rows(self, ids: np.ndarray) -> None:
+        """Rows for ``ids`` at the end, live."""
+        self._ids.append(np.asarray(ids, dtype=np.int64))
+        self._live.append(np.ones(len(ids), dtype=bool))
+
+
+class FlatVectors(LiveRows):
     """Row-major unit vectors in blocks, with their chunk ids and a liveness mask."""
 
     #: the generation kind this store reads and writes (`slimrag.index.store.vectors.KINDS`)
@@ -76,25 +112,11 @@ class FlatVectors:
             raise ValueError(f"vectors must be a matrix, got shape {np.shape(vectors)}")
         self.dim = int(vectors.shape[1])
         self._dtype = vectors.dtype
-        self._ids = Column(np.asarray(ids, dtype=np.int64))
-        self._live = Column(np.ones(len(ids), dtype=bool))
+        super().__init__(ids)
         self._blocks: list[np.ndarray] = []
         self._starts: list[int] = []
         if len(vectors):
             self._blocks, self._starts = [vectors], [0]
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    @property
-    def ids(self) -> np.ndarray:
-        """The chunk id of every row."""
-        return self._ids.view
-
-    @property
-    def live(self) -> np.ndarray:
-        """True for rows whose chunk is stored (not removed)."""
-        return self._live.view
 
     @property
     def vectors(self) -> np.ndarray:
@@ -115,17 +137,7 @@ class FlatVectors:
             return
         self._starts.append(len(self._ids))
         self._blocks.append(vectors)
-        self._ids.append(np.asarray(ids, dtype=np.int64))
-        self._live.append(np.ones(len(ids), dtype=bool))
-
-    def set_live(self, live_ids: np.ndarray) -> None:
-        """Mark as live exactly the rows whose chunk id is in ``live_ids``."""
-        self._live.assign(np.isin(self.ids, live_ids))
-
-    def kill(self, chunk_ids: np.ndarray) -> None:
-        """Mark the rows of ``chunk_ids`` removed (the chunks a commit replaced)."""
-        if len(chunk_ids):
-            self._live.view[np.isin(self.ids, chunk_ids)] = False
+        self._add_rows(ids)
 
     def rows(self, rows: np.ndarray) -> np.ndarray:
         """float32 vectors of the given row numbers, in that order (gathered block by block)."""

@@ -27,7 +27,7 @@ import numpy as np
 
 from slimrag.config import SearchConfig
 from slimrag.index.store import layout
-from slimrag.index.store.flat import Column, FlatVectors
+from slimrag.index.store.flat import FlatVectors, LiveRows
 from slimrag.index.store.slim.artifacts import SlimArtifacts, slim_bytes
 from slimrag.index.store.slim.config import SlimConfig
 from slimrag.index.store.slim.searcher import SlimSearcher
@@ -50,8 +50,9 @@ def _by_rows(recompute_ids: Callable[[np.ndarray], np.ndarray], gen_ids: np.ndar
     return recompute_ids(gen_ids[rows])
 
 
-class SlimVectors:
-    """Slim generation + exact delta, searched together."""
+class SlimVectors(LiveRows):
+    """Slim generation + exact delta, searched together; rows (`ids`, `live`): graph rows, then
+    delta rows."""
 
     #: the generation kind this store reads and writes (`slimrag.index.store.vectors.KINDS`)
     kind = "slim"
@@ -66,41 +67,17 @@ class SlimVectors:
         self.dim = artifacts.dim
         #: the exact rows; its own liveness mask stays all-True (this store's mask covers them)
         self.delta = delta
-        self._ids = Column(np.concatenate([self.gen_ids, delta.ids]))
-        self._live = Column(np.ones(len(self._ids), dtype=bool))
+        super().__init__(np.concatenate([self.gen_ids, delta.ids]))
         self._recompute_ids = recompute_ids
         # by rows of this generation; a lambda over ``self`` would close a reference cycle
         self.searcher = SlimSearcher(artifacts, functools.partial(_by_rows, recompute_ids, self.gen_ids), config,
                                      cache=cache)
         self._lock = threading.Lock()
 
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    @property
-    def ids(self) -> np.ndarray:
-        """The chunk id of every row: graph rows, then delta rows."""
-        return self._ids.view
-
-    @property
-    def live(self) -> np.ndarray:
-        """True for rows whose chunk is stored (not removed)."""
-        return self._live.view
-
     def append(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         """Add exact delta rows (a committed part), live; nothing held is read or copied."""
         self.delta.append(ids, vectors)
-        self._ids.append(np.asarray(ids, dtype=np.int64))
-        self._live.append(np.ones(len(ids), dtype=bool))
-
-    def set_live(self, live_ids: np.ndarray) -> None:
-        """Mark as live exactly the rows whose chunk id is in ``live_ids``."""
-        self._live.assign(np.isin(self.ids, live_ids))
-
-    def kill(self, chunk_ids: np.ndarray) -> None:
-        """Mark the rows of ``chunk_ids`` removed."""
-        if len(chunk_ids):
-            self._live.view[np.isin(self.ids, chunk_ids)] = False
+        self._add_rows(ids)
 
     def rows(self, rows: np.ndarray, batch: int = RECOMPUTE_BATCH) -> np.ndarray:
         """float32 vectors of the given rows, in that order: graph rows recomputed, ``batch`` per

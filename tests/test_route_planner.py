@@ -31,7 +31,7 @@ def test_a_plan_names_chunks_added_after_the_planner_opened(tmp_path: Path, embe
         question = chat("Which frozen river creeps forward through southern Argentina?")
         before = planner.plan(question)
         assert before is not None
-        embedder_before = planner._index.embedder  # type: ignore[union-attr]
+        embedder_before = planner._followed.index.embedder  # type: ignore[union-attr]
         with Index.open(root, embedder=embedder) as writer:  # another handle: another process's add
             writer.add([("notes/glacier.txt", GLACIER)])
             added = {h.chunk_id for h in writer.search("Perito Moreno glacier", k=1)}
@@ -39,7 +39,7 @@ def test_a_plan_names_chunks_added_after_the_planner_opened(tmp_path: Path, embe
         assert after is not None
         ids = {chunk for chunk, _ in after.hits}
         assert added <= ids and not added <= {chunk for chunk, _ in before.hits}
-        assert planner._index.embedder is embedder_before  # type: ignore[union-attr]  # reopened, not reloaded
+        assert planner._followed.index.embedder is embedder_before  # type: ignore[union-attr]  # reopened, not reloaded
         assert planner.plan(question) == after  # nothing moved: the same handle, the same plan
     finally:
         planner.close()

@@ -28,6 +28,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from slimrag.index.follow import FollowedIndex
+
 if TYPE_CHECKING:
     from slimrag.index.core import Index
     from slimrag.llm.base import Generator
@@ -57,47 +59,27 @@ class IndexWorker:
         self._spec = dict(llm)
         self._max_tokens = max_tokens
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slimrag-mcp")
-        self._index: Index | None = None
-        self._seen: tuple[int, int, int] | None = None
+        self._followed = FollowedIndex(self.path)
         self._generator: Generator | None = None
         self._rag: RAG | None = None
-        self._pool.submit(self._open).result()
+        self._pool.submit(self._followed.current).result()
         # Not waited for: the first call queues behind it. A failure is logged here and met again,
         # with its message, by the first call that needs the embedder.
         self._pool.submit(self._warm).add_done_callback(_log_failure)
 
-    def _open(self) -> None:
-        from slimrag.index.core import Index
-
-        old = self._index
-        self._index = Index.open(self.path, embedder=old.embedder if old is not None else None)
-        if old is not None:
-            old.close()
-        self._seen = self._index.version()
-        self._rag = None
-
     def _warm(self) -> None:
-        assert self._index is not None
-        self._index.embedder.load()
-
-    def _current(self) -> Index:
-        """The index, reopened first when another process changed it since the last call."""
-        assert self._index is not None, "opened in __init__"
-        if self._index.version() != self._seen:
-            self._open()
-        assert self._index is not None
-        return self._index
+        self._followed.current().embedder.load()
 
     def _run(self, fn: Callable[[Index], T], writes: bool) -> T:
-        idx = self._current()
+        idx = self._followed.current()
         try:
             return fn(idx)
         finally:
             # Our own write moved the token without making this handle stale (a writer re-reads
             # the manifest under the lock, so it also took in any earlier outside write). After a
             # read the token is left as it was: an outside write during it is seen next call.
-            if writes and self._index is not None:
-                self._seen = self._index.version()
+            if writes:
+                self._followed.mark_seen()
 
     def call(self, fn: Callable[[Index], T], *, writes: bool = False) -> T:
         """``fn(index)`` run on the worker thread; its result, or its exception re-raised here.
@@ -110,22 +92,19 @@ class IndexWorker:
         from slimrag.llm.backends import make_generator
         from slimrag.rag.pipeline import RAG, default_generation
 
-        assert self._index is not None
+        index = self._followed.index
+        assert index is not None, "called inside `call`, on the open index"
         if self._generator is None:
             options = dict(self._spec)
             generator = make_generator(options.pop("llm"), **options)
             generator.load()
             self._generator = generator
-        if self._rag is None or self._rag.index is not self._index:
-            self._rag = RAG(self._index, self._generator,
+        if self._rag is None or self._rag.index is not index:  # rebuilt over a reopened index
+            self._rag = RAG(index, self._generator,
                             generation=default_generation(self._generator, self._max_tokens))
         return self._rag
 
     def close(self) -> None:
         """Close the index and stop the thread."""
-        def shut() -> None:
-            if self._index is not None:
-                self._index.close()
-                self._index = None
-        self._pool.submit(shut).result()
+        self._pool.submit(self._followed.close).result()
         self._pool.shutdown(wait=True)

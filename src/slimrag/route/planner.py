@@ -32,16 +32,13 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from slimrag.api.schemas import ChatRequest
 from slimrag.config import SearchConfig
+from slimrag.index.follow import FollowedIndex
 from slimrag.prompt import DEFAULT_SYSTEM, Prompt
 from slimrag.rag.condense import with_words
 from slimrag.rag.guards import DEFAULT_FLOOR, answerable
-
-if TYPE_CHECKING:
-    from slimrag.index.core import Index
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,29 +68,12 @@ class RoutePlanner:
         self.path, self.mode = Path(index), mode or SearchConfig().mode
         self.floor, self.system, self.chars_per_token = floor, system, chars_per_token
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="route-plan")
-        self._index: Index | None = None
-        self._seen: tuple[int, int, int] | None = None
+        # reopened when `Index.version` moves (an ``add`` beside the running replicas), as the
+        # replicas' workers and the MCP server's worker do
+        self._followed = FollowedIndex(self.path)
         # A bad folder, or an embedder that cannot load, fails here, at start-up; and the first
         # chats do not wait for the model's load (seconds on a CPU) behind their plans.
-        self._pool.submit(lambda: self._open().embedder.load()).result()
-
-    def _open(self) -> Index:
-        """The index, opened (again) with the same embedder object: no model reload."""
-        from slimrag.index.core import Index  # the embedder and the index: only with --index
-
-        old = self._index
-        self._index = Index.open(self.path, embedder=old.embedder if old is not None else None)
-        if old is not None:
-            old.close()
-        self._seen = self._index.version()
-        return self._index
-
-    def _current(self) -> Index:
-        """The index, reopened first when another process changed it since the last plan (an
-        ``add`` or ``remove`` beside the running replicas): `Index.version`, as the replicas'
-        workers and the MCP server's `IndexWorker` check it; a stat and a pragma per plan."""
-        assert self._index is not None, "opened in __init__"
-        return self._open() if self._index.version() != self._seen else self._index
+        self._pool.submit(lambda: self._followed.current().embedder.load()).result()
 
     def plan(self, req: ChatRequest) -> RoutePlan | None:
         """The chat's passages, or None below the relevance floor (blocking, from any thread: the
@@ -103,7 +83,7 @@ class RoutePlanner:
     def _plan(self, req: ChatRequest) -> RoutePlan | None:
         from slimrag.rag.pipeline import by_relevance, passage_of  # with the index: only with --index
 
-        index = self._current()
+        index = self._followed.current()
         question, earlier = chat_turn(req)
         query = with_words(question, earlier) if earlier else question
         queries = [question] + ([query] if query != question else [])
@@ -123,10 +103,5 @@ class RoutePlanner:
 
     def close(self) -> None:
         """Close the index and stop the thread."""
-        def shut() -> None:
-            if self._index is not None:
-                self._index.close()
-                self._index = None
-
-        self._pool.submit(shut).result()
+        self._pool.submit(self._followed.close).result()
         self._pool.shutdown()

@@ -178,28 +178,34 @@ class RAG:
         """The cache the planner walks: the generator's own, else the shadow, else None."""
         return self.llm.planning_cache() or self.shadow
 
+    def plans(self, answer: str | None = None) -> bool:
+        """Whether a turn answered in mode ``answer`` (None: this RAG's) is planned against the
+        generator's cache. A grounded answer's model reads the evidence sentences, not the planned
+        passages, so its turn keeps relevance order and does not wait for the model's load."""
+        return (answer or self.answer_mode) != "grounded"
+
     def prompt(self, question: str, hits: Sequence[Hit], history: tuple[tuple[str, str], ...] = (),
-               earlier: Sequence[Passage] = (), questions: tuple[str, ...] = (), planned: bool = True) -> Prompt:
+               earlier: Sequence[Passage] = (), questions: tuple[str, ...] = (), answer: str | None = None) -> Prompt:
         """The planned prompt for ``question`` over ``hits`` (relevance order) after ``earlier``
-        conversation passages; ``history``/``questions``: the chat context (`Prompt`). ``planned``
-        False keeps relevance order without asking the generator's cache (which waits for its load)."""
-        prompt, _ = plan_prompt(question, [passage_of(h) for h in hits], self.planning_cache() if planned else None,
+        conversation passages; ``history``/``questions``: the chat context (`Prompt`); ``answer``:
+        the mode it will be answered in (`plans`)."""
+        prompt, _ = plan_prompt(question, [passage_of(h) for h in hits], self.planning_cache() if self.plans(answer) else None,
                                 system=self.system, history=history, earlier=earlier, questions=questions)
         return prompt
 
     def turn(self, question: str, k: int = 4, *, source: str | None = None,
              history: tuple[tuple[str, str], ...] = (), earlier: Sequence[Passage] = (),
-             questions: tuple[str, ...] = (), planned: bool = True) -> Turn:
+             questions: tuple[str, ...] = (), answer: str | None = None) -> Turn:
         """Retrieve for ``question`` (in the context of the last earlier question, from
         ``questions`` or else ``history``), apply the relevance floor, and plan the prompt
-        (``planned``: see `prompt`)."""
+        (``answer``: see `prompt`)."""
         t0 = time.perf_counter()
         self._stage("retrieving")
         context = list(questions) or [c for role, c in history if role == "user"]
         hits, queries = self.retrieve_in_context(question, k, source, context)
         if not answerable(self.index, self.mode, queries, hits, self.guards.floor, source):
             return Turn(None, [], t0, question)
-        return Turn(self.prompt(question, hits, history, earlier, questions, planned), by_relevance(hits), t0, question)
+        return Turn(self.prompt(question, hits, history, earlier, questions, answer), by_relevance(hits), t0, question)
 
     def _run(self, prompt: Prompt, t0: float, config: GenerationConfig | None) -> Iterator[Delta]:
         first: float | None = None
@@ -381,9 +387,7 @@ class RAG:
         reason, unknown citations). ``history``: earlier (role, content) turns from a caller (the
         OpenAI-compatible server's messages), shown to the model and used for retrieval. ``answer``:
         this request's answer mode (``"free"`` or ``"grounded"``), None for the RAG's."""
-        # a grounded answer's model reads the evidence, not the planned passages: no plan, no wait for the load
-        planned = (answer or self.answer_mode) != "grounded"
-        yield from self.answer(self.turn(question, k, source=source, history=history, planned=planned), config, answer)
+        yield from self.answer(self.turn(question, k, source=source, history=history, answer=answer), config, answer)
 
     def respond(self, question: str, k: int = 4, *, source: str | None = None,
                 config: GenerationConfig | None = None,

@@ -37,7 +37,7 @@ def planned_pieces(worker: Worker, hits: list[Hit], question: str, history: tupl
                    config: GenerationConfig, answer: str | None = None) -> Iterator[str | Answer]:
     """Answer ``question`` over ``hits`` without retrieving: text pieces, then a `WireAnswer`."""
     rag = worker.rag
-    turn = Turn(rag.prompt(question, hits, history), by_relevance(hits), time.perf_counter(), question)
+    turn = Turn(rag.prompt(question, hits, history, answer=answer), by_relevance(hits), time.perf_counter(), question)
     pieces = rag.answer(turn, config, answer)
     try:
         for piece in pieces:

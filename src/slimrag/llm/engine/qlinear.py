@@ -132,13 +132,17 @@ def cpu_options(threads: int | None, weights: Weights | None = None, *, arena: b
     return opts
 
 
-def cpu_session(model: Any, weights: Weights | None, threads: int | None, *, arena: bool = True) -> Any:
+def cpu_session(model: Any, weights: Weights | None, threads: int | None, *, arena: bool = True,
+                spin: bool = False) -> Any:
     """An ONNX Runtime CPU session of ``model`` and its external ``weights`` (:func:`onnx_model`)
-    with :func:`cpu_options`."""
+    with :func:`cpu_options`. ONNX Runtime reads ``weights`` in place and does not own them, so
+    the session keeps a reference to them (``slimrag_weights``): they live as long as it does."""
     import onnxruntime as ort
 
-    return ort.InferenceSession(model.SerializeToString(), cpu_options(threads, weights, arena=arena),
-                                providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(model.SerializeToString(), cpu_options(threads, weights, arena=arena, spin=spin),
+                                   providers=["CPUExecutionProvider"])
+    session.slimrag_weights = weights
+    return session
 
 
 def quantizable(ggml_type: int) -> bool:

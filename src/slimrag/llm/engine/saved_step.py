@@ -111,6 +111,17 @@ def _ort_errors() -> tuple[type[BaseException], ...]:
     return (s.Fail, s.InvalidArgument, s.NoSuchFile, s.InvalidProtobuf, s.InvalidGraph, s.RuntimeException)
 
 
+def _built(model: Any, opts: Any, weights: dict[str, np.ndarray]) -> Any:
+    """A session of the built ``model``. ONNX Runtime reads the external ``weights`` in place and
+    does not own them, so the session keeps a reference to them: they live as long as it does (as
+    in `slimrag.llm.engine.qlinear.cpu_session`)."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    session.slimrag_weights = weights
+    return session
+
+
 class SavedSteps:
     """The saved step graphs in ``folder`` (see the module header). Safe across processes; one
     instance may be used from several threads (each call works on its own files)."""
@@ -129,8 +140,6 @@ class SavedSteps:
         packed weights then map the file instead of holding memory). ``options(weights)`` makes
         fresh ``SessionOptions`` (threads, spinning: nothing that changes the saved files).
         Returns the session and whether it came from an entry saved before this call."""
-        import onnxruntime as ort
-
         entry = self.folder / key
         if entry.is_dir():
             try:
@@ -146,13 +155,13 @@ class SavedSteps:
         except OSError as exc:
             warnings.warn(f"cannot save the decode step under {self.folder} ({exc}); building it in every process",
                           stacklevel=2)
-            return ort.InferenceSession(model.SerializeToString(), options(weights), providers=["CPUExecutionProvider"]), False
+            return _built(model, options(weights), weights), False
         opts = options(weights)
         opts.optimized_model_filepath = str(tmp / "step.onnx")
         opts.add_session_config_entry("session.optimized_model_external_initializers_file_name", "step.bin")
         opts.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
         opts.add_session_config_entry("session.save_external_prepacked_constant_initializers", "1")
-        built = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        built = _built(model, opts, weights)
         try:
             (tmp / "manifest.json").write_text(json.dumps(_manifest(tmp)))
             fsync_tree(tmp)

@@ -61,7 +61,7 @@ import numpy as np
 import torch
 
 from slimrag.llm.engine.cache import KVCache
-from slimrag.llm.engine.qlinear import QuantLinear, Weights, cpu_options, onnx_model
+from slimrag.llm.engine.qlinear import QuantLinear, Weights, cpu_options, cpu_session, onnx_model
 from slimrag.llm.engine.saved_step import SavedSteps, step_key
 
 
@@ -200,18 +200,14 @@ class StepGraph:
     every time)."""
 
     def __init__(self, model: Any, *, threads: int | None = None, saved: SavedSteps | None = None) -> None:
-        import onnxruntime as ort
-
         if not supports(model):
             raise ValueError("the fused decode step needs every projection quantized (a float32 CPU model)")
         c = model.config
-        self.num_layers, self.kv_heads, self.head_dim, self.vocab = c.num_layers, c.num_kv_heads, c.head_dim, c.vocab_size
+        self.head_dim, self.vocab = c.head_dim, c.vocab_size
         threads = threads or torch.get_num_threads()
         spin = threads > 1  # 2 threads: 16.9 against 24.8 ms a step (docs/benchmarks.md)
         if saved is None:
-            graph, self._weights = build_graph(model)
-            self._session = ort.InferenceSession(graph.SerializeToString(), cpu_options(threads, self._weights, spin=spin),
-                                                 providers=["CPUExecutionProvider"])
+            self._session = cpu_session(*build_graph(model), threads, spin=spin)
             self.loaded = False
         else:
             self._session, self.loaded = saved.session(step_key(c, _weights(model)), lambda: build_graph(model),

@@ -39,6 +39,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from slimrag.llm.engine.qlinear import Q4_1, Q8_0, SIZES
+
 MAGIC = b"GGUF"
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _NUMPY = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32, 6: np.float32,
@@ -90,13 +92,12 @@ def _f32(raw: np.ndarray) -> np.ndarray:
 
 #: ggml type id -> a dequantizer bitwise equal to ``gguf.quants`` (see the module header); F32 (the
 #: norms) is here so that the embedded file is read without importing ``gguf``.
-FAST_DEQUANT = {0: _f32, 3: _q4_1, 8: _q8_0}
+FAST_DEQUANT = {0: _f32, Q4_1: _q4_1, Q8_0: _q8_0}
 #: ggml type id -> (weights per block, bytes per block), as ``gguf.constants.GGML_QUANT_SIZES``
 #: has them, for the types of the embedded model and the usual downloads (F32, F16, Q4_0, Q4_1,
 #: Q8_0, Q4_K, Q5_K, Q6_K, BF16): a cold load reads those without importing the ``gguf``
 #: package (~0.1 s); other types look theirs up there.
-BLOCK_SIZES = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 8: (32, 34), 12: (256, 144), 13: (256, 176),
-               14: (256, 210), 30: (1, 2)}
+BLOCK_SIZES = {**SIZES, 0: (1, 4), 1: (1, 2), 13: (256, 176), 30: (1, 2)}
 _U64 = struct.Struct("<Q")
 
 

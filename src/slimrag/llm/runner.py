@@ -93,7 +93,9 @@ class PrefillRunner:
         if self.mode != ROWS:  # MKL may sum a row differently with another thread count; MLAS's
             parts.append(f"threads {torch.get_num_threads()}")  # rows were the same at 1 and 2 (checked)
         if getattr(model, "fused_step", False):  # a one-token segment (segments mode) runs the fused graph
-            parts.append("step=fused-v1")
+            from slimrag.llm.engine.saved_step import VERSION as STEP_VERSION
+
+            parts.append(f"step=fused-v{STEP_VERSION}")  # the graph's own version: a changed graph misses once
         if not isinstance(qkv, torch.Tensor):
             from importlib.metadata import version
 

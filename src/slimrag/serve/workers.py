@@ -57,7 +57,6 @@ from typing import Any, TypeVar
 
 from slimrag.config import GenerationConfig
 from slimrag.index import backfill
-from slimrag.index.backfill import Backfill
 from slimrag.index.core import Index
 from slimrag.llm.base import Delta, Generator, LoadReport
 from slimrag.prompt import Prompt
@@ -110,7 +109,7 @@ class Worker:
         """Open the served index again in this thread, with the served embedder and settings;
         ``llm`` is the served generator as the workers share it (:func:`shared`)."""
         index = Index.open(served.index.root, embedder=served.index.embedder)
-        version = index_version(index)
+        version = index.version()
         # one mirror of the remote prefix cache for all workers (False: the served RAG keeps none)
         rag = RAG(index, llm, system=served.system, generation=served.generation, mode=served.mode,
                   shadow=served.shadow if served.shadow is not None else False, answer=served.answer_mode)
@@ -118,17 +117,10 @@ class Worker:
 
     def current(self, served: RAG, llm: Generator) -> Worker:
         """This worker, or a fresh one when the index changed on disk since it was opened."""
-        if index_version(self.index) == self.version:
+        if self.index.version() == self.version:  # `Index.version`: moved by another process's add, compact or remove
             return self
         self.index.close()
         return Worker.open(served, llm)
-
-
-def index_version(index: Index) -> tuple[int, int, int]:
-    """What changes when another process updates ``index``: `Index.version` (the manifest's inode
-    and mtime, moved by every add and compact, and the catalog's SQLite ``data_version``, moved
-    by another connection's commit, such as a remove)."""
-    return index.version()
 
 
 class Abandoned(Exception):
@@ -151,7 +143,7 @@ class Workers:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         #: embeds the chunks awaiting vectors while the workers answer (None: none were awaiting)
-        self.backfill: Backfill | None = None
+        self.backfill: backfill.Backfill | None = None
         if not served.index.coverage().complete:
             self.backfill = backfill.ensure(served.index.root, served.index.embedder)
 

@@ -264,14 +264,17 @@ def attribute(question: str, answer: str, hits: Sequence[Hit], embedder: Embeds,
     a_vecs, s_vecs = vecs[: len(sents)], vecs[len(sents):]
     cos = np.clip(a_vecs @ s_vecs.T, 0.0, 1.0)
     ps = _Passages.of(question, hits, cands)
-    said = set().union(*(key_terms(s.text) | content_words(s.text) for s in sents))
+    terms_of = [key_terms(s.text) for s in sents]  # each sentence's terms and words, once
+    words_of = [content_words(s.text) for s in sents]
+    said = set().union(*terms_of, *words_of)
     general = common(said) if common is not None else set()
     passages = _code_text(hits)
     support: list[Support] = []
     asked, q_words = _terms_in(question), content_words(question)  # once per answer, not per sentence
     for i, s in enumerate(sents):
-        one = _support(s, cos[i], ps, asked, q_words, threshold, general)
-        missing = tuple(sorted(x for x in identifiers(s.text) if not _shown(x, passages)))
+        idents = identifiers(s.text)
+        one = _support(s, cos[i], ps, asked, q_words, threshold, general, terms_of[i], words_of[i], idents)
+        missing = tuple(sorted(x for x in idents if not _shown(x, passages)))
         if missing:  # code it names that no passage shows (item 3 of issue 29)
             one = replace(one, supported=False, unknown_terms=tuple(sorted({*one.unknown_terms, *missing})))
         support.append(one)
@@ -287,21 +290,22 @@ def _held(words: set[str], own: set[str], around: set[str]) -> float:
 
 
 def _support(s: Sentence, cos: np.ndarray, ps: _Passages, asked: set[str], q_words: set[str], threshold: float,
-             general: set[str]) -> Support:
-    """``asked``, ``q_words``: the question's terms (`_terms_in`) and content words."""
-    words_a = content_words(s.text)
-    terms = key_terms(s.text) - general
+             general: set[str], s_terms: set[str], words_a: set[str], idents: set[str]) -> Support:
+    """``asked``, ``q_words``: the question's terms (`_terms_in`) and content words; ``s_terms``,
+    ``words_a``, ``idents``: the sentence's `key_terms`, `content_words` and `identifiers`."""
+    terms = s_terms - general
     unknown = tuple(sorted(t for t in terms if not _found(t, ps.known)))
     backing: list[tuple[float, int]] = []
     subject = {t for t in terms if t in asked}
     topic = words_a & q_words
     new = {w for w in words_a - q_words - CHATTER_STEMS - general if "." not in w}  # code: `identifiers`
-    idents = identifiers(s.text)
+    allowed = terms | asked | general  # what a passage sentence may name to leave its subject to the one before
+    allowed_cores = {_core(x) for x in allowed}
     for j in range(len(ps.cands.at)):
         here, text = ps.terms[j], ps.cands.at[j][1].text
         if not all(_found(t, here) or t in subject for t in terms):
             continue
-        alone = _names_nothing_else(ps.names[j], terms | asked | general)
+        alone = _names_nothing_else(ps.names[j], allowed, allowed_cores)
         missing = {t for t in subject if not _found(t, here)}
         if missing and not (_refers_back(text, terms - subject) or (
                 alone and all(t.isalpha() and t not in NUMBER_WORDS and _found(t, ps.terms_before[j]) for t in missing))):
@@ -327,11 +331,10 @@ def _support(s: Sentence, cos: np.ndarray, ps: _Passages, asked: set[str], q_wor
     return Support(s.text, labels, tuple(evidence), bool(backing) and not unknown, unknown)
 
 
-def _names_nothing_else(names: set[str], allowed: set[str]) -> bool:
+def _names_nothing_else(names: set[str], allowed: set[str], cores: set[str]) -> bool:
     """Whether a passage sentence's ``names`` (`key_terms`) are all ``allowed`` (the answer's, the
-    question's, the corpus's), numbers and number words aside: then its subject may be named just
-    before it."""
-    cores = {_core(x) for x in allowed}
+    question's, the corpus's; ``cores``: their `_core`), numbers and number words aside: then its
+    subject may be named just before it."""
     return all(t in allowed or _core(t) in cores or t in NUMBER_WORDS or any(c.isdigit() for c in t) for t in names)
 
 

@@ -167,12 +167,17 @@ class Rope:
         emb = torch.cat((freqs, freqs), dim=-1)
         self._cos, self._sin = emb.cos() * self.scale, emb.sin() * self.scale
 
+    def table(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole float32 cos and sin tables (``[rows, head_dim]``), grown first to cover
+        positions below ``n``; they are replaced, not changed, when they grow."""
+        if n > self._cos.shape[0]:
+            self._grow(n)
+        return self._cos, self._sin
+
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin (``[n, head_dim]``, in ``dtype``) at ``positions`` (a long tensor of n)."""
-        top = int(positions.max()) + 1 if positions.numel() else 0
-        if top > self._cos.shape[0]:
-            self._grow(top)
-        return self._cos[positions].to(dtype), self._sin[positions].to(dtype)
+        cos, sin = self.table(int(positions.max()) + 1 if positions.numel() else 0)
+        return cos[positions].to(dtype), sin[positions].to(dtype)
 
     @staticmethod
     def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -249,9 +249,9 @@ class StepGraph:
         past = cache.length
         cache.reserve(past + 1)
         if self._table is None or self._table[0].shape[0] <= past:
-            self._rope.cos_sin(torch.tensor([past]), torch.float32)  # grows the table to cover it
+            cos, sin = self._rope.table(past + 1)
             half = self.head_dim // 2
-            self._table = (self._rope._cos[:, :half].contiguous().numpy(), self._rope._sin[:, :half].contiguous().numpy())
+            self._table = (cos[:, :half].contiguous().numpy(), sin[:, :half].contiguous().numpy())
         b = self._binding(cache)
         b.x[0, 0] = self._embed[token]
         b.seqlens[0] = past

@@ -72,9 +72,9 @@ def assert_no_failures(run: subprocess.CompletedProcess[str], report: Path) -> N
 
 
 def test_schema_and_server_agree(served: str, tmp_path: Path) -> None:
-    """A short pass (5 examples per operation and phase, at most 60 s) in the default suite."""
+    """A short pass (5 examples per operation and phase, at most 30 s) in the default suite."""
     report = tmp_path / "junit.xml"
-    assert_no_failures(schemathesis(served, examples=5, max_time_s=60, report=report), report)
+    assert_no_failures(schemathesis(served, examples=5, max_time_s=30, report=report), report)
 
 
 @pytest.mark.slow

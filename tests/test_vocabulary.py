@@ -53,3 +53,38 @@ def test_an_add_through_another_handle_is_seen(tmp_path: Path, embedder: LocalEm
     other.close()
     assert vocab.common(["Python"]) == set()  # 3 of 8 documents
     idx.close()
+
+
+@pytest.mark.parametrize("layout", ["compact", "legacy"])
+def test_document_count_counts_distinct_documents_in_both_layouts(tmp_path: Path, layout: str) -> None:
+    """`Catalog.document_count`, the vocabulary's count, against the documents of the chunks read
+    whole; ids of removed or never-stored chunks count for nothing."""
+    import sqlite3
+
+    from slimrag.catalog import Catalog
+    from slimrag.catalog.schema import LEGACY_SCHEMA
+    from slimrag.types import Chunk, Document
+
+    path = tmp_path / "c.sqlite"
+    if layout == "legacy":
+        db = sqlite3.connect(path)
+        db.executescript(LEGACY_SCHEMA)
+        db.close()
+    cat = Catalog(path)
+    assert cat.compact == (layout == "compact")
+    docs = [Document(f"{d:064x}", f"d{d}.txt", 1.0, 10) for d in range(7)]
+    chunks = [Chunk(10 * d + o, doc.doc_id, doc.source, o, f"text {d} {o} lentils") for d, doc in enumerate(docs)
+              for o in range(d % 3 + 1)]
+    with cat.transaction():
+        for doc in docs:
+            cat.put_document(doc)
+        cat.put_chunks(chunks)
+    ids = [c.chunk_id for c in chunks]
+    for part in (ids, ids[:1], ids[::2], [c.chunk_id for c in chunks if c.ordinal > 0], [], [999, 10_000]):
+        assert cat.document_count(part) == len({c.doc_id for c in cat.chunks(part).values()})
+    assert cat.document_count(ids) == 7
+    assert cat.document_count(ids + [999]) == 7
+    with cat.transaction():
+        cat.delete_document("d2.txt")
+    assert cat.document_count(ids) == 6
+    cat.close()

@@ -95,7 +95,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -224,8 +224,17 @@ class _Passages:
     terms: list[set[str]]  # every word of each sentence (`_terms_in`)
     terms_before: list[set[str]]  # of the sentences before it
     names: list[set[str]]  # its numbers and names (`key_terms`)
-    code: list[str]  # its passage's source name, its text and its neighbours' (`identifiers` are looked up in)
     known: set[str]  # every word of the passages and the question
+    _code: dict[int, str] = field(default_factory=dict)  # `code`'s, built on first use
+
+    def code(self, j: int) -> str:
+        """What the identifiers an answer sentence names are looked up in for sentence ``j``: its
+        passage's source name, its text and its neighbours'. Built only when a sentence names code."""
+        if j not in self._code:
+            texts = self.cands.texts
+            self._code[j] = "\n".join([self.hits[self.cands.at[j][0]].source, texts[j],
+                                       *(texts[k] for k in self.cands.neighbours(j))])
+        return self._code[j]
 
     @classmethod
     def of(cls, question: str, hits: Sequence[Hit], cands: Candidates) -> _Passages:
@@ -236,8 +245,7 @@ class _Passages:
         return cls(hits, cands, own, [set().union(*(own[k] for k in cands.neighbours(j))) for j in range(len(own))],
                    [set().union(*(own[k] for k in b)) for b in back], terms,
                    [set().union(*(terms[k] for k in b)) for b in back], [key_terms(t) for t in texts],
-                   ["\n".join([hits[cands.at[j][0]].source, texts[j], *(texts[k] for k in cands.neighbours(j))])
-                    for j in range(len(texts))], set().union(*terms) | _terms_in(question))
+                   set().union(*terms) | _terms_in(question))
 
 
 def _before(cands: Candidates, j: int) -> list[int]:
@@ -316,7 +324,7 @@ def _support(s: Sentence, cos: np.ndarray, ps: _Passages, asked: set[str], q_wor
                 continue  # the sentence is about something else the passage names (Kubo's father, not its monkey)
         if new and _held(new, ps.own[j], ps.around[j]) < NEW_SHARE:
             continue  # what the answer adds to the question is not what this sentence says
-        if not all(_shown(x, ps.code[j]) for x in idents):
+        if not all(_shown(x, ps.code(j)) for x in idents):
             continue  # the code it names is not what this sentence (or the next) documents
         score = (float(cos[j]) + _held(words_a, ps.own[j], ps.around[j])) / 2
         if score >= threshold:

@@ -11,8 +11,9 @@ Rule
     A word (letters only: numbers are always claims) is *common* when at least `SHARE` (half) of
     the index's documents hold it, and the index has at least `MIN_DOCUMENTS` (5) documents:
     below that, half the documents is one or two, and a name they share is still a claim. The
-    count comes from the keyword index (the chunks holding the word, then their documents); a
-    word held by fewer chunks than half the documents is rejected without reading any chunk.
+    count comes from the keyword index (the chunks holding the word), then one distinct-document
+    count of those chunks in the catalog (`Catalog.document_count`, no chunk text read); a word held
+    by fewer chunks than half the documents is rejected without that count.
 
 Cache
     Per index generation: the document and chunk counts and every word's answer are kept until
@@ -30,7 +31,7 @@ Knobs
 
 Cost: `Index.version` per answer; one count of documents and chunks per index generation; one
 keyword lookup per distinct word not already decided in that generation, and for the few words held
-by enough chunks one catalog read of those chunks' documents.
+by enough chunks one count of those chunks' distinct documents.
 """
 
 from __future__ import annotations
@@ -80,4 +81,4 @@ class Vocabulary:
         ids = [cid for cid, _ in self.index.catalog.keyword_search(word, chunks, None)]
         if len(ids) < need:  # each document holding it has a chunk holding it
             return False
-        return len({c.doc_id for c in self.index.catalog.chunks(ids).values()}) >= need
+        return self.index.catalog.document_count(ids) >= need

@@ -34,6 +34,11 @@ class Chunk:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def label(self) -> str:
+        """``source#ordinal``: how answers cite the chunk (the same as its `Hit.label`)."""
+        return f"{self.source}#{self.ordinal}"
+
+    @property
     def page(self) -> int | None:
         """The page (from 1) of a PDF chunk, None for formats without pages (same rule as `Hit.page`)."""
         page = self.metadata.get("page")

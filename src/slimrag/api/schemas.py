@@ -39,8 +39,9 @@ Responses
     ``recomputed_tokens`` (tokens served from the cache and computed again anyway: blend reuse's
     recompute set) and ``reuse`` (``"exact"``: cached tokens are bitwise what a fresh prefill
     gives; ``"blend"``: passages were reused out of their first context, see
-    `slimrag.llm.kv.blend`). OpenAI clients read ``cached_tokens`` and ignore the rest; `hit_json` is one retrieved passage, with the
-    ``label`` the prompt gives it (what answers cite). `ErrorBody` is the error shape.
+    `slimrag.llm.kv.blend`). OpenAI clients read ``cached_tokens`` and ignore the rest. Hits,
+    passages, evidence and support are sent in the shape every shell sends (`slimrag.rag.wire`).
+    `ErrorBody` is the error shape.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from slimrag.config import SearchConfig
-from slimrag.types import Hit, Usage
+from slimrag.rag.wire import hit_json as hit_json  # a search hit, as every shell sends it
+from slimrag.types import Usage
 
 #: Passages per request (chat ``k``, search ``k``) at most.
 MAX_K = 100
@@ -250,11 +252,3 @@ def usage_json(u: Usage) -> dict[str, Any]:
             "total_tokens": u.prompt_tokens + u.completion_tokens,
             "prompt_tokens_details": {"cached_tokens": u.cached_tokens, "recomputed_tokens": u.recomputed_tokens,
                                       "reuse": u.reuse}}
-
-
-def hit_json(h: Hit, snippet: int | None = None) -> dict[str, Any]:
-    """A hit as JSON; ``label`` is how the prompt names the passage (what answers cite)."""
-    ordinal = h.metadata.get("ordinal", 0)
-    text = h.text if snippet is None or len(h.text) <= snippet else h.text[:snippet] + "…"
-    return {"chunk_id": h.chunk_id, "source": h.source, "label": f"{h.source}#{ordinal}", "score": h.score,
-            "text": text, "metadata": h.metadata, "page": h.page}

@@ -6,7 +6,9 @@ data. Every passage carries what a citation needs: its ``label`` (``source#ordin
 slimrag's answers cite), the ``source`` path, the ``page`` for PDFs (None elsewhere) and the
 ``chunk_id`` that `get_passage` opens; labels and pages follow the library's own rule (`Hit.label`,
 `Hit.page`, `Chunk.page`). Built from the library's records (`Hit`, `Chunk`,
-`Excerpt`, `Answer`, `AddReport`) by the ``from_*`` constructors here, so the tools stay thin.
+`Excerpt`, `Answer`, `AddReport`) by the ``from_*`` constructors here, so the tools stay thin; hits,
+passages, evidence, support and answers through `slimrag.rag.wire`, field for field, so a tool returns
+what the HTTP API and the CLI send.
 
 No ``slots``: the SDK reads a plain class's fields with ``getattr`` to build the output schema, and
 a slotted class's member descriptors look like (unserializable) defaults to it.
@@ -18,7 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from slimrag.types import Answer, Chunk, Document, Evidence, Excerpt, Hit, Support
+from slimrag.rag.wire import answer_json, excerpt_json, hit_json
+from slimrag.types import Answer, Document, Excerpt, Hit
 
 
 @dataclass(frozen=True)
@@ -35,10 +38,10 @@ class PassageHit:
 
     @classmethod
     def from_hit(cls, hit: Hit) -> PassageHit:
-        heading = hit.metadata.get("heading")
-        return cls(hit.chunk_id, hit.label, hit.source, hit.page,
-                   heading if isinstance(heading, str) and heading else None, round(float(hit.score), 6),
-                   hit.text)
+        h = hit_json(hit)
+        heading = h["metadata"].get("heading")
+        return cls(h["chunk_id"], h["label"], h["source"], h["page"],
+                   heading if isinstance(heading, str) and heading else None, round(float(h["score"]), 6), h["text"])
 
 
 @dataclass(frozen=True)
@@ -86,8 +89,9 @@ class PassageChunk:
     text: str
 
     @classmethod
-    def from_chunk(cls, chunk: Chunk) -> PassageChunk:
-        return cls(chunk.chunk_id, f"{chunk.source}#{chunk.ordinal}", chunk.ordinal, chunk.page, chunk.text)
+    def from_json(cls, c: dict[str, Any]) -> PassageChunk:
+        """From `slimrag.rag.wire.chunk_json`."""
+        return cls(**c)
 
 
 @dataclass(frozen=True)
@@ -104,9 +108,9 @@ class PassageExcerpt:
 
     @classmethod
     def from_excerpt(cls, ex: Excerpt) -> PassageExcerpt:
-        c = ex.chunk
-        return cls(c.chunk_id, f"{c.source}#{c.ordinal}", c.source, ex.page, c.text,
-                   [PassageChunk.from_chunk(b) for b in ex.before], [PassageChunk.from_chunk(a) for a in ex.after])
+        e = excerpt_json(ex)
+        return cls(e["chunk_id"], e["label"], e["source"], e["page"], e["text"],
+                   [PassageChunk.from_json(b) for b in e["before"]], [PassageChunk.from_json(a) for a in e["after"]])
 
 
 @dataclass(frozen=True)
@@ -133,8 +137,9 @@ class EvidenceSentence:
     score: float
 
     @classmethod
-    def from_evidence(cls, e: Evidence) -> EvidenceSentence:
-        return cls(e.text, e.label, e.chunk_id, e.start, e.end, e.score)
+    def from_json(cls, e: dict[str, Any]) -> EvidenceSentence:
+        """From `slimrag.rag.wire.evidence_json`."""
+        return cls(**e)
 
 
 @dataclass(frozen=True)
@@ -148,8 +153,9 @@ class SentenceSupport:
     unknown_terms: list[str]
 
     @classmethod
-    def from_support(cls, s: Support) -> SentenceSupport:
-        return cls(s.sentence, s.supported, list(s.labels), list(s.unknown_terms))
+    def from_json(cls, s: dict[str, Any]) -> SentenceSupport:
+        """From `slimrag.rag.wire.support_json`."""
+        return cls(**s)
 
 
 @dataclass(frozen=True)
@@ -174,14 +180,16 @@ class AnswerResult:
 
     @classmethod
     def from_answer(cls, a: Answer) -> AnswerResult:
-        u = a.usage
-        usage = AnswerUsage(u.prompt_tokens, u.completion_tokens, u.cached_tokens, round(u.ttft_s, 4),
-                            round(u.total_s, 4))
-        return cls(a.text, a.finish_reason, a.notice, a.abstained, list(a.unknown_citations),
+        """From `slimrag.rag.wire.answer_json`: the fields the CLI and the API send, ``text`` as ``answer``."""
+        j = answer_json(a)
+        u = j["usage"]
+        usage = AnswerUsage(u["prompt_tokens"], u["completion_tokens"], u["cached_tokens"], round(u["ttft_s"], 4),
+                            round(u["total_s"], 4))
+        return cls(j["text"], j["finish_reason"], j["notice"], j["abstained"], j["unknown_citations"],
                    [PassageHit.from_hit(h) for h in a.sources], usage,
-                   [EvidenceSentence.from_evidence(e) for e in a.evidence],
-                   [SentenceSupport.from_support(s) for s in a.support], list(a.used), a.marked, a.mode, a.verdict,
-                   a.shown)
+                   [EvidenceSentence.from_json(e) for e in j["evidence"]],
+                   [SentenceSupport.from_json(s) for s in j["support"]], j["used"], j["marked"], j["mode"],
+                   j["verdict"], j["shown"])
 
 
 @dataclass(frozen=True)

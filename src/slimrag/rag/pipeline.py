@@ -87,7 +87,7 @@ def default_generation(llm: Generator, max_new_tokens: int = 256) -> GenerationC
 
 def passage_of(hit: Hit) -> Passage:
     """The prompt passage of a search hit: keyed by chunk id, labelled by source and position."""
-    return Passage(str(hit.chunk_id), f"{hit.source}#{hit.metadata.get('ordinal', 0)}", hit.text)
+    return Passage(str(hit.chunk_id), hit.label, hit.text)
 
 
 def merge_hits(*lists: Sequence[Hit], k: int) -> list[Hit]:

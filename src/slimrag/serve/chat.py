@@ -30,14 +30,14 @@ Finish reasons
 
 The ``slimrag`` extension field
     The completion, or the last chunk before ``[DONE]``, carries ``slimrag: {"sources": [...],
-    "evidence": [...], "used": [...], "support": [...], "marked", "ttft_s", "total_s",
+    "mode", "verdict", "shown", "marked", "used", "evidence", "support", "ttft_s", "total_s",
     "finish_reason"}``: the passages retrieved, by relevance, with at most `SNIPPET_CHARS` of their
-    text; the evidence sentences (`evidence_json`: text, label, chunk_id, and ``start``/``end``, the
-    sentence's offsets in its passage's full text, which a page highlights); the labels of the
-    sources that back the answer (``used``; the others were only retrieved); each answer
-    sentence's support (`support_json`); the text with a ``[label]`` after each supported sentence
-    that cited nothing (``marked``; the streamed ``content`` is the model's text as written); the
-    end-to-end timings and slimrag's own finish reason.
+    text; what the check decided and found, as every shell sends it (`slimrag.rag.wire.checked_json`:
+    the verdict and the text to show, the text with a ``[label]`` after each supported sentence that
+    cited nothing, the labels of the sources that back the answer, the evidence sentences with their
+    offsets in their passage's full text, which a page highlights, and each answer sentence's
+    support); the streamed ``content`` is the model's text as written; the end-to-end timings and
+    slimrag's own finish reason.
 
 Usage
     ``usage.prompt_tokens_details`` holds ``cached_tokens`` (OpenAI's), ``recomputed_tokens`` and
@@ -53,10 +53,11 @@ from typing import Any
 
 from slimrag.api.errors import APIError, api_error
 from slimrag.api.metrics import Metrics
-from slimrag.api.schemas import ChatMessage, ChatRequest, hit_json, usage_json
+from slimrag.api.schemas import ChatMessage, ChatRequest, usage_json
 from slimrag.config import GenerationConfig
+from slimrag.rag.wire import checked_json, hit_json
 from slimrag.serve.workers import Worker
-from slimrag.types import Answer, Evidence, Support
+from slimrag.types import Answer
 
 #: Earlier chat messages kept as history (four turns, as `Chat` keeps).
 HISTORY_MESSAGES = 8
@@ -105,28 +106,12 @@ def generation_config(req: ChatRequest, served: GenerationConfig) -> GenerationC
     )
 
 
-def evidence_json(e: Evidence) -> dict[str, Any]:
-    """An evidence sentence as JSON: its text, passage label and chunk id, its offsets in the
-    passage's text, and its score."""
-    return {"text": e.text, "label": e.label, "chunk_id": e.chunk_id, "start": e.start, "end": e.end,
-            "score": e.score}
-
-
-def support_json(s: Support) -> dict[str, Any]:
-    """An answer sentence's support as JSON: whether backed, by which labels, the numbers and names
-    found in no passage."""
-    return {"sentence": s.sentence, "supported": s.supported, "labels": list(s.labels),
-            "unknown_terms": list(s.unknown_terms)}
-
-
 def extension(answer: Answer) -> dict[str, Any]:
-    """The ``slimrag`` field (module header)."""
+    """The ``slimrag`` field (module header): the sources and the check's findings as every shell
+    sends them (`slimrag.rag.wire`), the timings and slimrag's own finish reason."""
     u = answer.usage
     reason = answer.slimrag_finish_reason if isinstance(answer, WireAnswer) else answer.finish_reason
-    return {"sources": [hit_json(h, SNIPPET_CHARS) for h in answer.sources],
-            "evidence": [evidence_json(e) for e in answer.evidence], "used": list(answer.used),
-            "support": [support_json(s) for s in answer.support], "marked": answer.marked,
-            "mode": answer.mode, "verdict": answer.verdict, "shown": answer.shown,
+    return {"sources": [hit_json(h, SNIPPET_CHARS) for h in answer.sources], **checked_json(answer),
             "ttft_s": round(u.ttft_s, 4), "total_s": round(u.total_s, 4), "finish_reason": reason}
 
 

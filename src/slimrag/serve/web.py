@@ -22,6 +22,7 @@ from slimrag.api.openapi import error_responses
 from slimrag.api.schemas import ErrorBody
 from slimrag.errors import NotFoundError
 from slimrag.index.browse import MAX_AROUND
+from slimrag.rag.wire import excerpt_json
 from slimrag.serve.workers import Worker, Workers
 from slimrag.types import Excerpt
 
@@ -44,16 +45,19 @@ class StatusOut(BaseModel):
 
 
 class ChunkOut(BaseModel):
-    """One chunk of a passage: its id, place in the document, page (PDFs) and text."""
+    """One chunk of a passage: its id, label (``source#ordinal``), place in the document, page (PDFs)
+    and text."""
 
     chunk_id: int
+    label: str
     ordinal: int
     page: int | None
     text: str
 
 
 class PassageOut(BaseModel):
-    """``GET /v1/passages/{chunk_id}``: a chunk in its document, with its neighbours."""
+    """``GET /v1/passages/{chunk_id}``: a chunk in its document, with its neighbours
+    (`slimrag.rag.wire.excerpt_json`); ``label`` is how answers cite the chunk."""
 
     chunk_id: int
     source: str
@@ -65,15 +69,6 @@ class PassageOut(BaseModel):
     metadata: dict[str, Any]
     before: list[ChunkOut]
     after: list[ChunkOut]
-
-
-def passage_json(ex: Excerpt) -> dict[str, Any]:
-    """`Excerpt` as `PassageOut`; ``label`` is how answers cite the chunk (``source#ordinal``)."""
-    c = ex.chunk
-    around = {side: [{"chunk_id": n.chunk_id, "ordinal": n.ordinal, "page": n.page, "text": n.text}
-                     for n in chunks] for side, chunks in (("before", ex.before), ("after", ex.after))}
-    return {"chunk_id": c.chunk_id, "source": c.source, "doc_id": c.doc_id, "ordinal": c.ordinal,
-            "label": f"{c.source}#{c.ordinal}", "page": ex.page, "text": c.text, "metadata": c.metadata, **around}
 
 
 def add_browse_routes(app: FastAPI, searches: Workers, search_mode: str) -> None:
@@ -94,6 +89,6 @@ def add_browse_routes(app: FastAPI, searches: Workers, search_mode: str) -> None
             return w.index.passage(chunk_id, around)
 
         try:
-            return passage_json(await searches.run(look))
+            return excerpt_json(await searches.run(look))
         except NotFoundError as e:
             raise APIError(404, str(e), param="chunk_id", code="not_found") from None

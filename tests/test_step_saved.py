@@ -65,6 +65,22 @@ def test_a_saved_entry_is_loaded_by_the_next_session_and_computes_the_same(tmp_p
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]  # nothing half-written left
 
 
+def test_saving_an_entry_hashes_each_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A miss writes the entry's manifest (one hash per file) and loads what it wrote without
+    hashing the files again; a later session checks them (one hash per file again)."""
+    from slimrag.llm.engine import saved_step
+
+    hashed: list[str] = []
+    real = saved_step._digest
+    monkeypatch.setattr(saved_step, "_digest", lambda path: hashed.append(path.name) or real(path))
+    saved = SavedSteps(tmp_path)
+    _session(saved)
+    assert sorted(hashed) == ["step.bin", "step.onnx"]
+    hashed.clear()
+    _, loaded = _session(saved)
+    assert loaded and sorted(hashed) == ["step.bin", "step.onnx"]
+
+
 @pytest.mark.parametrize("damage", ["truncate_bin", "overwrite_bin", "garbage_onnx", "no_manifest", "foreign_manifest"])
 def test_a_damaged_entry_is_rebuilt_with_a_warning(tmp_path: Path, damage: str) -> None:
     saved = SavedSteps(tmp_path)

@@ -162,24 +162,27 @@ class SavedSteps:
         opts.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
         opts.add_session_config_entry("session.save_external_prepacked_constant_initializers", "1")
         built = _built(model, opts, weights)
+        ours = False  # whether the entry is the one written here (its files hashed once, just now)
         try:
             (tmp / "manifest.json").write_text(json.dumps(_manifest(tmp)))
             fsync_tree(tmp)
             os.rename(tmp, entry)
+            ours = True
         except OSError:  # another process saved the same entry first, or the disk is full: ours is not needed
             shutil.rmtree(tmp, ignore_errors=True)
         self._prune()
         try:
-            return self._load(entry, options), False
+            return self._load(entry, options, check=not ours), False
         except (OSError, ValueError, *_ort_errors()):
             return built, False  # the disk is full or another process's entry was pruned: keep ours
 
     @staticmethod
-    def _load(entry: Path, options: Callable[[dict[str, np.ndarray] | None], Any]) -> Any:
-        """The session of a saved entry, after checking its files against its manifest."""
+    def _load(entry: Path, options: Callable[[dict[str, np.ndarray] | None], Any], *, check: bool = True) -> Any:
+        """The session of a saved entry, after checking its files against its manifest (``check``;
+        not for the entry this process has just written and hashed)."""
         import onnxruntime as ort
 
-        if json.loads((entry / "manifest.json").read_text()) != _manifest(entry):
+        if check and json.loads((entry / "manifest.json").read_text()) != _manifest(entry):
             raise ValueError("sizes or hashes differ from its manifest")
         sess = ort.InferenceSession(str(entry / "step.onnx"), options(None), providers=["CPUExecutionProvider"])
         os.utime(entry)  # most recently used

@@ -14,8 +14,10 @@ from typing import Any, TypeVar
 import click
 
 from slimrag.api.limits import ConnectionLimits
+from slimrag.cli.asking import ANSWER_HELP
 from slimrag.cli.base import ROUTE, cli, open_index
 from slimrag.cli.options import bind_port, cache_config, host_options, host_rule, reuse_options
+from slimrag.config import ANSWER_MODES
 from slimrag.errors import SlimragError
 from slimrag.route.policy import RouterConfig
 
@@ -82,11 +84,14 @@ def bind_warning(host: str, api_key: str | None, what: str = "server") -> str | 
 @click.option("--kv-events", metavar="ENDPOINT",
               help="Publish the KV cache's changes as vLLM KV events on this ZMQ address, e.g. "
                    "tcp://127.0.0.1:5557 (replays on the next port); off by default. See docs/kv-events.md.")
+@click.option("--answer", "answer", type=click.Choice(ANSWER_MODES), default=None,
+              help=ANSWER_HELP + " The server's default: a request's own 'answer' field overrides it.")
 @limit_options
 @host_options
 @reuse_options
 def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None, workers: int,
-          search_workers: int, decode_width: int | None, kv_events: str | None, max_connections: int | None,
+          search_workers: int, decode_width: int | None, kv_events: str | None, answer: str | None,
+          max_connections: int | None,
           header_timeout: float, max_body_bytes: int, allow_host: tuple[str, ...],
           allow_origin: tuple[str, ...]) -> None:
     """Serve an index over HTTP: OpenAI-compatible chat completions (RAG) and embeddings, search, metrics."""
@@ -112,7 +117,7 @@ def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None
 
         with open_index(index) as idx:
             batch = None if decode_width is None else BatchConfig(width=decode_width)
-            rag = RAG(idx, make_generator(llm, cache=cache, batch=batch))
+            rag = RAG(idx, make_generator(llm, cache=cache, batch=batch), answer=answer)
             warm_up(rag)  # here, so a missing model is one error line rather than a failed startup
             try:
                 app = create_app(rag, api_key=api_key, workers=workers, search_workers=search_workers, warm=False,

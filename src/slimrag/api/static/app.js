@@ -206,7 +206,7 @@ function usageLine(usage, ext, pageTtft) {
     const cached = (usage.prompt_tokens_details || {}).cached_tokens || 0;
     parts.push(`${usage.prompt_tokens} prompt tokens (${cached} cached)`, `${usage.completion_tokens} generated`);
   }
-  if (ext) parts.push(`first token ${seconds(ext.ttft_s)}`, `total ${seconds(ext.total_s)}`);
+  if (ext) parts.push(`${ext.mode} answer`, `first token ${seconds(ext.ttft_s)}`, `total ${seconds(ext.total_s)}`);
   if (pageTtft !== null) parts.push(`first text on this page after ${seconds(pageTtft)}`);
   return parts.join(" · ");
 }
@@ -224,8 +224,10 @@ async function ask(question) {
   const started = performance.now();
   let text = "", firstAt = null, usage = null, ext = null, finish = null;
   try {
+    const mode = $("answer-mode").value;  // "": the server's default (slimrag serve --answer)
     const res = await postJSON("/v1/chat/completions", {
-      model: "slimrag", messages, stream: true, stream_options: { include_usage: true } });
+      model: "slimrag", messages, stream: true, stream_options: { include_usage: true },
+      ...(mode ? { answer: mode } : {}) });
     for await (const event of sseEvents(res)) {
       if (event === "[DONE]") break;
       if (event.error) throw new ApiError(event.error.message);

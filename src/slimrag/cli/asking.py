@@ -157,7 +157,7 @@ def open_for_answers(index: str, spec: dict[str, Any]) -> tuple[Any, Any]:
     preload(gen)
     idx = open_index(index)
     try:
-        idx.embedder.load()
+        idx.load_embedder()
     except BaseException:
         idx.close()
         raise
@@ -180,15 +180,22 @@ def rag_for(idx: Any, llm: Any, max_tokens: int, mode: str | None = None, answer
 def answering(index: str, spec: dict[str, Any], max_tokens: int, mode: str | None,
               answer: str | None = None) -> Iterator[tuple[Any, StatusLine]]:
     """What `ask` and `chat` share: a status line from the start ("loading", then the RAG's stages
-    until the first token), the index and the generator loaded side by side, and a `RAG` over them
-    that does not wait for the generator's load (module header); the index is closed and the status
-    line cleared however the command ends."""
+    until the first token), the index and the generator loaded side by side, and the `RAG` of a
+    `Session` over them (`slimrag.rag.session`, as ``serve`` and ``mcp`` hold one) that does not
+    wait for the generator's load (module header); the index is closed and the status line cleared
+    however the command ends."""
+    from slimrag.rag.session import Session
+
     status = StatusLine()
     status.show("loading")
     try:
         idx, generator = open_for_answers(index, spec)
-        with idx:
-            yield rag_for(idx, generator, max_tokens, mode, answer, progress=status.show), status
+        session = Session(idx, generator,
+                          lambda i, gen: rag_for(i, gen, max_tokens, mode, answer, progress=status.show))
+        try:
+            yield session.rag(), status
+        finally:
+            session.close()
     finally:
         status.clear()
 

@@ -193,14 +193,13 @@ def remove(ctx: click.Context, index: str, paths: tuple[str, ...]) -> None:
 
 
 
-def text_report(catalog: Any, folder: dict[str, Any]) -> dict[str, Any]:
+def text_report(idx: Any, folder: dict[str, Any]) -> dict[str, Any]:
     """What `info` says about the text store: the bytes of text the documents yielded, the
-    catalog's bytes by part, and the whole folder's size over the text (`Index.stats` leaves out
-    SQLite's transient ``-shm`` file)."""
-    text = catalog.text_bytes()
-    return {"bytes": text, "catalog_parts": catalog.part_bytes(), "compact": catalog.compact,
-            "catalog_bytes": folder["catalog"], "folder_bytes": folder["total"],
-            "ratio": folder["total"] / text if text else 0.0}
+    catalog's bytes by part (`Index.text_bytes`), and the whole folder's size over the text
+    (`Index.stats` leaves out SQLite's transient ``-shm`` file)."""
+    store = idx.text_bytes()
+    return {**store, "catalog_bytes": folder["catalog"], "folder_bytes": folder["total"],
+            "ratio": folder["total"] / store["bytes"] if store["bytes"] else 0.0}
 
 
 @cli.command()
@@ -220,7 +219,7 @@ def info(index: str | None, docs: bool, show_llm: bool, as_json: bool) -> None:
     if index:
         with open_index(index) as idx:
             out["index"] = idx.stats()
-            out["index"]["text"] = text_report(idx.catalog, out["index"]["bytes"])
+            out["index"]["text"] = text_report(idx, out["index"]["bytes"])
             if docs:
                 out["documents"] = [asdict(d) for d in idx.documents()]
     if show_llm:

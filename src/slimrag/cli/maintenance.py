@@ -72,5 +72,5 @@ def compact(index: str, wait: float | None, rebuild: bool) -> None:
 
     with Index.open(index, wait=wait) as idx:
         idx.compact(rebuild=rebuild)
-        click.echo(f"{index}: generation {idx.manifest.generation} ({idx.manifest.gen_kind}), "
-                   f"{int(idx.vectors.live.sum())} vectors")
+        s = idx.stats()
+        click.echo(f"{index}: generation {s['generation']} ({s['gen_kind']}), {s['counts']['live_vectors']} vectors")

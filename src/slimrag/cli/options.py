@@ -194,7 +194,7 @@ def source_filter(idx: Any, value: str | None) -> str | None:
     from slimrag.index.sources import source_glob
 
     names = [d.source for d in idx.documents()]
-    pattern = source_glob(value, names, idx.manifest.source_root)
+    pattern = source_glob(value, names, idx.source_root)
     if pattern is None:
         raise click.BadParameter(f"no stored source matches {value!r}; give a stored name, a folder or a glob "
                                  f"(stored names look like {example_names(names)})", param_hint="--source")

@@ -2,14 +2,14 @@
 
 Progressive indexing (`slimrag.index.coverage`) leaves an index whose text is searchable before
 its last vector; a long-running process over such an index (``slimrag serve``) finishes the
-embedding itself instead of waiting for a ``build --resume``. The thread opens its own `Index` on
-the folder (an index's SQLite connection belongs to the thread that opened it) with the embedder
-it is given (the served one: `LocalEmbedder` serializes calls, so a query waits at most one
-batch behind the backfill), and calls `Index.embed_awaiting` with a limit of `STEP` chunks at a
-time, so the writer lock is taken and released per step and an ``add`` from another process gets
-in between. Each step commits delta parts by manifest switches, which the serving workers see
-before their next job (`slimrag.serve.workers`, "Index updates"); compaction is left to the next
-``compact`` or write, as after any add.
+embedding itself instead of waiting for a ``build --resume``. The thread writes through the open
+`Index` it is given (the server's one index, `slimrag.rag.session`: an `Index` serves many
+threads, each with its own catalog connection, so each step's commit is put in the view the
+server searches, with no catch-up), or opens its own on a folder with the embedder it is given
+(`LocalEmbedder` serializes calls, so a query waits at most one batch behind the backfill). It
+calls `Index.embed_awaiting` with a limit of `STEP` chunks at a time, so the writer lock is taken
+and released per step and an ``add`` from another process gets in between; compaction is left to
+the next ``compact`` or write, as after any add.
 
 `stop` ends the thread after its current step. An error in a step is logged with the exception
 and ends the thread (the index keeps every committed part and still answers); the next start, or
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from contextlib import nullcontext
 from pathlib import Path
 
 from slimrag.embed.base import Embedder
@@ -40,23 +41,27 @@ _running: dict[Path, Backfill] = {}  # folder -> its backfill while the thread r
 _running_lock = threading.Lock()
 
 
-def ensure(root: str | Path, embedder: Embedder | None = None) -> Backfill:
-    """The backfill running in this process for the index at ``root``, or a new one, started."""
-    key = Path(root).resolve()
+def ensure(root: str | Path | Index, embedder: Embedder | None = None) -> Backfill:
+    """The backfill running in this process for the index at ``root`` (a folder, or an open
+    `Index` to write through), or a new one, started."""
+    key = Path(root.root if isinstance(root, Index) else root).resolve()
     with _running_lock:
         fill = _running.get(key)
         if fill is None or not fill.running:
-            fill = _running[key] = Backfill(key, embedder).start()
+            fill = _running[key] = Backfill(root, embedder).start()
         return fill
 
 
 class Backfill:
-    """Embeds the chunks awaiting vectors of the index at ``root`` on a daemon thread."""
+    """Embeds the chunks awaiting vectors of the index at ``root`` (a folder, or an open `Index`
+    that stays open) on a daemon thread."""
 
-    def __init__(self, root: str | Path, embedder: Embedder | None = None, step: int = STEP) -> None:
+    def __init__(self, root: str | Path | Index, embedder: Embedder | None = None, step: int = STEP) -> None:
         if step < 1:
             raise ValueError(f"step must be >= 1, got {step}")
-        self.root, self.embedder, self.step = Path(root), embedder, step
+        self._index = root if isinstance(root, Index) else None
+        self.root = root.root if isinstance(root, Index) else Path(root)
+        self.embedder, self.step = embedder, step
         #: chunks this backfill embedded so far
         self.embedded = 0
         #: the exception that ended the thread early, if any
@@ -86,7 +91,8 @@ class Backfill:
 
     def _run(self) -> None:
         try:
-            with Index.open(self.root, embedder=self.embedder) as idx:
+            with (nullcontext(self._index) if self._index is not None
+                  else Index.open(self.root, embedder=self.embedder)) as idx:
                 while not self._stop.is_set():
                     n = idx.embed_awaiting(self.step)
                     if not n:
@@ -98,6 +104,8 @@ class Backfill:
             log.exception("backfill of %s stopped after %d chunk(s); the index answers, and "
                           "`slimrag build --resume` or `sync` embeds the rest", self.root, self.embedded)
         finally:
+            if self._index is not None:
+                self._index.release_thread()
             with _running_lock:
                 if _running.get(self.root.resolve()) is self:
                     del _running[self.root.resolve()]

@@ -12,7 +12,15 @@ Index ─┬─ IndexState    root, Manifest, Catalog, embedder, VectorStore, wr
 ```
 
 `Index` builds them with explicit arguments and delegates each public method to one of them; no
-part reads another's attributes. Vectors are a `slimrag.index.store.vectors.VectorStore` of the current
+part reads another's attributes. Shells (the CLI, ``serve``, ``mcp``, the router) reach an index
+through the public methods below only (``source_root``, ``chunks``, ``embed_batches``,
+``count_tokens``, ``text_bytes``, ...), never through the parts.
+
+Threads: one `Index` serves a whole process (`slimrag.rag.session`). Searches, browsing and the
+read-only views may be called from any number of threads at once (each thread reads the catalog
+through a connection of its own, and searches hold the view shared: `slimrag.index.threads`);
+`catch_up` follows other processes' writes in place; writes from several threads take the writer
+lock in turn, as writers of several processes do. Vectors are a `slimrag.index.store.vectors.VectorStore` of the current
 generation plus the delta parts: a flat generation as memory-mapped matrices (`FlatVectors`), a
 slim one as graph + PQ codes whose rows are re-embedded from the catalog's text at query time
 (`SlimVectors`); see `slimrag.index.store.layout` for the files and `slimrag.index.store.manifest` for the
@@ -21,11 +29,8 @@ manifest.
 
 from __future__ import annotations
 
-import os
 import shutil
-import stat
-import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict
 from pathlib import Path
@@ -38,17 +43,16 @@ from slimrag.config import IndexConfig, SearchConfig
 from slimrag.embed.base import Embedder
 from slimrag.embed.registry import default_embedder, from_record
 from slimrag.errors import IndexFormatError
-from slimrag.files import fsync_dir
 from slimrag.index.browse import IndexBrowse
 from slimrag.index.check import CheckReport, IndexChecker
 from slimrag.index.coverage import Coverage
 from slimrag.index.query import IndexQuery
+from slimrag.index.replace import replaceable, swap_in
 from slimrag.index.report import AddReport
 from slimrag.index.sources import Removal
 from slimrag.index.state import IndexState
 from slimrag.index.store import layout
 from slimrag.index.store import manifest as manifest_file
-from slimrag.index.store.lock import WriterLock
 from slimrag.index.store.manifest import Manifest
 from slimrag.index.store.slim import SlimConfig
 from slimrag.index.store.vectors import VectorStore
@@ -56,13 +60,14 @@ from slimrag.index.sync import IndexSync, SyncReport
 from slimrag.index.writer import IndexWriter
 from slimrag.ingest.chunker import Chunker
 from slimrag.ingest.source import Inputs, PreparedDoc
-from slimrag.types import Document, Excerpt, Hit
+from slimrag.types import Chunk, Document, Excerpt, Hit
 
 
 class Index:
     """One index folder. One writer at a time, across threads and processes: every write takes
     the folder's writer lock (waiting up to ``lock_wait`` seconds, see `slimrag.index.store.lock`).
-    An `Index` object is not thread-safe; open one per thread (reads never lock)."""
+    Shared by threads (module header): reads never wait for each other, nor for a writer's work
+    (only for the moment its result is put in view)."""
 
     def __init__(self, root: Path, embedder: Embedder | None = None, *, wait: float | None = None) -> None:
         root = Path(root)
@@ -104,7 +109,7 @@ class Index:
             idx = cls._create_at(fresh, embedder, config, source_root, slim, wait)
             used = idx.embedder
             idx.close()
-            _swap_in(fresh, out, wait)
+            swap_in(fresh, out, wait)
         except BaseException:
             shutil.rmtree(fresh, ignore_errors=True)
             raise
@@ -171,7 +176,7 @@ class Index:
                     idx.compact()
             finally:
                 idx.close()
-            _swap_in(fresh, out, wait)
+            swap_in(fresh, out, wait)
         except BaseException:
             shutil.rmtree(fresh, ignore_errors=True)
             raise
@@ -202,6 +207,18 @@ class Index:
         """Close the catalog and unmap the vectors (`IndexState.close`)."""
         self.state.close()
 
+    def release_thread(self) -> None:
+        """Close the calling thread's catalog connection (a worker thread done with the index;
+        its next use opens another). Threads that end release theirs anyway."""
+        self.state.catalogs.release()
+
+    def catch_up(self) -> bool:
+        """Follow what other processes wrote since the last call, in place: new delta parts
+        mapped, removals masked, a compaction's generation switched in, the caches of recomputed
+        rows kept (`IndexState.catch_up`). A stat and a pragma when nothing changed; True when the
+        view moved. Searches never need it for this handle's own writes."""
+        return self.state.catch_up()
+
     def __enter__(self) -> Index:
         return self
 
@@ -226,8 +243,14 @@ class Index:
 
     @property
     def catalog(self) -> Catalog:
-        """The SQLite catalog: documents, chunks, keyword index."""
+        """The SQLite catalog (this thread's connection): documents, chunks, keyword index."""
         return self.state.catalog
+
+    @property
+    def source_root(self) -> str | None:
+        """The folder the index was built from (absolute), against which stored names are relative;
+        None for an index built from single files."""
+        return self.state.manifest.source_root
 
     @property
     def embedder(self) -> Embedder:
@@ -266,9 +289,10 @@ class Index:
     def version(self) -> tuple[int, int, int]:
         """A cheap, hashable token that changes when another process changes this index: the
         manifest file's (inode, mtime in ns), replaced by a rename at every add and compact, and
-        the catalog connection's SQLite ``data_version``, which moves when another connection
-        commits (a remove). A stat and a pragma: microseconds. Compare tokens for equality only.
-        Writes through this same `Index` move the manifest part but not ``data_version``."""
+        the calling thread's catalog connection's SQLite ``data_version``, which moves when another
+        connection commits (a remove). A stat and a pragma: microseconds. Compare tokens taken on
+        one thread, for equality only. Writes through this same `Index` on the same thread move
+        the manifest part but not ``data_version``."""
         st = (self.root / layout.MANIFEST).stat()
         return st.st_ino, st.st_mtime_ns, self.catalog.data_version()
 
@@ -335,6 +359,33 @@ class Index:
         """All stored documents."""
         return self.catalog.documents()
 
+    def chunks(self, chunk_ids: Iterable[int]) -> dict[int, Chunk]:
+        """The stored chunks of ``chunk_ids`` by id (ids not in the index are left out)."""
+        return self.catalog.chunks(list(chunk_ids))
+
+    def text_bytes(self) -> dict[str, Any]:
+        """The text store: ``bytes`` of text the documents yielded, the catalog's bytes by part
+        (``catalog_parts``: text, keyword index, documents, other, free) and whether it has the
+        ``compact`` layout."""
+        catalog = self.catalog
+        return {"bytes": catalog.text_bytes(), "catalog_parts": catalog.part_bytes(), "compact": catalog.compact}
+
+    # -- the embedder ---------------------------------------------------------------------------
+    def load_embedder(self) -> None:
+        """Load the embedder's model now (else on the first query that needs it)."""
+        self.embedder.load()
+
+    def embed_batches(self, texts: Sequence[str]) -> Iterator[np.ndarray]:
+        """Embeddings of ``texts`` as the index makes them (its embedder, ``embed_batch`` texts
+        per call), one batch at a time, so a caller may stop between batches."""
+        step = self.config.embed_batch
+        for start in range(0, len(texts), step):
+            yield self.embedder.embed(texts[start:start + step], batch_size=step, progress=False)
+
+    def count_tokens(self, text: str) -> int:
+        """``text``'s length in the chunker's tokens (the embedder's tokenizer)."""
+        return self._writer.chunker.count(text)
+
     def passage(self, chunk_id: int, around: int = 1) -> Excerpt:
         """`IndexBrowse.passage`: a chunk with its neighbours in its document."""
         return self._browse.passage(chunk_id, around)
@@ -355,58 +406,3 @@ class Index:
     def sync(self, folder: str | Path, paths: Iterable[str | Path] | None = None) -> SyncReport:
         """`IndexSync.sync`: make the index hold exactly the readable files of ``folder``."""
         return self._sync.sync(folder, paths)
-
-
-#: What a create killed before its first manifest can leave in the folder: the catalog (and its
-#: WAL files), the empty generation or its temp folder, a temp manifest, the writer lock.
-_UNFINISHED = ("catalog.sqlite*", "gen-*", ".tmp-*", ".manifest.json.*", "delta", "writer.lock")
-#: infix of the hidden sibling folders of a replacement (``.NAME.new-XXXX``, ``.NAME.old-XXXX``); a
-#: crash can leave one beside the index, deleted by hand (it is never read)
-_NEW, _OLD = ".new-", ".old-"
-
-
-def _unfinished_index(folder: Path) -> bool:
-    """True for an empty folder, or one holding only what an interrupted create leaves (no
-    manifest yet), which ``overwrite`` may delete; anything else is someone's data."""
-    return all(any(p.match(pat) for pat in _UNFINISHED) for p in folder.iterdir())
-
-
-def replaceable(out: Path) -> Path | None:
-    """Check that ``overwrite`` may replace the existing ``out``, and say how: None when it holds
-    only what an interrupted create leaves (deleted at once), else the empty hidden sibling folder
-    to build the replacement in. Raises `IndexFormatError` for anything that is not a slimrag
-    index: a file, a folder whose ``manifest.json`` does not parse as an index's (format and
-    required fields, not just the file name: a browser extension has a ``manifest.json`` too), or
-    a non-empty folder without one."""
-    if not out.is_dir():
-        raise IndexFormatError(f"{out} is a file, not an index; refusing to replace it. Give a folder for the index")
-    if not (out / layout.MANIFEST).is_file():
-        if _unfinished_index(out):
-            return None
-        raise IndexFormatError(f"{out} is a non-empty folder that is not an index; refusing to delete it. "
-                               "Choose another folder")
-    try:
-        manifest_file.read(out)
-    except (IndexFormatError, TypeError, ValueError, OSError) as e:
-        raise IndexFormatError(f"{out} holds a {layout.MANIFEST} that is not a slimrag index's ({e}); refusing "
-                               "to delete it. Choose another folder, or delete it yourself if it is an "
-                               "index of another slimrag version") from None
-    fresh = Path(tempfile.mkdtemp(prefix=f".{out.name}{_NEW}", dir=out.resolve().parent))
-    os.chmod(fresh, stat.S_IMODE(out.stat().st_mode))  # the old index's mode, not mkdtemp's 0700
-    return fresh
-
-
-def _swap_in(fresh: Path, out: Path, wait: float | None) -> None:
-    """Put the finished index ``fresh`` in the place of the index ``out``: two renames under
-    ``out``'s writer lock (a writer busy with the old index finishes first), then the old folder
-    is deleted. A failure of the second rename puts the old one back."""
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}{_OLD}", dir=out.resolve().parent))
-    with WriterLock(out, wait):
-        os.replace(out, old)  # an empty folder is replaced by a rename
-        try:
-            os.rename(fresh, out)
-        except OSError:
-            os.rename(old, out)
-            raise
-    fsync_dir(out.resolve().parent)
-    shutil.rmtree(old)

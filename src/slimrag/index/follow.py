@@ -1,62 +1,64 @@
-"""`FollowedIndex`: one read handle on an index folder that follows what other processes write.
+"""`FollowedIndex`: the one `Index` a long-running process keeps open on a folder, kept current
+with what other processes write.
 
-Why. The router's planner (`slimrag.route.planner`) and the MCP server's worker
-(`slimrag.mcp.worker`) each keep one `Index` open on a thread of their own, while ``slimrag add``
-in a shell may change the folder beside them. Before each use the index's version token
-(`Index.version`: the manifest's inode and mtime, the catalog's SQLite ``data_version``) is compared
-with the one seen after the last (re)open; when it moved, the index is reopened with the same
-embedder object, so the model is not loaded again. A check costs a stat and a pragma.
+Why. A server (`slimrag.rag.session`, under ``serve`` and ``mcp``) and the router's planner
+(`slimrag.route.planner`) each keep an index open for their whole life, while ``slimrag add`` in a
+shell may change the folder beside them. Reopening on every change threw away what an open index
+has built up (a slim index's cache of recomputed rows, the catalog's decoded blocks) and made a
+server open one index per worker thread. Instead the index is opened once, on first use (or given
+open), and `current` catches it up in place (`Index.catch_up`: a stat and a pragma when nothing
+moved; new delta parts mapped, removals masked, a compaction's generation switched in when
+something did).
 
-Not thread-safe: call it from the one thread that owns the handle (an `Index`'s SQLite connection
-belongs to the thread that opened it).
+Thread-safe: `current` may be called from any thread (the open is guarded by a lock; an `Index`
+serves many threads, `slimrag.index.threads`).
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from slimrag.embed.base import Embedder
     from slimrag.index.core import Index
 
 
 class FollowedIndex:
-    """The index at ``path``, opened on first use and reopened when another process changed it."""
+    """The index at ``path`` (or the open ``index`` given), opened on first use and caught up
+    with other processes' writes before each use."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+    def __init__(self, path: str | Path | Index, embedder: Embedder | None = None) -> None:
         self._index: Index | None = None
-        self._seen: tuple[int, int, int] | None = None
+        if isinstance(path, (str, Path)):
+            self.path = Path(path)
+        else:
+            self._index, self.path = path, path.root
+        self._embedder = embedder
+        self._opening = threading.Lock()
 
     @property
     def index(self) -> Index | None:
-        """The handle as last opened, without a version check (for code already running on it)."""
+        """The handle, without a catch-up (None before the first `current`)."""
         return self._index
 
     def current(self) -> Index:
-        """The index, (re)opened first when it is not open or its version moved since."""
-        if self._index is None or self._index.version() != self._seen:
-            self._reopen()
-        assert self._index is not None
-        return self._index
+        """The index, opened first when it is not open, then caught up (`Index.catch_up`)."""
+        index = self._index
+        if index is None:
+            with self._opening:
+                if self._index is None:
+                    from slimrag.index.core import Index  # the facade's imports: only once a handle is wanted
 
-    def mark_seen(self) -> None:
-        """Take the present version as seen: a write through this handle moved the token without
-        making the handle stale (a writer re-reads the manifest under the lock)."""
-        if self._index is not None:
-            self._seen = self._index.version()
+                    self._index = Index.open(self.path, embedder=self._embedder)
+                return self._index
+        index.catch_up()
+        return index
 
     def close(self) -> None:
         """Close the handle (a later `current` opens it again)."""
-        if self._index is not None:
-            self._index.close()
-            self._index = None
-
-    def _reopen(self) -> None:
-        from slimrag.index.core import Index  # the facade's imports: only once a handle is wanted
-
-        old = self._index
-        self._index = Index.open(self.path, embedder=old.embedder if old is not None else None)
-        if old is not None:
-            old.close()
-        self._seen = self._index.version()
+        with self._opening:
+            if self._index is not None:
+                self._index.close()
+                self._index = None

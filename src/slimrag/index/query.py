@@ -32,10 +32,16 @@ default, ~6 MB at d=384). Each search records what it covered in `IndexQuery.las
 
 A part of `Index` built on its `IndexState` (`slimrag.index.state`): it reads the catalog, the
 embedder and the vector store from there and nothing else. Hybrid fusion is one call (`fuse`).
+
+Threads: searches from many threads run at once on one `Index` (`slimrag.index.threads`): each
+holds the state's ``guard`` shared (a catch-up or a write of the view waits for it), reads its
+thread's catalog connection, and records its coverage for its own thread (``last_coverage``); the
+fill cache is shared under a lock.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -58,13 +64,18 @@ FILL_CACHE = 4096
 
 
 class IndexQuery:
-    """The search methods of `Index` (see the module header). One `Index` per thread."""
+    """The search methods of `Index` (see the module header), callable from many threads at once."""
 
     def __init__(self, state: IndexState) -> None:
         self.state = state
-        #: what the last `search` covered (None before the first)
-        self.last_coverage: Coverage | None = None
+        self._mine = threading.local()  # this thread's last coverage
         self._filled: dict[int, np.ndarray] = {}  # chunk id -> vector, for chunks awaiting theirs
+        self._filling = threading.Lock()
+
+    @property
+    def last_coverage(self) -> Coverage | None:
+        """What the calling thread's last `search` covered (None before its first)."""
+        return getattr(self._mine, "coverage", None)
 
     def search(self, query: str, k: int = 5, mode: str | None = None, source: str | None = None,
                config: SearchConfig | None = None) -> list[Hit]:
@@ -79,22 +90,28 @@ class IndexQuery:
         cfg = config or SearchConfig(k=k)
         if mode is not None and mode != cfg.mode:
             cfg = replace(cfg, mode=mode)  # validated again: an unknown mode raises ValueError
+        q = None if cfg.mode == "keyword" else self.state.embedder.embed([query])  # before the hold
+        with self.state.guard.reading():
+            ranked, cov = self._search(query, q, cfg, source)
+        self._mine.coverage = cov
+        return self._hits(ranked)
+
+    def _search(self, query: str, q: np.ndarray | None, cfg: SearchConfig,
+                source: str | None) -> tuple[Ranked, Coverage]:
         catalog = self.state.catalog
         cov = self.state.coverage()
-        if cfg.mode == "keyword":
+        if q is None:
             ranked = catalog.keyword_search(query, cfg.k, source)
         else:
             n = max(cfg.candidates, cfg.k)
             kv = cfg.k if cfg.mode == "vector" else n
-            q = self.state.embedder.embed([query])
             vector = self._ranked(q, kv, source, cfg)[0]
             keyword = catalog.keyword_search(query, n, source) if cfg.mode == "hybrid" or not cov.complete else []
             if not cov.complete:
                 vector, filled = self._fill(q[0], vector, keyword, kv)
                 cov = Coverage(cov.chunks, cov.embedded, filled)
             ranked = vector if cfg.mode == "vector" else fuse(vector, keyword, cfg.rrf_k)[: cfg.k]
-        self.last_coverage = cov
-        return self._hits(ranked)
+        return ranked, cov
 
     def _fill(self, q: np.ndarray, vector: Ranked, keyword: Ranked, n: int) -> tuple[Ranked, int]:
         """``vector`` with the best `FILL` ``keyword`` candidates that await vectors scored
@@ -105,12 +122,16 @@ class IndexQuery:
         todo = cands[np.isin(cands, st.awaiting())][:FILL]
         if not len(todo):
             return vector, 0
-        new = [int(i) for i in todo if int(i) not in self._filled]
+        with self._filling:
+            known = {int(i): self._filled[int(i)] for i in todo if int(i) in self._filled}
+        new = [int(i) for i in todo if int(i) not in known]
         if new:
-            if len(self._filled) + len(new) > FILL_CACHE:
-                self._filled.clear()
-            self._filled.update(zip(new, st.recompute(np.asarray(new, dtype=np.int64)), strict=True))
-        scores = np.stack([self._filled[int(i)] for i in todo]).astype(np.float32) @ np.asarray(q, np.float32)
+            known.update(zip(new, st.recompute(np.asarray(new, dtype=np.int64)), strict=True))
+            with self._filling:
+                if len(self._filled) + len(new) > FILL_CACHE:
+                    self._filled.clear()
+                self._filled.update((i, known[i]) for i in new)
+        scores = np.stack([known[int(i)] for i in todo]).astype(np.float32) @ np.asarray(q, np.float32)
         merged = {**dict(vector), **{int(i): float(x) for i, x in zip(todo, scores, strict=True)}}
         return sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))[:n], len(todo)
 
@@ -128,7 +149,9 @@ class IndexQuery:
                              "call search() per query for keyword or hybrid")
         for query in queries:
             _check_query(query)
-        ranked = self._ranked(self.state.embedder.embed(list(queries)), cfg.k, source, cfg)
+        q = self.state.embedder.embed(list(queries))
+        with self.state.guard.reading():
+            ranked = self._ranked(q, cfg.k, source, cfg)
         return [self._hits(r) for r in ranked]
 
     def _ranked(self, q: np.ndarray, k: int, source: str | None, cfg: SearchConfig) -> list[Ranked]:

@@ -20,6 +20,15 @@ documents: SQLite's ``data_version`` changed), only the liveness mask is re-read
 this handle update the view themselves (`committed`, `switch`), so a commit never re-reads what
 is stored.
 
+Shared by threads (`slimrag.index.threads`): ``catalog`` is the calling thread's own connection
+(`ThreadCatalogs`), and the vector view changes (`refresh`, `reload`, `committed`, `stored_text`,
+`switch`, `close`) hold `guard` alone while searches hold it shared. A reader that is not writing
+keeps current with `catch_up`: a stat of the manifest and a pragma of its thread's connection;
+when either moved, `refresh` without the roll-back (a reader may see a writer between its manifest
+switch and its catalog commit, which is no interrupted write: the part's rows stay masked until the
+commit moves ``data_version``). While this handle holds the writer lock, catch-up waits for the
+write's end (the writing thread updates the view itself).
+
 Recovery of an interrupted write (`refresh` again): a write killed between its manifest switch and
 its catalog commit leaves a last delta part whose chunks the catalog never received; it is
 dropped from the manifest under the lock (`_roll_back_uncommitted`) and listed in ``rolled_back``.
@@ -28,6 +37,9 @@ dropped from the manifest under the lock (`_roll_back_uncommitted`) and listed i
 from __future__ import annotations
 
 import logging
+import os
+import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -46,6 +58,7 @@ from slimrag.index.store.flat import FlatVectors
 from slimrag.index.store.lock import WriterLock
 from slimrag.index.store.manifest import Manifest
 from slimrag.index.store.vectors import VectorStore
+from slimrag.index.threads import ReadWrite, ThreadCatalogs
 from slimrag.ingest.chunker import ChunkText
 from slimrag.types import Chunk
 
@@ -64,16 +77,17 @@ def embed_input(chunk: Chunk | ChunkText) -> str:
 @dataclass(frozen=True)
 class StoredText:
     """Exact embeddings of stored chunks by id, recomputed from their text: the
-    `slimrag.index.store.recompute.Recompute` a slim store reranks with. An object of its own rather
-    than the bound `IndexState.recompute`: the state holds the store, so a bound method would
-    close a reference cycle, and an unclosed index would hold its files until a collection."""
+    `slimrag.index.store.recompute.Recompute` a slim store reranks with, reading the calling
+    thread's catalog. An object of its own rather than the bound `IndexState.recompute`: the state
+    holds the store, so a bound method would close a reference cycle, and an unclosed index would
+    hold its files until a collection."""
 
-    catalog: Catalog
+    catalogs: ThreadCatalogs
     embedder: Embedder
     batch: int
 
     def __call__(self, chunk_ids: np.ndarray) -> np.ndarray:
-        chunks = self.catalog.chunks(chunk_ids)
+        chunks = self.catalogs.get().chunks(chunk_ids)
         missing = [int(i) for i in chunk_ids if int(i) not in chunks]
         if missing:
             raise IndexFormatError(f"chunks {missing[:5]} are in the index but not in the catalog; run compact()")
@@ -81,14 +95,16 @@ class StoredText:
 
 
 class IndexState:
-    """The state of one open index folder (module header). Not thread-safe, like `Index`."""
+    """The state of one open index folder (module header), shared by the threads of a process."""
 
     def __init__(self, root: Path, manifest: Manifest, embedder: Embedder, catalog: Catalog,
                  lock_wait: float | None = None) -> None:
         self.root = Path(root)
         self.manifest = manifest
         self.embedder = embedder
-        self.catalog = catalog
+        self.catalogs = ThreadCatalogs(self.root / layout.CATALOG, catalog)
+        #: held shared by searches, alone by every change of the vector view (module header)
+        self.guard = ReadWrite()
         #: seconds a write waits for another writer (None: `lock.default_wait()`)
         self.lock_wait = lock_wait
         #: delta parts of interrupted writes this handle dropped from the manifest
@@ -96,8 +112,13 @@ class IndexState:
         #: delta parts the manifest names that could not be read when the vectors were loaded
         self.bad_parts: list[str] = []
         self._lock: WriterLock | None = None
+        self._lock_owner: int | None = None  # the thread inside `locked`
         self._verified_part: str | None = None  # the last delta part known to be committed in the catalog
-        self._seen_data = 0  # the catalog's data_version when the liveness mask was last read
+        # per connection (each thread's: `data_version` values compare on one connection only),
+        # its data_version when the liveness mask was last read through it or after
+        self._seen_data: weakref.WeakKeyDictionary[Catalog, int] = weakref.WeakKeyDictionary()
+        self._seen_file = self._manifest_file()  # (inode, mtime) of the manifest the view follows
+        self._catalog_file = self._file_id(layout.CATALOG)
         self._awaiting: tuple[tuple[int, ...], np.ndarray] | None = None  # (key, ids) of `awaiting`
         self.vectors: VectorStore
         self.reload()
@@ -107,27 +128,38 @@ class IndexState:
         """The build configuration recorded in the manifest."""
         return self.manifest.config
 
+    @property
+    def catalog(self) -> Catalog:
+        """The calling thread's connection to the catalog (`ThreadCatalogs`)."""
+        return self.catalogs.get()
+
     # -- the vector view ------------------------------------------------------------------------
     def reload(self) -> None:
         """Open the vectors of the current manifest from disk (a generation switch, or another
         process's compaction), and read the liveness mask."""
-        recompute = StoredText(self.catalog, self.embedder, self.config.embed_batch)
-        self.vectors, self.bad_parts = vectors.open_store(self.root, self.manifest, recompute)
-        self._read_live()
+        recompute = StoredText(self.catalogs, self.embedder, self.config.embed_batch)
+        with self.guard.writing():
+            self.vectors, self.bad_parts = vectors.open_store(self.root, self.manifest, recompute)
+            self._read_live()
 
     def _read_live(self) -> None:
-        self._seen_data = self.catalog.data_version()  # before the read: a commit in between is seen later
-        self.vectors.set_live(np.asarray(self.catalog.live_ids(), dtype=np.int64))
+        catalog = self.catalog
+        self._seen_data[catalog] = catalog.data_version()  # before the read: a commit in between is seen later
+        live = np.asarray(catalog.live_ids(), dtype=np.int64)
+        with self.guard.writing():
+            self.vectors.set_live(live)
 
     def close(self) -> None:
         """Close the catalog and let go of the vectors' mappings: a closed index holds no file of
-        its folder, even while the object lives on (its searches then find nothing)."""
-        self.catalog.close()
-        self.vectors = FlatVectors(np.zeros(0, np.int64), np.zeros((0, self.vectors.dim), np.float32))
+        its folder, even while the object lives on (its searches then raise). Other threads'
+        catalogs close at their next use or when their thread ends (`ThreadCatalogs.close`)."""
+        with self.guard.writing():
+            self.catalogs.close()
+            self.vectors = FlatVectors(np.zeros(0, np.int64), np.zeros((0, self.vectors.dim), np.float32))
 
     def recompute(self, chunk_ids: np.ndarray) -> np.ndarray:
         """Exact embeddings of stored chunks, recomputed from their text (the slim index keeps none)."""
-        return StoredText(self.catalog, self.embedder, self.config.embed_batch)(chunk_ids)
+        return StoredText(self.catalogs, self.embedder, self.config.embed_batch)(chunk_ids)
 
     def awaiting(self) -> np.ndarray:
         """Live chunk ids with no vector row yet, ascending (`slimrag.index.coverage`): what
@@ -149,68 +181,101 @@ class IndexState:
         """Make ``manifest`` the folder's (atomic replace) and this handle's, and reopen the
         vectors from it (a new generation, or parts dropped or added by a repair)."""
         manifest_file.write(self.root, manifest)
-        self.manifest = manifest
-        self.reload()
+        with self.guard.writing():
+            self.manifest = manifest
+            self.reload()
 
     def committed(self, manifest: Manifest, part: str, ids: np.ndarray, replaced: np.ndarray) -> None:
         """After a commit of this handle: ``manifest`` (already written) names the new ``part``
         holding ``ids``; ``replaced`` are the chunk ids the commit deleted. The part is mapped and
         appended, the replaced rows masked: nothing stored earlier is read."""
-        self.manifest = manifest
-        self._verified_part = part
-        vectors.append_part(self.vectors, self.root, part, ids)
-        self.vectors.kill(replaced)
+        with self.guard.writing():
+            self.manifest = manifest
+            self._verified_part = part
+            vectors.append_part(self.vectors, self.root, part, ids)
+            self.vectors.kill(replaced)
 
     def stored_text(self, manifest: Manifest, replaced: np.ndarray) -> None:
         """After a text-only commit of this handle (chunks stored, no vectors: they await
         them): ``manifest`` (already written) is in force, the rows of the ``replaced`` chunks
         are masked."""
-        self.manifest = manifest
-        self.vectors.kill(replaced)
+        with self.guard.writing():
+            self.manifest = manifest
+            self.vectors.kill(replaced)
 
     # -- the writer lock ------------------------------------------------------------------------
     @property
     def holds_lock(self) -> bool:
-        """True inside `locked`."""
-        return self._lock is not None
+        """True while a thread of this handle is inside `locked`."""
+        return self._lock_owner is not None
 
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the writer lock of this index over a ``with`` block, so several writes (adds, a
         remove, a compact) run with no other writer in between. Writes take the lock themselves;
         inside this block they reuse it. Waits up to ``lock_wait`` seconds for another writer, then
-        raises `IndexBusyError`. On entry the view is brought up to date (`refresh`)."""
-        if self._lock is not None:  # nested: build -> add -> write, check -> compact, ...
+        raises `IndexBusyError`. On entry the view is brought up to date (`refresh`). Another
+        thread of this handle waits here as another process does (flock: one open file each)."""
+        if self._lock_owner == threading.get_ident():  # nested: build -> add -> write, check -> compact, ...
             yield
             return
         lock = WriterLock(self.root, self.lock_wait)
         lock.acquire()
-        self._lock = lock
         try:
-            self.refresh()
+            with self.guard.writing():  # a catch-up in flight ends first; later ones wait for the write
+                self._lock, self._lock_owner = lock, threading.get_ident()
+                self.refresh()
             yield
         finally:
-            self._lock = None
+            self._lock, self._lock_owner = None, None
             lock.release()
 
-    def refresh(self) -> None:
+    def refresh(self, roll_back: bool = True) -> None:
         """Catch up with other writers (module header). A small JSON read and a pragma when
-        nothing changed."""
-        fresh = manifest_file.read(self.root)
-        if fresh.delta_parts and fresh.delta_parts[-1] != self._verified_part:
-            fresh = self._roll_back_uncommitted(fresh)
-        old, self.manifest = self.manifest, fresh
-        if fresh == old:
-            if self.catalog.data_version() != self._seen_data:
+        nothing changed. ``roll_back``: drop the parts of interrupted writes (only under the
+        writer lock: a reader's `catch_up` passes False)."""
+        with self.guard.writing():
+            self._seen_file = self._manifest_file()  # before the read: a later switch is seen later
+            fresh = manifest_file.read(self.root)
+            if roll_back and fresh.delta_parts and fresh.delta_parts[-1] != self._verified_part:
+                fresh = self._roll_back_uncommitted(fresh)
+            old, self.manifest = self.manifest, fresh
+            if fresh == old:
+                if self.catalog.data_version() != self._seen_data.get(self.catalog):
+                    self._read_live()
+                return
+            known = len(old.delta_parts)
+            if (fresh.generation, fresh.gen_kind) == (old.generation, old.gen_kind) \
+                    and fresh.delta_parts[:known] == old.delta_parts:
+                self.bad_parts += vectors.append_parts(self.vectors, self.root, fresh.delta_parts[known:])
                 self._read_live()
-            return
-        known = len(old.delta_parts)
-        if (fresh.generation, fresh.gen_kind) == (old.generation, old.gen_kind) \
-                and fresh.delta_parts[:known] == old.delta_parts:
-            self.bad_parts += vectors.append_parts(self.vectors, self.root, fresh.delta_parts[known:])
-            self._read_live()
-        else:
-            self.reload()
+            else:
+                self.reload()
+
+    def catch_up(self) -> bool:
+        """For a reader: follow what other processes wrote since the last look (module header),
+        in place; True when the view changed. A stat and a pragma when nothing did. A catalog file
+        replaced under the folder (a ``build --force`` swapped in) is reopened by every thread."""
+        catalog = self.catalog
+        if self._manifest_file() == self._seen_file and catalog.data_version() == self._seen_data.get(catalog):
+            return False
+        with self.guard.writing():
+            if self._lock_owner is not None:  # this handle is writing: its thread keeps the view current
+                return False
+            if self._file_id(layout.CATALOG) != self._catalog_file:
+                self._catalog_file = self._file_id(layout.CATALOG)
+                self.catalogs.renew()
+                self._seen_data.clear()
+            self.refresh(roll_back=False)
+        return True
+
+    def _manifest_file(self) -> tuple[int, int]:
+        st = os.stat(self.root / layout.MANIFEST)
+        return st.st_ino, st.st_mtime_ns
+
+    def _file_id(self, name: str) -> tuple[int, int]:
+        st = os.stat(self.root / name)
+        return st.st_dev, st.st_ino
 
     def _roll_back_uncommitted(self, manifest: Manifest) -> Manifest:
         """Recovery of a write killed between its manifest switch and its catalog commit: the

@@ -114,7 +114,7 @@ def _source_filter(idx: Any, source: str | None) -> str | None:
     """`source_pattern` against ``idx``'s stored names (listed only when a filter is given)."""
     if source is None:
         return None
-    return source_pattern(source, [d.source for d in idx.documents()], idx.manifest.source_root)
+    return source_pattern(source, [d.source for d in idx.documents()], idx.source_root)
 
 
 class SlimragTools:
@@ -199,7 +199,7 @@ class SlimragTools:
         def run(idx: Any) -> DocumentList:
             docs = idx.documents()
             if source:
-                meant = set(sources_meant(source, [d.source for d in docs], idx.manifest.source_root))
+                meant = set(sources_meant(source, [d.source for d in docs], idx.source_root))
                 docs = [d for d in docs if d.source in meant]
             return DocumentList(len(docs), [DocumentInfo.from_document(d) for d in docs[:limit]],
                                 int(idx.status()["chunks"]))
@@ -240,7 +240,7 @@ class SlimragTools:
             report = idx.add([str(p) for p in files])
             report.skipped[:0] = skipped  # the walk's skips first, as a folder's add lists them
             return AddResult.from_report(report)
-        return self._call(run, writes=True)
+        return self._call(run)  # the write puts its parts in the view itself
 
     def add_paths_description(self) -> str:
         """The ``add_paths`` description the model reads: its docstring plus what it may read."""
@@ -249,10 +249,10 @@ class SlimragTools:
                 "folders, and anything outside these folders, are refused with a tool error). Only the person "
                 "who starts the server can allow other folders.")
 
-    def _call(self, fn: Any, writes: bool = False) -> Any:
+    def _call(self, fn: Any) -> Any:
         """``fn(index)`` on the worker; library errors become tool errors with their message."""
         try:
-            return self.worker.call(fn, writes=writes)
+            return self.worker.call(fn)
         except SlimragError as exc:  # NotFoundError (unknown chunk) and RequestError (bad input) included
             raise ToolError(str(exc)) from exc  # its message already says what to do next
 
@@ -303,7 +303,7 @@ def serve(index: str | Path, *, llm: dict[str, Any] | None = None, max_tokens: i
     worker = IndexWorker(index, llm or {"llm": None},
                          max_tokens if max_tokens is not None else GenerationConfig().max_new_tokens)
     try:
-        source_root = worker.call(lambda idx: idx.manifest.source_root)
+        source_root = worker.call(lambda idx: idx.source_root)
         server = create_server(worker, AddRoots.of([source_root, *allow_add], index=index))
         if transport == "stdio":
             server.run("stdio")

@@ -1,23 +1,21 @@
-"""`IndexWorker`: the one thread that holds the MCP server's open index (and, once asked, its RAG).
+"""`IndexWorker`: the one thread that runs the MCP server's tools on its `Session`.
 
-Why a thread of its own: an `Index` is not thread-safe and its SQLite connection belongs to the
-thread that opened it, while the MCP SDK runs each synchronous tool on whichever worker thread
-anyio picks. So every tool hands its work to this single thread and waits for it; calls are
-served one at a time, in order. A long ``ask`` therefore delays a ``search`` that arrives during
-it; an agent calls tools one after another, so serving them in order costs nothing in practice.
+Why one thread: the MCP SDK runs each synchronous tool on whichever worker thread anyio picks, in
+no set order; an agent expects its calls answered in the order it made them (an ``add_paths``
+in place before the ``search`` sent after it). So every tool hands its work to this single thread
+and waits for it, and calls are served one at a time, in order. A long ``ask`` therefore delays a
+``search`` that arrives during it; an agent calls tools one after another, so serving them in
+order costs nothing in practice.
 
-What it keeps between calls, so each is paid once:
+What it keeps between calls, in one `Session` (`slimrag.rag.session`), so each is paid once:
 
-- the index, opened at start; its embedder is loaded right after, on this thread, while the
-  client is still initializing (the first search then does not wait for it);
+- the index, opened at start and kept current by catching up before each call (another
+  process's ``slimrag add`` in a shell is mapped in place, nothing reopened); its embedder is
+  loaded right after, on this thread, while the client is still initializing (the first search
+  then does not wait for it);
 - the generator, built and loaded on the first ``ask`` only (`slimrag.llm.backends`: the
   embedded model takes seconds to load; a search-only session never pays for it);
 - the `RAG` over both.
-
-Changes by another process (``slimrag add`` in a shell) are picked up the way the HTTP server's
-workers do: before each call `Index.version()` is compared with the token seen after the last
-one, and when it moved the index is reopened with the same embedder object (no model reload)
-and the RAG rebuilt over it with the same generator.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from slimrag.index.follow import FollowedIndex
+from slimrag.rag.session import Session
 
 if TYPE_CHECKING:
     from slimrag.index.core import Index
@@ -47,7 +45,7 @@ def _log_failure(future: Future[None]) -> None:
 
 
 class IndexWorker:
-    """Runs callables against one open `Index` on one dedicated thread (see the module header).
+    """Runs callables against the session's `Index` on one dedicated thread (module header).
 
     path: the index folder. llm: the generator's spec for `make_generator` (``{"llm": None}`` for
     the embedded model, or ``{"llm": URL, "model": ..., "api_key": ...}``). max_tokens: the
@@ -59,52 +57,36 @@ class IndexWorker:
         self._spec = dict(llm)
         self._max_tokens = max_tokens
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slimrag-mcp")
-        self._followed = FollowedIndex(self.path)
-        self._generator: Generator | None = None
-        self._rag: RAG | None = None
-        self._pool.submit(self._followed.current).result()
+        self.session = Session(self.path, self._generator, self._rag)
+        self._pool.submit(self.session.current).result()
         # Not waited for: the first call queues behind it. A failure is logged here and met again,
         # with its message, by the first call that needs the embedder.
-        self._pool.submit(self._warm).add_done_callback(_log_failure)
+        self._pool.submit(lambda: self.session.current().load_embedder()).add_done_callback(_log_failure)
 
-    def _warm(self) -> None:
-        self._followed.current().embedder.load()
+    def _generator(self) -> Generator:
+        from slimrag.llm.backends import make_generator
 
-    def _run(self, fn: Callable[[Index], T], writes: bool) -> T:
-        idx = self._followed.current()
-        try:
-            return fn(idx)
-        finally:
-            # Our own write moved the token without making this handle stale (a writer re-reads
-            # the manifest under the lock, so it also took in any earlier outside write). After a
-            # read the token is left as it was: an outside write during it is seen next call.
-            if writes:
-                self._followed.mark_seen()
+        options = dict(self._spec)
+        generator = make_generator(options.pop("llm"), **options)
+        generator.load()
+        return generator
 
-    def call(self, fn: Callable[[Index], T], *, writes: bool = False) -> T:
-        """``fn(index)`` run on the worker thread; its result, or its exception re-raised here.
-        ``writes``: ``fn`` changes the index (see `_run`)."""
-        return self._pool.submit(self._run, fn, writes).result()
+    def _rag(self, index: Index, generator: Generator) -> RAG:
+        from slimrag.rag.pipeline import RAG, default_generation
+
+        return RAG(index, generator, generation=default_generation(generator, self._max_tokens))
+
+    def call(self, fn: Callable[[Index], T]) -> T:
+        """``fn(index)`` run on the worker thread, on the index caught up; its result, or its
+        exception re-raised here."""
+        return self._pool.submit(lambda: fn(self.session.current())).result()
 
     def rag(self) -> RAG:
         """The RAG over the current index, building the generator on first use. Only for
         callables running on the worker thread (inside `call`)."""
-        from slimrag.llm.backends import make_generator
-        from slimrag.rag.pipeline import RAG, default_generation
-
-        index = self._followed.index
-        assert index is not None, "called inside `call`, on the open index"
-        if self._generator is None:
-            options = dict(self._spec)
-            generator = make_generator(options.pop("llm"), **options)
-            generator.load()
-            self._generator = generator
-        if self._rag is None or self._rag.index is not index:  # rebuilt over a reopened index
-            self._rag = RAG(index, self._generator,
-                            generation=default_generation(self._generator, self._max_tokens))
-        return self._rag
+        return self.session.rag()
 
     def close(self) -> None:
         """Close the index and stop the thread."""
-        self._pool.submit(self._followed.close).result()
+        self._pool.submit(self.session.close).result()
         self._pool.shutdown(wait=True)

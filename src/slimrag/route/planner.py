@@ -22,8 +22,8 @@ the replica's own search.
 The router must serve the same index folder as the replicas (same chunk ids) and their system
 prompt (the default one); it loads the index's embedder, not the generator. Changes by another
 process (``slimrag add``/``remove`` while everything runs) are picked up before the next plan: the
-index's version token is compared per plan and the index reopened when it moved, as the replicas
-reopen theirs, so a plan names the chunks a replica would find.
+index is caught up in place per plan (`slimrag.index.follow.FollowedIndex`, a stat and a pragma
+when nothing moved), as the replicas catch theirs up, so a plan names the chunks a replica would find.
 """
 
 from __future__ import annotations
@@ -68,12 +68,12 @@ class RoutePlanner:
         self.path, self.mode = Path(index), mode or SearchConfig().mode
         self.floor, self.system, self.chars_per_token = floor, system, chars_per_token
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="route-plan")
-        # reopened when `Index.version` moves (an ``add`` beside the running replicas), as the
-        # replicas' workers and the MCP server's worker do
+        # caught up in place before each plan (an ``add`` beside the running replicas), as the
+        # replicas' sessions and the MCP server's are
         self._followed = FollowedIndex(self.path)
         # A bad folder, or an embedder that cannot load, fails here, at start-up; and the first
         # chats do not wait for the model's load (seconds on a CPU) behind their plans.
-        self._pool.submit(lambda: self._followed.current().embedder.load()).result()
+        self._pool.submit(lambda: self._followed.current().load_embedder()).result()
 
     def plan(self, req: ChatRequest) -> RoutePlan | None:
         """The chat's passages, or None below the relevance floor (blocking, from any thread: the

@@ -2,7 +2,8 @@
 
 This module builds the app (`create_app`) and holds the routes; the parts live beside it:
 `schemas` (request bodies, response JSON), `chat` (RAG as chat completions, streaming),
-`workers` (the threads, each with its own `Index`, that do the blocking work), and in
+`workers` (the threads that do the blocking work over one `Session`: one open `Index` for the
+process, kept current by catching up), and in
 `slimrag.api`: `gate` (API key, body size limit, request counting), `errors` (OpenAI's error
 shape and statuses), `openapi` (the published contract) and `metrics`.
 
@@ -45,7 +46,9 @@ Three pools of worker threads
     ``embed_workers`` 1, ``workers`` 4 by default), so a search never waits in a queue behind
     generations (the old single pool of 4 made searches wait up to 36 s behind 8 chats) nor behind
     a large embeddings batch. They still share the CPU (or GPU): under load a search is slower,
-    not queued. Each thread holds its own `Index` (memory-mapped vectors, one SQLite connection).
+    not queued. The three pools share one session (`slimrag.serve.workers.serving`): one `Index`
+    (a SQLite connection per thread), one generator, one slim cache of recomputed rows; and one
+    `Backfill` when the index has chunks awaiting vectors, started here and stopped at shutdown.
 
 Clients that leave
     A chat's generation stops when its client disconnects, streamed or not: a streamed answer is
@@ -86,11 +89,12 @@ from slimrag.api.schemas import (
     hit_json,
     usage_json,
 )
+from slimrag.index import backfill
 from slimrag.rag.pipeline import RAG
 from slimrag.serve.chat import answer_pieces, conversation, extension, generation_config, sse_chunks
 from slimrag.serve.planned import planned_hits, planned_pieces
 from slimrag.serve.web import add_browse_routes
-from slimrag.serve.workers import Abandoned, Worker, Workers
+from slimrag.serve.workers import Abandoned, Worker, Workers, serving
 from slimrag.types import Answer
 
 if TYPE_CHECKING:
@@ -117,7 +121,7 @@ async def _last(events: AsyncIterator[T], first: T) -> T:
 def warm_up(rag: RAG) -> None:
     """Load the generator's model and the embedder now, so the first request does not wait."""
     rag.llm.load()
-    rag.index.embedder.embed_batch(["warm up"])
+    next(rag.index.embed_batches(["warm up"]))
 
 
 def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimrag", workers: int = 4,
@@ -138,7 +142,10 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
         raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
     if api_key:
         check_api_key(api_key)  # here, not at the first request (middleware is built lazily)
-    chats, searches, embeds = Workers(rag, workers), Workers(rag, search_workers), Workers(rag, embed_workers)
+    session = serving(rag)  # one index, generator and cache for the three pools
+    chats, searches, embeds = (Workers(rag, n, session) for n in (workers, search_workers, embed_workers))
+    # one per server (and per folder in the process): embeds what awaits vectors while we answer
+    filling = None if rag.index.coverage().complete else backfill.ensure(rag.index)
     metrics = Metrics()
     publisher = None
     if kv_events is not None:
@@ -156,6 +163,8 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
             if publisher is not None and not await asyncio.to_thread(rag.llm.subscribe_kv, publisher.put):
                 raise ValueError("--kv-events publishes the embedded model's KV tree; this generator keeps none")
         yield
+        if filling is not None:
+            await asyncio.to_thread(filling.stop, 10.0)
         for pool in (chats, searches, embeds):
             await asyncio.to_thread(pool.stop)
         if publisher is not None:
@@ -167,7 +176,7 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
     app.add_middleware(PageFront, metrics=metrics)  # outside Gate: the page needs no key
     app.add_middleware(HostGuard, rule=hosts or HostRule(), metrics=metrics)  # outermost: before all else
     install_handlers(app)
-    embedder = rag.index.embedder
+    embedder = rag.index.embedder  # its id and width, for the routes below
 
     def embedder_width(schema: dict[str, Any]) -> None:  # `dimensions` may only be the embedder's
         props = schema["components"]["schemas"]["EmbeddingsRequest"]["properties"]
@@ -218,13 +227,12 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
                            param="dimensions", code="invalid_value")
 
         def embed(w: Worker) -> tuple[np.ndarray, int]:
-            step = w.index.config.embed_batch
             parts = []
-            for start in range(0, len(texts), step):  # a batch at a time: an abandoned request stops here
+            for part in w.index.embed_batches(texts):  # a batch at a time: an abandoned request stops here
+                parts.append(part)
                 if w.stop.is_set():
                     raise Abandoned
-                parts.append(w.index.embedder.embed(texts[start:start + step], batch_size=step, progress=False))
-            return np.concatenate(parts), sum(w.index.chunker.count(t) for t in texts)
+            return np.concatenate(parts), sum(w.index.count_tokens(t) for t in texts)
 
         try:
             vectors, tokens = await until_gone(request, embeds.run(embed))

@@ -2,7 +2,7 @@
 
 ``slimrag route --index`` searches the index to choose a replica by the passages a chat will use
 (issue 31); the chosen replica takes those hits instead of searching again. The hits are read from
-the worker's own index by chunk id (text, source and metadata as a search returns them), ordered
+the served index by chunk id (text, source and metadata as a search returns them), ordered
 against the replica's own KV tree by the same planner (`RAG.prompt`), and answered as any turn
 (`RAG.answer`). The relevance floor was applied by the router, which sends no plan for a question
 below it (the replica then searches, and abstains, itself).
@@ -25,9 +25,9 @@ from slimrag.types import Answer, Hit
 
 
 def planned_hits(worker: Worker, plan: Sequence[tuple[int, float]]) -> list[Hit] | None:
-    """The hits of ``plan`` ((chunk id, score), relevance order) from the worker's index; None
+    """The hits of ``plan`` ((chunk id, score), relevance order) from the served index; None
     when a chunk is missing."""
-    chunks = worker.index.catalog.chunks([chunk_id for chunk_id, _ in plan])
+    chunks = worker.index.chunks(chunk_id for chunk_id, _ in plan)
     if len(chunks) != len({chunk_id for chunk_id, _ in plan}):
         return None
     return [Hit(i, s, chunks[i].text, chunks[i].source, chunks[i].metadata) for i, s in plan]

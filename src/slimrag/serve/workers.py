@@ -1,30 +1,29 @@
-"""`Workers`: the threads that do the server's blocking work, each with its own `Index`.
+"""`Workers`: the threads that do the server's blocking work, over one shared session.
 
-Why threads with their own index
-    An index's SQLite connection may only be used by the thread that opened it, so the event loop
-    never touches the served `Index`: retrieval, embedding and generation run on ``workers``
-    threads (default 4, set by `create_app`), each holding a `Worker`, its own `Index` on the
-    served folder and a `RAG` over it that shares the embedder, the generator and the shadow of a
-    remote prefix cache. Generation vectors are memory-mapped, so a worker's index costs little;
-    an index with uncompacted delta parts holds them in memory once per worker, so compact large
-    ones before serving. Threads start on the first job, open their `Worker` lazily, and close
-    its index when `Workers.stop` ends them.
+One index for all threads
+    Retrieval, embedding and generation run on ``workers`` threads (default 4, set by
+    `create_app`), never on the event loop. Every pool of a server shares one `Session`
+    (`slimrag.rag.session`): ONE open `Index` of the served folder (each thread reads the catalog
+    through its own SQLite connection, and searches run side by side: `slimrag.index.threads`),
+    the served generator, and a `RAG` per thread over both with the served settings (system
+    prompt, generation, retrieval mode, answer mode, the one mirror of a remote prefix cache). A
+    slim index therefore keeps one searcher and one cache of recomputed rows for the process. A
+    thread starts on the first job and gets its `Worker` (the index and its RAG) then.
 
 Index updates
-    `slimrag add` and `compact` (from any process) end by replacing ``manifest.json`` with a new
-    file (write, fsync, rename); `remove` only commits tombstones to the SQLite catalog. Before
-    each job a worker compares the manifest's inode and modification time, and its catalog
-    connection's ``PRAGMA data_version`` (which SQLite changes when another connection commits),
-    with what it opened; when any differs it closes its index and opens the folder again, so
-    answers follow the index without a restart. The check costs a stat and a pragma, microseconds.
-    A job already running finishes on the version it started with.
+    `slimrag add` and `compact` (from any process) end by replacing ``manifest.json``; `remove`
+    only commits tombstones to the SQLite catalog. Before each job the session catches the index up
+    (`Index.catch_up`: the manifest's inode and mtime, the thread's connection's ``PRAGMA
+    data_version``; microseconds when nothing moved): a new delta part is mapped and appended, a
+    removal re-reads the liveness mask, a compaction switches the generation in. Nothing is
+    reopened, so what the index built up (recomputed rows, decoded text) is kept, and answers
+    follow the index without a restart. A job already running finishes on the view it started
+    with (a catch-up waits for the searches in flight).
 
 Chunks awaiting vectors
-    An index served before its last vector (an interrupted build, progressive indexing) answers at
-    once: keyword search covers what has no vector (`slimrag.index.query`). The workers start a
-    `Backfill` that embeds the rest in the background (one per folder: the server's pools share
-    it), one writer-lock step at a time; each step's manifest switch reaches the workers as any
-    add does (above). `Workers.stop` ends it.
+    An index served before its last vector answers at once: keyword search covers what has no
+    vector (`slimrag.index.query`). `create_app` starts one `Backfill` that embeds the rest in the
+    background and stops it at shutdown; each of its steps reaches the workers as any add does.
 
 Generators
     A generator whose ``thread_safe`` is True serves requests that overlap (the built-in ones: the
@@ -56,12 +55,12 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from slimrag.config import GenerationConfig
-from slimrag.index import backfill
 from slimrag.index.core import Index
 from slimrag.llm.base import Delta, Generator, LoadReport
 from slimrag.prompt import Prompt
 from slimrag.rag.pipeline import RAG
 from slimrag.rag.plan import PlanningCache
+from slimrag.rag.session import Session
 
 T = TypeVar("T")
 
@@ -93,34 +92,27 @@ def shared(llm: Generator) -> Generator:
     return llm if llm.thread_safe else _Serialized(llm)
 
 
+def serving(served: RAG) -> Session:
+    """The session of a server over ``served``: its index (the one open for the process), its
+    generator as every thread may call it (:func:`shared`), and each thread's `RAG` with the served
+    settings and the one mirror of a remote prefix cache (False: the served RAG keeps none)."""
+
+    def rag(index: Index, llm: Generator) -> RAG:
+        return RAG(index, llm, system=served.system, generation=served.generation, mode=served.mode,
+                   shadow=served.shadow if served.shadow is not None else False, answer=served.answer_mode)
+
+    return Session(served.index, shared(served.llm), rag)
+
+
 @dataclass
 class Worker:
-    """What one worker thread owns: its `Index` and a `RAG` over it sharing the served generator."""
+    """What a job gets: the session's one `Index` and this thread's `RAG` over it."""
 
     index: Index
     rag: RAG
-    version: tuple[int, int, int]
     #: Set when the request of the job running now was abandoned (its client left): a long job
     #: checks it between steps and raises `Abandoned` (see `Workers.run`).
     stop: threading.Event = field(default_factory=threading.Event)
-
-    @classmethod
-    def open(cls, served: RAG, llm: Generator) -> Worker:
-        """Open the served index again in this thread, with the served embedder and settings;
-        ``llm`` is the served generator as the workers share it (:func:`shared`)."""
-        index = Index.open(served.index.root, embedder=served.index.embedder)
-        version = index.version()
-        # one mirror of the remote prefix cache for all workers (False: the served RAG keeps none)
-        rag = RAG(index, llm, system=served.system, generation=served.generation, mode=served.mode,
-                  shadow=served.shadow if served.shadow is not None else False, answer=served.answer_mode)
-        return cls(index, rag, version)
-
-    def current(self, served: RAG, llm: Generator) -> Worker:
-        """This worker, or a fresh one when the index changed on disk since it was opened."""
-        if self.index.version() == self.version:  # `Index.version`: moved by another process's add, compact or remove
-            return self
-        self.index.close()
-        return Worker.open(served, llm)
 
 
 class Abandoned(Exception):
@@ -131,21 +123,18 @@ _Job = tuple[Callable[[Worker], Any], Future[Any], threading.Event]
 
 
 class Workers:
-    """A fixed set of threads running blocking work, each on its own `Worker` (see the module
-    header). Threads start on first use and stop with :meth:`stop`; each closes its index."""
+    """A fixed set of threads running blocking work over one `Session` (see the module header).
+    Threads start on first use and stop with :meth:`stop`. ``session``: the server's, shared by
+    its pools (default: one of this pool's own over ``served``, :func:`serving`)."""
 
-    def __init__(self, served: RAG, threads: int) -> None:
+    def __init__(self, served: RAG, threads: int, session: Session | None = None) -> None:
         if threads < 1:
             raise ValueError(f"workers must be >= 1, got {threads}")
         self.served, self.n = served, threads
-        self.llm = shared(served.llm)
+        self.session = session if session is not None else serving(served)
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
-        #: embeds the chunks awaiting vectors while the workers answer (None: none were awaiting)
-        self.backfill: backfill.Backfill | None = None
-        if not served.index.coverage().complete:
-            self.backfill = backfill.ensure(served.index.root, served.index.embedder)
 
     def submit(self, job: Callable[[Worker], T], stop: threading.Event | None = None) -> Future[T]:
         """Run ``job`` on a worker; its result or exception lands in the returned future. A
@@ -212,10 +201,8 @@ class Workers:
             fut.cancel()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Let the threads finish their jobs and end (they close their indexes); a backfill still
-        running ends after its current step."""
-        if self.backfill is not None:
-            self.backfill.stop(timeout)
+        """Let the threads finish their jobs and end (each closes its catalog connection; the
+        session's index stays open for its owner to close)."""
         with self._lock:
             threads, self._threads = self._threads, []
         for _ in threads:
@@ -224,19 +211,15 @@ class Workers:
             t.join(timeout)
 
     def _loop(self) -> None:
-        worker: Worker | None = None
         try:
             while (item := self._jobs.get()) is not None:
                 job, fut, stop = item
                 if not fut.set_running_or_notify_cancel():
                     continue
                 try:
-                    worker = (worker.current(self.served, self.llm) if worker is not None
-                              else Worker.open(self.served, self.llm))
-                    worker.stop = stop
-                    fut.set_result(job(worker))
+                    rag = self.session.rag()  # the index caught up first (module header)
+                    fut.set_result(job(Worker(rag.index, rag, stop)))
                 except Exception as exc:  # handed to the waiting request, which answers it
                     fut.set_exception(exc)
         finally:
-            if worker is not None:
-                worker.index.close()
+            self.session.release_thread()

@@ -343,7 +343,19 @@ class Postings:
         """The ``k`` best chunks for the query ``words`` (each a phrase of its tokens, all
         OR-ed) by FTS5's BM25: (chunk_id, score) best first, ties by ascending id. ``texts``:
         chunk texts by id (`Catalog.texts`), which a phrase needs. ``allowed``: sorted chunk ids
-        the result may hold (the statistics still count every chunk)."""
+        the result may hold (the statistics still count every chunk). Its reads run in one read
+        transaction (a snapshot), so another process merging segments meanwhile cannot remove a
+        segment between the listing and the read of it."""
+        if self.db.in_transaction:  # a writer's own search, inside its transaction: already one snapshot
+            return self._search_words(words, k, texts, allowed)
+        self.db.execute("BEGIN")
+        try:
+            return self._search_words(words, k, texts, allowed)
+        finally:
+            self.db.execute("COMMIT")
+
+    def _search_words(self, words: Sequence[str], k: int, texts: Callable[[Sequence[int]], list[str]],
+                      allowed: np.ndarray | None) -> list[tuple[int, float]]:
         version = int(self.db.execute("PRAGMA data_version").fetchone()[0])
         if version != self._version:  # another connection committed: what is cached may be stale
             self.forget()

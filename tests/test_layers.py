@@ -18,7 +18,7 @@ PKG = Path(__file__).resolve().parents[1] / "src" / "slimrag"
 
 #: room -> rank. Same rank, different room: peers that must not import each other.
 RANKS: dict[str, float] = {
-    "base": 0,      # errors, types, config, files, prompt, openai_http, hf
+    "base": 0,      # errors, types, config, files, prompt, openai_http, hf, cpu
     "embed": 1,
     "ingest": 2,
     "catalog": 2,
@@ -32,7 +32,7 @@ RANKS: dict[str, float] = {
     "mcp": 7,       # the MCP server for agents: a shell over rag/index like serve
     "app": 8,       # cli, demo, the package's __init__ (the public API)
 }
-BASE = {"errors", "types", "config", "files", "prompt", "openai_http", "hf"}
+BASE = {"errors", "types", "config", "files", "prompt", "openai_http", "hf", "cpu"}
 APP = {"cli", "demo", "__init__", "__main__"}
 
 

@@ -37,20 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from slimrag.cpu import bf16_units  # noqa: F401  (where the embedder's callers ask for it)
 from slimrag.errors import SlimragError
-
-
-def bf16_units(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """True when the CPU reports AMX bfloat16 tiles (Linux ``/proc/cpuinfo`` flags); False
-    elsewhere or when the file is unreadable (the caller then keeps float32)."""
-    try:
-        with cpuinfo.open() as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return "amx_bf16" in line.split()
-    except OSError:
-        return False
-    return False
 
 
 def check_folder(model_dir: Path) -> dict[str, Any]:

@@ -8,7 +8,7 @@ is the printed JSON lines side by side. It uses only the API both trees have (``
 
 What it times: ``greedy_ids(prompt, 1)`` with no KV reuse (``cache=None``) on one torch thread:
 tokenization, the prefill forward(s) and the first token; one warm-up, then the median of
-``REPEAT``. The prompt: the system segment, four passages of 160 words cut from the words file
+``REPEAT``. ``--threads N`` runs on N torch threads instead. The prompt: the system segment, four passages of 160 words cut from the words file
 (``--words``, e.g. ``docs/architecture.md``), and a question. ``DENSE_ROWS=N`` in the environment
 loads the model with ``dense_rows=N`` (long forwards through a float32 copy).
 
@@ -31,9 +31,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--label", default="tree")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     ap.add_argument("--words", type=Path, default=Path(__file__).resolve().parent.parent / "docs" / "architecture.md")
     args = ap.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     from slimrag.llm import weights
     from slimrag.llm.local import LocalGenerator
     from slimrag.prompt import Passage, Prompt
@@ -53,7 +54,8 @@ def main() -> None:
         gen.greedy_ids(prompt, 1)
         times.append(time.perf_counter() - t)
     med = statistics.median(times)
-    print(json.dumps({"tree": args.label, "dense_rows": dense, "prompt_tokens": n, "median_s": round(med, 3),
+    print(json.dumps({"tree": args.label, "dense_rows": dense, "threads": args.threads, "prompt_tokens": n,
+                      "median_s": round(med, 3),
                       "tok_per_s": round(n / med, 1), "times": [round(x, 3) for x in times],
                       "loadavg_1m": round(os.getloadavg()[0], 2)}))
 

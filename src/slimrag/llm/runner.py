@@ -19,14 +19,15 @@ from pathlib import Path
 
 import torch
 
-from slimrag.llm.engine import Decoder, KVCache
+from slimrag.llm.engine import Decoder, KVCache, bf16
 from slimrag.llm.engine.prefill import ROWS, SEGMENTS, prefill, prefill_mode
 
 #: How a prompt's K/V are computed, by whether the uncached segments go in one forward (part of
 #: :meth:`PrefillRunner.namespace`): change them when the prefill's arithmetic changes, so no
 #: process reads K/V another schedule computed.
 PREFILL_SCHEDULES = {"segments": "prefill=segment-forwards", "rows": "prefill=one-pass-rows-v1",
-                     "chunks": "prefill=one-pass-chunks64-v1"}
+                     "chunks": "prefill=one-pass-chunks64-v1",
+                     "bf16": f"prefill=one-pass-bf16-chunks{bf16.CHUNK}-v1"}
 
 #: The generator's one forward of ``ids`` at ``start_pos`` on ``cache`` under its model lock:
 #: the last position's logits.

@@ -58,14 +58,17 @@ def attention(x: torch.Tensor, w: AttentionWeights, layer: int, cache: KVCache, 
 
 def attend(qkv: torch.Tensor, w: AttentionWeights, layer: int, cache: KVCache, rope: Rope,
            cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None, *,
-           heads: int, kv_heads: int, head_dim: int, eps: float, at: int | None = None) -> torch.Tensor:
+           heads: int, kv_heads: int, head_dim: int, eps: float, at: int | None = None,
+           compute_dtype: torch.dtype | None = None) -> torch.Tensor:
     """The part of :func:`attention` between its two projections: ``qkv`` (``[n, (heads + 2
     kv_heads) * head_dim]``, one sequence's new positions) split into heads, normalized (Qwen3)
     and rotated, K/V written into ``cache``, and the attended values ``[n, heads * head_dim]``
     before the output projection. A batched decode step (:mod:`slimrag.llm.engine.batch`) runs the
     projections over many sequences' rows at once and this per sequence; a prefill of several
     segments in one forward (:mod:`slimrag.llm.engine.prefill`) runs this per segment, with ``at``
-    its first position (default: the cache's length)."""
+    its first position (default: the cache's length). ``compute_dtype``: the dtype the attention
+    itself runs in (queries, keys and values rounded to it, the output back to ``qkv``'s; default
+    ``qkv``'s own; the output is in it): a bfloat16 prefill's, with the cache's K/V written as they are."""
     n = qkv.shape[0]
     q_end, k_end = heads * head_dim, (heads + kv_heads) * head_dim
     q = qkv[:, :q_end].view(n, heads, head_dim).transpose(0, 1)
@@ -78,5 +81,7 @@ def attend(qkv: torch.Tensor, w: AttentionWeights, layer: int, cache: KVCache, r
     keys, values = cache.write(layer, k[None], v[None], past)
     if mask is None and n > 1:
         mask = causal_mask(n, past, qkv.device)
+    if compute_dtype is not None and compute_dtype != qkv.dtype:
+        q, keys, values = q.to(compute_dtype), keys.to(compute_dtype), values.to(compute_dtype)
     out = F.scaled_dot_product_attention(q[None], keys, values, attn_mask=mask, enable_gqa=heads != kv_heads)
     return out[0].transpose(0, 1).reshape(n, heads * head_dim)

@@ -26,7 +26,11 @@ choice depends only on the forward's token count, never on the cache or the batc
 uncached runs of the same segments compute the same way. A fully quantized model runs its
 one-token forwards at the cache's length (decode) as one ONNX Runtime graph
 (:mod:`slimrag.llm.engine.step`), saved once per model under ``$SLIMRAG_HOME/steps`` and loaded beside
-the first prefill or at the first one-token forward; every other forward runs here.
+the first prefill or at the first one-token forward; every other forward runs here. Where the
+prefill multiplies in bfloat16 (:mod:`slimrag.llm.engine.bf16`, chosen by
+:func:`~slimrag.llm.engine.prefill.prefill_mode`), the model holds each layer's bfloat16 copy
+(:meth:`Decoder.bf16_weights`) and every forward of several tokens, or with a mask, multiplies
+through it, so a segment forwarded alone computes as the one-pass prefill does.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from slimrag.llm.engine import bf16
 from slimrag.llm.engine.attention import AttentionWeights, attend
 from slimrag.llm.engine.cache import KVCache
 from slimrag.llm.engine.config import ModelConfig
@@ -59,6 +64,10 @@ class LayerWeights:
     post_norm: torch.Tensor
     gate_up: torch.Tensor | QuantLinear
     down: torch.Tensor | QuantLinear
+
+
+def _bf16_layer(layer: LayerWeights) -> tuple[torch.Tensor, ...]:
+    return tuple(bf16.copy(w) for w in (layer.attn.qkv, layer.attn.o, layer.gate_up, layer.down))
 
 
 class Decoder:
@@ -84,6 +93,28 @@ class Decoder:
         self._warm_lock = threading.Lock()
         self.fused_step = step_supported(self)  # a quantized model's one-token forwards run fused
         self.saved_steps = saved_steps if saved_steps is not None else SavedSteps()
+        self._bf16: list[tuple[torch.Tensor, ...]] | None = None
+        self._bf16_lock = threading.Lock()
+
+    def bf16_bytes(self) -> int:
+        """Bytes :meth:`bf16_weights` holds (or would): 2 per weight of every layer's four products."""
+        return sum(2 * w.shape[0] * w.shape[1] for layer in self.layers
+                   for w in (layer.attn.qkv, layer.attn.o, layer.gate_up, layer.down))
+
+    def bf16_weights(self, layers: int | None = None) -> list[tuple[torch.Tensor, ...]]:
+        """Each layer's ``(qkv, o, gate_up, down)`` as bfloat16 (a quantized weight dequantized one
+        tensor at a time, never held in float32), built on the first call and then held: the
+        products of a bfloat16 prefill (:mod:`slimrag.llm.engine.prefill`), :meth:`bf16_bytes` on
+        top of the model. Once they are held, every :meth:`forward` of two or more tokens multiplies
+        through them too (blend's and one-forward-per-segment prefills compute as the one-pass
+        prefill does). ``layers``: the first ``layers`` only, built afresh and not held (the
+        prefill's exactness check needs layer 0's)."""
+        if layers is not None:
+            return [_bf16_layer(layer) for layer in self.layers[:layers]]
+        with self._bf16_lock:
+            if self._bf16 is None:
+                self._bf16 = [_bf16_layer(layer) for layer in self.layers]
+            return self._bf16
 
     def warm_step(self, *, wait: bool = True) -> None:
         """Make the fused one-token step ready (:mod:`slimrag.llm.engine.step`: loaded from
@@ -176,17 +207,25 @@ class Decoder:
         if ids.shape[0] > 1:
             self.warm_step(wait=False)  # a prefill: decode comes next
         dense = self.dense_rows
+        copies = self._bf16 if ids.shape[0] > 1 or mask is not None else None  # held: as a prefill multiplies
+        att_dtype = torch.bfloat16 if copies is not None else None
         x = F.embedding(ids, self.embed)
         cos, sin = self.rope.cos_sin(positions, x.dtype)
         for i, layer in enumerate(self.layers):
+            w16 = copies[i] if copies is not None else None
             h = rms_norm(x, layer.input_norm, c.rms_eps)
-            qkv = linear(h, layer.attn.qkv, layer.attn.qkv_bias, dense_rows=dense)
+            if w16 is not None:
+                qkv = bf16.linear(h, w16[0], layer.attn.qkv_bias).float()
+            else:
+                qkv = linear(h, layer.attn.qkv, layer.attn.qkv_bias, dense_rows=dense)
             att = attend(qkv, layer.attn, i, cache, self.rope, cos, sin, mask, heads=c.num_heads,
-                         kv_heads=c.num_kv_heads, head_dim=c.head_dim, eps=c.rms_eps)
-            x = x + linear(att, layer.attn.o, dense_rows=dense)
+                         kv_heads=c.num_kv_heads, head_dim=c.head_dim, eps=c.rms_eps, compute_dtype=att_dtype)
+            x = x + (bf16.linear(att, w16[1]) if w16 is not None else linear(att, layer.attn.o, dense_rows=dense))
             h = rms_norm(x, layer.post_norm, c.rms_eps)
-            gate, up = linear(h, layer.gate_up, dense_rows=dense).chunk(2, dim=-1)
-            x = x + linear(F.silu(gate) * up, layer.down, dense_rows=dense)
+            gate, up = (bf16.linear(h, w16[2]) if w16 is not None
+                        else linear(h, layer.gate_up, dense_rows=dense)).chunk(2, dim=-1)
+            x = x + (bf16.linear(F.silu(gate) * up, w16[3]) if w16 is not None
+                     else linear(F.silu(gate) * up, layer.down, dense_rows=dense))
             if stop_after is not None and i >= stop_after:
                 cache.advance(ids.shape[0])
                 return None

@@ -16,6 +16,13 @@ segment:
 That is exact only where a row's product does not depend on how many rows share the call nor
 where the row sits. :func:`prefill_mode` checks it on the model's own matrices and picks a mode:
 
+- ``bf16`` (the default on a CPU with AMX bfloat16 tiles, where the copy fits: a float32 CPU
+  model without ``dense_rows``; :mod:`slimrag.llm.engine.bf16`): products and attention in
+  bfloat16 over a held bfloat16 copy of the layers' weights (212 MB for SmolLM2-135M), every
+  product call exactly :data:`slimrag.llm.engine.bf16.CHUNK` rows (padded), checked as for
+  ``chunks``; K/V, norms and the residual stream stay float32. ~2.6x the ``rows`` prefill's
+  tokens/s on a 1,345-token prompt here (``docs/benchmarks.md``). Against float32 it is another
+  computation of the same weights (greedy agreement in ``bench/quant_agreement.py``);
 - ``rows`` (a quantized model without ``dense_rows``): each weight's kernel over all rows at
   once; MLAS ``MatMulNBits`` quantizes and sums each row on its own (checked here for 1 to 976
   rows at any offset, 1 and 2 threads);
@@ -42,6 +49,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from slimrag.llm.engine import bf16
 from slimrag.llm.engine.attention import attend
 from slimrag.llm.engine.cache import KVCache
 from slimrag.llm.engine.model import Decoder
@@ -52,13 +60,24 @@ from slimrag.llm.engine.norm import rms_norm
 #: short passes (a 20-token question computes 64 rows), larger runs nearer the GEMM's peak.
 CHUNK = 64
 #: How a pass multiplies (chosen by :func:`prefill_mode`; see the module header).
-ROWS, CHUNKS, SEGMENTS = "rows", "chunks", "segments"
+ROWS, CHUNKS, BF16, SEGMENTS = "rows", "chunks", "bf16", "segments"
 
 
-def _product(x: torch.Tensor, w: Any, bias: torch.Tensor | None, mode: str = ROWS) -> torch.Tensor:
+def bf16_fits(model: Decoder) -> bool:
+    """Whether ``model`` may prefill in bfloat16 (:func:`slimrag.llm.engine.bf16.fits`), with no
+    ``dense_rows`` asked for (that asks float32)."""
+    return getattr(model, "dense_rows", None) is None and bf16.fits(model.bf16_bytes(), model.device, model.dtype)
+
+
+def _product(x: torch.Tensor, w: Any, bias: torch.Tensor | None, mode: str = ROWS,
+             w16: torch.Tensor | None = None) -> torch.Tensor:
     """``x @ w.T (+ bias)``: ``rows``: the weight's own product (a float ``F.linear`` or a
     quantized weight's kernel); ``chunks``: float32 (a quantized weight's dense copy) in calls of
-    :data:`CHUNK` rows."""
+    :data:`CHUNK` rows; ``bf16``: ``x`` rounded to bfloat16 times ``w16`` (the weight's bfloat16
+    copy) in calls of :data:`slimrag.llm.engine.bf16.CHUNK` rows, bfloat16 out (float32 with a bias)."""
+    if mode == BF16:
+        assert w16 is not None, "bf16 products need the weight's bfloat16 copy"
+        return bf16.linear(x, w16, bias)
     if mode == CHUNKS:
         dense = w if isinstance(w, torch.Tensor) else w.dense()
         n = x.shape[0]
@@ -72,27 +91,40 @@ def _product(x: torch.Tensor, w: Any, bias: torch.Tensor | None, mode: str = ROW
     return y if bias is None else y + bias
 
 
-def prefill_mode(model: Decoder, *, seed: int = 0) -> str:
-    """How this model's prompts may be prefilled in one pass: ``rows`` for a quantized model
-    without ``dense_rows`` whose kernel's rows are independent, else ``chunks`` where a row's
-    float32 product in a :data:`CHUNK`-row call does not depend on its place in the call nor its
-    neighbours, else ``segments`` (one forward per segment). Both checked on layer 0's
-    projections with random rows at several offsets and counts (the output head multiplies one
-    row per pass, so it needs no check; leaving it out keeps the check under ~0.1 s)."""
+def _row_independent(model: Decoder, mode: str, seed: int) -> bool:
+    """Whether layer 0's four products give each row the same result whatever rows share its
+    call, at several offsets and counts (random rows)."""
     layer = model.layers[0]
     mats = [layer.attn.qkv, layer.attn.o, layer.gate_up, layer.down]
-    quantized = not isinstance(layer.attn.qkv, torch.Tensor)
-    mode = ROWS if quantized and getattr(model, "dense_rows", None) is None else CHUNKS
+    copies = model.bf16_weights(layers=1)[0] if mode == BF16 else (None,) * 4
+    chunk = bf16.CHUNK if mode == BF16 else CHUNK
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    rows = CHUNK + 24
-    cuts = [(0, 1), (5, 7), (9, 12), (20, 27), (30, 47), (10, 10 + CHUNK + 3), (0, rows)]
+    rows = chunk + 24
+    cuts = [(0, 1), (5, 7), (9, 12), (20, 27), (30, 47), (10, 10 + chunk + 3), (0, rows)]
     with torch.inference_mode():
-        for w in mats:
+        for w, w16 in zip(mats, copies, strict=True):
             x = torch.randn(rows, w.shape[1], generator=gen).to(dtype=model.dtype, device=model.device)
-            full = _product(x, w, None, mode)
-            if not all(torch.equal(_product(x[a:b], w, None, mode), full[a:b]) for a, b in cuts):
-                return SEGMENTS
-    return mode
+            full = _product(x, w, None, mode, w16)
+            if not all(torch.equal(_product(x[a:b], w, None, mode, w16), full[a:b]) for a, b in cuts):
+                return False
+    return True
+
+
+def prefill_mode(model: Decoder, *, seed: int = 0, bf16: bool | None = None) -> str:
+    """How this model's prompts may be prefilled in one pass: ``bf16`` where :func:`bf16_fits`
+    (or ``bf16=True``) and a row's bfloat16 product in a :data:`slimrag.llm.engine.bf16.CHUNK`-row call does not
+    depend on its place in the call nor its neighbours (the bfloat16 copy is then built and held:
+    :meth:`Decoder.bf16_weights`); else ``rows`` for a quantized model without ``dense_rows``
+    whose kernel's rows are independent; else ``chunks`` where the same holds for float32 in
+    :data:`CHUNK`-row calls; else ``segments`` (one forward per segment). Each checked on layer
+    0's projections with random rows at several offsets and counts (the output head multiplies
+    one row per pass, so it needs no check; leaving it out keeps the check under ~0.1 s)."""
+    if (bf16_fits(model) if bf16 is None else bf16) and _row_independent(model, BF16, seed):
+        model.bf16_weights()
+        return BF16
+    quantized = not isinstance(model.layers[0].attn.qkv, torch.Tensor)
+    mode = ROWS if quantized and getattr(model, "dense_rows", None) is None else CHUNKS
+    return mode if _row_independent(model, mode, seed) else SEGMENTS
 
 
 def prefill(model: Decoder, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache,
@@ -102,8 +134,8 @@ def prefill(model: Decoder, ids: torch.Tensor, positions: torch.Tensor, cache: K
     of the last position. ``mode``: what :func:`prefill_mode` returned for the model (never
     ``segments``: segment K/V would then differ from a forward of their own). Run it under
     ``torch.inference_mode``."""
-    if mode not in (ROWS, CHUNKS):
-        raise ValueError(f"one-pass prefill runs in mode {ROWS!r} or {CHUNKS!r}, not {mode!r}")
+    if mode not in (ROWS, CHUNKS, BF16):
+        raise ValueError(f"one-pass prefill runs in mode {ROWS!r}, {CHUNKS!r} or {BF16!r}, not {mode!r}")
     n = int(ids.shape[0])
     if not spans or any(s <= 0 for s in spans) or sum(spans) != n or positions.shape[0] != n:
         raise ValueError(f"spans {list(spans)} must be positive and cover the {n} tokens")
@@ -115,14 +147,18 @@ def prefill(model: Decoder, ids: torch.Tensor, positions: torch.Tensor, cache: K
     bounds = list(itertools.pairwise(itertools.accumulate(spans, initial=0)))
     x = F.embedding(ids, model.embed)
     cos, sin = model.rope.cos_sin(positions, x.dtype)
-    for i, layer in enumerate(model.layers):
+    sdpa_dtype = torch.bfloat16 if mode == BF16 else None
+    copies = model.bf16_weights() if mode == BF16 else [(None,) * 4] * len(model.layers)
+    for i, (layer, (qkv16, o16, gate_up16, down16)) in enumerate(zip(model.layers, copies, strict=True)):
         a = layer.attn
-        qkv = _product(rms_norm(x, layer.input_norm, c.rms_eps), a.qkv, a.qkv_bias, mode)
-        att = torch.cat([attend(qkv[s:e], a, i, cache, model.rope, cos[s:e], sin[s:e], None, at=base + s, **kw)
-                         for s, e in bounds])
-        x = x + _product(att, a.o, None, mode)
-        gate, up = _product(rms_norm(x, layer.post_norm, c.rms_eps), layer.gate_up, None, mode).chunk(2, dim=-1)
-        x = x + _product(F.silu(gate) * up, layer.down, None, mode)
+        # K/V are stored in float32; a bfloat16 product's output is added into the float32 x
+        qkv = _product(rms_norm(x, layer.input_norm, c.rms_eps), a.qkv, a.qkv_bias, mode, qkv16).float()
+        att = torch.cat([attend(qkv[s:e], a, i, cache, model.rope, cos[s:e], sin[s:e], None, at=base + s,
+                                compute_dtype=sdpa_dtype, **kw) for s, e in bounds])
+        x = x + _product(att, a.o, None, mode, o16)
+        h = rms_norm(x, layer.post_norm, c.rms_eps)
+        gate, up = _product(h, layer.gate_up, None, mode, gate_up16).chunk(2, dim=-1)
+        x = x + _product(F.silu(gate) * up, layer.down, None, mode, down16)
     cache.advance(n)
     # one row: the weight's own product, the same in every run of this prompt
     return _product(rms_norm(x[-1:], model.norm, c.rms_eps), model.lm_head, None).float()[0]

@@ -36,6 +36,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from collections.abc import Generator as Gen
 from pathlib import Path
@@ -115,8 +116,10 @@ class LocalGenerator(Generator):
         self._loaded: LoadedModel | None = loaded
         self._eos: frozenset[int] = eos_ids(loaded) if loaded is not None else frozenset()
         self.batch = batch or BatchConfig()
-        self.decoding = DecodeLoop(lambda: self.load().model, self._forward, self._lock, self.batch)  # its decode steps
-        self.prefiller = PrefillRunner(lambda: self.load().model, self._lock, self._forward)  # its prefills
+        me = weakref.ref(self)  # held weakly: no cycle, so a dropped generator unmaps its model at once
+        model, forward = (lambda: _live(me).load().model), (lambda *a: _live(me)._forward(*a))
+        self.decoding = DecodeLoop(model, forward, self._lock, self.batch)  # its decode steps
+        self.prefiller = PrefillRunner(model, self._lock, forward)  # its prefills
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -142,8 +145,9 @@ class LocalGenerator(Generator):
         with self._lock:
             if self._reuse is None:
                 loaded = self.load()  # a persistent disk tier keys its files by the engine's namespace
+                prefiller, path = self.prefiller, loaded.path  # not self: the strategy must not hold it
                 self._reuse = make_reuse(self._cache_spec, str(loaded.model.device),
-                                         lambda: self.prefiller.namespace(loaded.path))
+                                         lambda: prefiller.namespace(path))
             return self._reuse
 
     def planning_cache(self) -> PlanningView | None:
@@ -398,6 +402,12 @@ class LocalGenerator(Generator):
                 "Ask with fewer passages (smaller k) or build the index with smaller chunks."
             )
         return min(max_new, limit - prompt_len)
+
+
+def _live(ref: weakref.ReferenceType[LocalGenerator]) -> LocalGenerator:
+    if (gen := ref()) is None:
+        raise ReferenceError("the LocalGenerator this decode loop or prefill runner served was dropped")
+    return gen
 
 
 def _after(first: Callable[[], None], steps: Iterator[int]) -> Iterator[int]:

@@ -1,0 +1,54 @@
+"""A dropped generator frees its model without the garbage collector (issue 32, item 4).
+
+``LocalGenerator`` hands its decode loop, its prefill runner and its KV strategy ways back to it
+(the model, one forward, the cache namespace). Held strongly they made a cycle, so a dropped
+generator kept its model file mapped until a collection ran; they hold it weakly now. Ground truth:
+``/proc/self/maps`` and ``/proc/self/fd`` with ``gc.disable()``, as the index's own test does.
+"""
+
+from __future__ import annotations
+
+import gc
+import shutil
+from pathlib import Path
+
+import pytest
+
+from slimrag.llm import weights
+from slimrag.llm.local import LocalGenerator
+from slimrag.prompt import Passage, Prompt
+
+
+def _held(root: Path) -> list[str]:
+    """Files under ``root`` this process holds: open descriptors and memory mappings."""
+    import os
+
+    inside = str(root.resolve())
+    fds = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+           if os.path.exists(f"/proc/self/fd/{fd}")]
+    maps = [line.split(maxsplit=5)[-1] for line in Path("/proc/self/maps").read_text().splitlines()
+            if len(line.split(maxsplit=5)) == 6]
+    return sorted({p for p in fds + maps if p.startswith(inside)})
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/self/maps (Linux)")
+def test_a_dropped_generator_unmaps_its_model_without_the_collector(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLIMRAG_HOME", str(tmp_path / "home"))
+    models = tmp_path / "models"
+    models.mkdir()
+    path = Path(shutil.copy(weights.default_gguf_path(), models / "m.gguf"))
+    prompt = Prompt("Which stone is it?", (Passage("p0", "a.md#0", "The stone is a grey granite block."),))
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        gen = LocalGenerator(path, device="cpu")
+        ids, _ = gen.greedy_ids(prompt, 3)
+        assert ids and _held(models), "the loaded generator maps its model file"
+        gen.close()
+        del gen
+        assert _held(models) == [], f"a dropped generator still holds {_held(models)}"
+    finally:
+        if was:
+            gc.enable()

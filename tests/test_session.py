@@ -234,3 +234,55 @@ def test_catching_up_follows_a_compaction_and_a_replaced_folder(tmp_path: Path) 
     assert [d.source for d in idx.documents()] == ["z/new.txt"]
     assert idx.search("okapi", k=1, mode="keyword")[0].source == "z/new.txt"
     idx.close()
+
+
+def test_searches_overlap_and_a_waiting_catch_up_goes_before_later_ones() -> None:
+    """`ReadWrite`: shared holds overlap; a mutation waits for the holds in flight, and a search
+    arriving while it waits goes after it (else steady searching would starve catch-ups)."""
+    from slimrag.index.threads import ReadWrite
+
+    guard = ReadWrite()
+    both_in = threading.Barrier(2, timeout=10)
+    order: list[str] = []
+    first_in, release_first = threading.Event(), threading.Event()
+
+    def overlapping() -> None:
+        with guard.reading():
+            both_in.wait()  # passes only if the two holds overlap
+
+    pair = [threading.Thread(target=overlapping) for _ in range(2)]
+    for t in pair:
+        t.start()
+    for t in pair:
+        t.join(10)
+    assert not both_in.broken
+
+    def first() -> None:
+        with guard.reading():
+            first_in.set()
+            release_first.wait(10)
+            order.append("first search")
+
+    def mutation() -> None:
+        with guard.writing(), guard.writing():  # re-entrant for its thread
+            order.append("mutation")
+
+    def later() -> None:
+        with guard.reading():
+            order.append("later search")
+
+    threads = [threading.Thread(target=first)]
+    threads[0].start()
+    first_in.wait(10)
+    threads.append(threading.Thread(target=mutation))
+    threads[1].start()
+    while not guard._waiting:  # the mutation is waiting for the first search
+        threading.Event().wait(0.005)
+    threads.append(threading.Thread(target=later))
+    threads[2].start()
+    threading.Event().wait(0.1)
+    assert order == []  # the later search waits behind the waiting mutation
+    release_first.set()
+    for t in threads:
+        t.join(10)
+    assert order == ["first search", "mutation", "later search"]

@@ -27,7 +27,7 @@ MAX_AROUND = 20
 
 
 class IndexBrowse:
-    """The browsing methods of `Index` (see the module header). One `Index` per thread."""
+    """The browsing methods of `Index` (see the module header); any thread (its own catalog connection)."""
 
     def __init__(self, state: IndexState) -> None:
         self.state = state

@@ -371,6 +371,11 @@ class Index:
         return {"bytes": catalog.text_bytes(), "catalog_parts": catalog.part_bytes(), "compact": catalog.compact}
 
     # -- the embedder ---------------------------------------------------------------------------
+    @property
+    def embedding(self) -> tuple[str, int]:
+        """The embedder's model id and the width of its vectors."""
+        return self.embedder.model_id, self.embedder.dim
+
     def load_embedder(self) -> None:
         """Load the embedder's model now (else on the first query that needs it)."""
         self.embedder.load()

@@ -165,17 +165,22 @@ class IndexState:
         """Live chunk ids with no vector row yet, ascending (`slimrag.index.coverage`): what
         `IndexWriter.embed_awaiting` embeds. Cached while the catalog's counts, its largest id,
         the live rows and SQLite's ``data_version`` stay the same."""
-        counts = counts_key(self.catalog, self.vectors)
-        key = (*counts, self.catalog.data_version())
-        if self._awaiting is None or self._awaiting[0] != key:
-            self._awaiting = (key, awaiting_ids(self.catalog, self.vectors, counts))
-        return self._awaiting[1]
+        return self._awaiting_now()[1]
+
+    def _awaiting_now(self) -> tuple[tuple[int, ...], np.ndarray]:
+        """(key, ids) of `awaiting`, one pair: another thread may replace the cached one meanwhile."""
+        catalog = self.catalog
+        counts = counts_key(catalog, self.vectors)
+        key = (*counts, catalog.data_version())
+        held = self._awaiting
+        if held is None or held[0] != key:
+            held = self._awaiting = (key, awaiting_ids(catalog, self.vectors, counts))
+        return held
 
     def coverage(self) -> Coverage:
         """Live chunks and how many of them have a vector (`Coverage`)."""
-        awaiting = len(self.awaiting())
-        chunks = self._awaiting[0][0] if self._awaiting is not None else 0
-        return Coverage(chunks, chunks - awaiting)
+        key, ids = self._awaiting_now()
+        return Coverage(key[0], key[0] - len(ids))
 
     def switch(self, manifest: Manifest) -> None:
         """Make ``manifest`` the folder's (atomic replace) and this handle's, and reopen the

@@ -21,9 +21,12 @@ thread-safe, and this module makes them so:
   appended, the liveness mask re-read, a compaction's generation switched in), which a search in
   flight must not see half done. `ReadWrite` lets any number of searches hold it shared and a
   mutation hold it alone; the writer side is re-entrant for its thread (a write's ``refresh`` inside
-  ``locked``). A thread holding it shared must not ask for it alone (nothing does: a search never
-  mutates the view). Mutations are short (a manifest read, a few mmaps, one ``live_ids`` query),
-  so a search waits at most that long; searches never wait for each other.
+  ``locked``). A mutation that waits goes before searches that arrive after it (under 8 threads
+  searching without a pause, a catch-up would otherwise wait for a gap that never comes), so a
+  thread must not take it shared twice, nor ask for it alone while holding it shared (nothing
+  does: a search takes it once and never mutates the view). Mutations are short (a manifest read,
+  a few mmaps, one ``live_ids`` query), so a search waits at most that long; searches never wait
+  for each other.
 
 Cost per search: one uncontended condition acquire and release, well under a microsecond beside
 the milliseconds of an embedding.
@@ -91,13 +94,14 @@ class ReadWrite:
         self._readers = 0
         self._writer: int | None = None  # the thread holding it alone
         self._depth = 0
+        self._waiting = 0  # mutations waiting: new searches let them go first
 
     @contextmanager
     def reading(self) -> Iterator[None]:
-        """Held shared over a ``with`` block: waits while another thread mutates."""
+        """Held shared over a ``with`` block: waits while another thread mutates or waits to."""
         me = threading.get_ident()
         with self._cond:
-            while self._writer is not None and self._writer != me:
+            while self._writer != me and (self._writer is not None or self._waiting):
                 self._cond.wait()
             self._readers += 1
         try:
@@ -114,8 +118,15 @@ class ReadWrite:
         me = threading.get_ident()
         with self._cond:
             if self._writer != me:
-                while self._writer is not None or self._readers:
-                    self._cond.wait()
+                self._waiting += 1
+                try:
+                    while self._writer is not None or self._readers:
+                        self._cond.wait()
+                except BaseException:  # interrupted while waiting: let the searches it held back go
+                    self._waiting -= 1
+                    self._cond.notify_all()
+                    raise
+                self._waiting -= 1
                 self._writer = me
             self._depth += 1
         try:

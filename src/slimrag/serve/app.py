@@ -176,11 +176,11 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
     app.add_middleware(PageFront, metrics=metrics)  # outside Gate: the page needs no key
     app.add_middleware(HostGuard, rule=hosts or HostRule(), metrics=metrics)  # outermost: before all else
     install_handlers(app)
-    embedder = rag.index.embedder  # its id and width, for the routes below
+    served = rag.index  # its embedder's id and width (read when used: a remote one learns its width late)
 
     def embedder_width(schema: dict[str, Any]) -> None:  # `dimensions` may only be the embedder's
         props = schema["components"]["schemas"]["EmbeddingsRequest"]["properties"]
-        props["dimensions"] = {"anyOf": [{"type": "integer", "enum": [embedder.dim]}, {"type": "null"}],
+        props["dimensions"] = {"anyOf": [{"type": "integer", "enum": [served.embedding[1]]}, {"type": "null"}],
                                "default": None, "title": "Dimensions"}
 
     publish(app, api_key=bool(api_key), patches=[embedder_width])
@@ -222,8 +222,9 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
     @app.post("/v1/embeddings", response_model=dict[str, Any], responses=error_responses(400, 413, 500, 502))
     async def embeddings(req: EmbeddingsRequest, request: Request) -> Any:
         texts = [req.input] if isinstance(req.input, str) else req.input
-        if req.dimensions is not None and req.dimensions != embedder.dim:
-            raise APIError(400, f"{embedder.model_id} gives {embedder.dim} dimensions, not {req.dimensions}",
+        embedder_id, dim = served.embedding
+        if req.dimensions is not None and req.dimensions != dim:
+            raise APIError(400, f"{embedder_id} gives {dim} dimensions, not {req.dimensions}",
                            param="dimensions", code="invalid_value")
 
         def embed(w: Worker) -> tuple[np.ndarray, int]:
@@ -241,7 +242,7 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
         data = [{"object": "embedding", "index": i,
                  "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode()
                  if req.encoding_format == "base64" else v.tolist()} for i, v in enumerate(vectors)]
-        return {"object": "list", "data": data, "model": embedder.model_id,
+        return {"object": "list", "data": data, "model": embedder_id,
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
     @app.post("/v1/search", response_model=dict[str, Any], responses=error_responses(400, 413, 500, 502))
@@ -264,7 +265,7 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
     @app.get("/v1/models", responses=error_responses(500))
     async def models() -> dict[str, Any]:
         created = int(time.time())
-        ids = [model_name, embedder.model_id]
+        ids = [model_name, served.embedding[0]]
         data = [{"id": i, "object": "model", "created": created, "owned_by": "slimrag"} for i in ids]
         return {"object": "list", "data": data}
 

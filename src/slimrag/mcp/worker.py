@@ -20,6 +20,7 @@ What it keeps between calls, in one `Session` (`slimrag.rag.session`), so each i
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -38,6 +39,22 @@ T = TypeVar("T")
 log = logging.getLogger("slimrag.mcp")
 
 
+def _generator(spec: dict[str, Any]) -> Generator:
+    """The generator ``spec`` names, loaded (the session calls it on the first ``ask``)."""
+    from slimrag.llm.backends import make_generator
+
+    options = dict(spec)
+    generator = make_generator(options.pop("llm"), **options)
+    generator.load()
+    return generator
+
+
+def _rag(index: Index, generator: Generator, *, max_tokens: int) -> RAG:
+    from slimrag.rag.pipeline import RAG, default_generation
+
+    return RAG(index, generator, generation=default_generation(generator, max_tokens))
+
+
 def _log_failure(future: Future[None]) -> None:
     exc = future.exception()
     if exc is not None:
@@ -54,27 +71,14 @@ class IndexWorker:
 
     def __init__(self, path: str | Path, llm: dict[str, Any], max_tokens: int) -> None:
         self.path = Path(path)
-        self._spec = dict(llm)
-        self._max_tokens = max_tokens
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slimrag-mcp")
-        self.session = Session(self.path, self._generator, self._rag)
+        # module functions, not bound methods: the session refers to nothing that refers back to it
+        self.session = Session(self.path, functools.partial(_generator, dict(llm)),
+                               functools.partial(_rag, max_tokens=max_tokens))
         self._pool.submit(self.session.current).result()
         # Not waited for: the first call queues behind it. A failure is logged here and met again,
         # with its message, by the first call that needs the embedder.
         self._pool.submit(lambda: self.session.current().load_embedder()).add_done_callback(_log_failure)
-
-    def _generator(self) -> Generator:
-        from slimrag.llm.backends import make_generator
-
-        options = dict(self._spec)
-        generator = make_generator(options.pop("llm"), **options)
-        generator.load()
-        return generator
-
-    def _rag(self, index: Index, generator: Generator) -> RAG:
-        from slimrag.rag.pipeline import RAG, default_generation
-
-        return RAG(index, generator, generation=default_generation(generator, self._max_tokens))
 
     def call(self, fn: Callable[[Index], T]) -> T:
         """``fn(index)`` run on the worker thread, on the index caught up; its result, or its

@@ -8,25 +8,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import httpx
-import pytest
 from asgi_server import cli_server_url
-from conftest import DOCS, write_tree
 from openai_server import OpenAIServer
+from test_serve import index as index  # noqa: F401  (the fixture: the served test corpus, built once)
 
-from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
 
 QUESTION = "What is the office cat called?"
-
-
-@pytest.fixture(scope="module")
-def index(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder) -> Iterator[Index]:
-    docs = write_tree(tmp_path_factory.mktemp("docs"), DOCS)
-    with Index.build(docs, tmp_path_factory.mktemp("idx") / "mode.slimrag", embedder=embedder) as idx:
-        yield idx
 
 
 def served_mode(index: Index, echo: OpenAIServer, flags: list[str], bodies: list[dict[str, object]]) -> list[str]:
@@ -50,13 +40,13 @@ def served_mode(index: Index, echo: OpenAIServer, flags: list[str], bodies: list
         proc.wait(timeout=30)
 
 
-def test_serve_answer_sets_the_default_and_a_request_overrides_it(index: Index, echo: OpenAIServer) -> None:
+def test_serve_answer_sets_the_default_and_a_request_overrides_it(index: Index, echo: OpenAIServer) -> None:  # noqa: F811
     asks = [{}, {"answer": "free"}, {"answer": "grounded"}]
     assert served_mode(index, echo, [], asks) == ["free", "free", "grounded"]  # a remote model: free unless told
     assert served_mode(index, echo, ["--answer", "grounded"], asks) == ["grounded", "free", "grounded"]
 
 
-def test_serve_refuses_an_unknown_answer_mode(index: Index) -> None:
+def test_serve_refuses_an_unknown_answer_mode(index: Index) -> None:  # noqa: F811
     proc = subprocess.run([sys.executable, "-c", "from slimrag.cli import main; main()", "serve", str(index.root),
                            "--port", "0", "--answer", "clever"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})

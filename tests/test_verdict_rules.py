@@ -72,3 +72,35 @@ def test_the_corpus_vocabulary_is_no_claim(idx: Index) -> None:
     answer = "The median function returns the middle value in Python."
     assert supported(idx, q, answer) == [False]  # "Python" is in no passage retrieved
     assert supported(idx, q, answer, common=vocab.common) == [True]
+
+
+def test_list_numbers_and_lead_ins_claim_nothing(idx: Index) -> None:
+    q = "How can I compute the median of a list of numbers?"
+    answer = ("Here's a simple example:\n\n1. Use `median`, which returns the middle value.\n"
+              "2. Use `fmean` for the middle value.")
+    check = attribute(q, answer, idx.search(q, k=4), idx.embedder)
+    assert [(s.sentence, s.supported) for s in check.support] == [
+        ("Use `median`, which returns the middle value.", True), ("Use `fmean` for the middle value.", False)]
+    # a sentence ending in ":" that names something is a claim all the same
+    named = attribute(q, "The median of 2, 3 and 9 is 3:", idx.search(q, k=4), idx.embedder)
+    assert len(named.support) == 1
+
+
+def test_short_plurals_meet_their_singular() -> None:
+    from slimrag.rag.sentences import content_words, stem
+
+    assert [stem(w) for w in ("kids", "cats", "defaults", "bus", "this", "plus", "class")] == [
+        "kid", "cat", "default", "bus", "this", "plus", "class"]
+    assert content_words("the Kids ' Choice Awards") >= {"kid", "choice", "award"}
+
+
+def test_which_may_be_answered_by_code_or_a_number_who_not_by_a_number() -> None:
+    from slimrag.rag.verdict import answers
+
+    assert answers("Which function returns the current recursion limit?",
+                   "The function `getrecursionlimit()` returns the current recursion limit.")
+    assert not answers("Which function returns the current recursion limit?",
+                       "The function returns the current recursion limit.")
+    assert answers("Which port does python -m http.server listen on by default?", "It listens on port 8000.")
+    assert not answers("Who won the race in 1990?", "The race was won in 1991.")
+    assert answers("Who won the race in 1990?", "Ann Lee won the race.")

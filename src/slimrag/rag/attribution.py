@@ -56,7 +56,10 @@ Algorithm
     or brought it from memory. A sentence with an unknown term is never supported.
 
     A sentence with no content words and no terms ("Sure!", "I hope this helps.") is neither
-    checked nor flagged: it claims nothing.
+    checked nor flagged: it claims nothing. Nor is a list item's number alone ("1.", cut off its
+    item by the sentence splitter), nor a lead-in: a sentence ending in ":" that names no number,
+    name or code and has at most `LEAD_IN_WORDS` (3) content words ("Here's a simple example:",
+    "Here's how it works:"); it introduces what follows, which is checked.
 
 Knobs
     `SUPPORT` (0.4): the match needed. Chosen on the labelled set of `bench.attribution` (answers
@@ -119,10 +122,16 @@ NEW_SHARE = 0.5
 #: Sentences before a passage sentence that may name the answer's subject and topic for it (module header).
 CONTEXT_BACK = 2
 
+#: Most content words (conversation words aside) of a lead-in: a sentence ending in ":" that names no
+#: number, name or code ("Here's a simple example:", "It works like this:") claims nothing (module header).
+LEAD_IN_WORDS = 3
+
 #: The corpus's vocabulary: of some words, those its documents share (`slimrag.rag.vocabulary`).
 Common = Callable[[Iterable[str]], set[str]]
 
 _CITATION = re.compile(r"\s*\[[^\[\]\n]*#\d+[^\[\]\n]*\]")
+#: A list item's number or letter alone ("1.", "b)"), which the sentence splitter cuts off its item.
+_LIST_MARK = re.compile(r"\s*(?:\d{1,3}|[A-Za-z])[.)]\s*")
 _FENCE = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.S)
 #: Identifiers that code states: dotted names (``json.loads``), calls (``median(``) and a name in
 #: single backticks (Markdown code: `rmtree`).
@@ -174,7 +183,14 @@ def _found(term: str, words: set[str]) -> bool:
 
 
 def _claims(sentence: str) -> bool:
-    return bool(content_words(sentence) - CHATTER_STEMS or key_terms(sentence))
+    """Whether ``sentence`` states something a passage could back: not conversation ("Sure!"), not
+    a list item's number alone ("1.": the item is the next sentence), not a lead-in (module header)."""
+    if _LIST_MARK.fullmatch(sentence):
+        return False
+    said, terms = content_words(sentence) - CHATTER_STEMS, key_terms(sentence)
+    if sentence.rstrip().endswith(":") and not terms and not identifiers(sentence) and len(said) <= LEAD_IN_WORDS:
+        return False  # "Here's a simple example:" introduces what follows and claims nothing itself
+    return bool(said or terms)
 
 
 def identifiers(text: str) -> set[str]:

@@ -10,7 +10,7 @@ A "sentence" longer than `MAX_WORDS` words (a table or code flattened to one lin
 windows of that many words, so one huge block cannot win on overlap alone.
 
 `content_words` keeps the words that carry meaning: lower-cased, stop words dropped, a light
-suffix strip (plural ``s``/``es``, ``ing``, ``ed``) so "defaults" meets "default". `key_terms`
+suffix strip (plural ``s``/``es``, ``ing``, ``ed``) so "defaults" meets "default" and "kids" "kid". `key_terms`
 are the numbers and names: tokens holding a digit, and capitalised words that do not start a
 sentence; they are what an answer must not invent (`slimrag.rag.attribution`).
 """
@@ -102,6 +102,8 @@ def stem(word: str) -> str:
     for suffix in ("ing", "es", "ed", "s"):
         if len(w) > len(suffix) + 3 and w.endswith(suffix) and not w.endswith("ss"):
             return w[: -len(suffix)]
+    if len(w) == 4 and w.endswith("s") and not w.endswith(("ss", "us", "is")):  # a short plural: "kids", "cats"
+        return w[:-1]
     return w
 
 

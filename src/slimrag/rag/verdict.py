@@ -18,7 +18,9 @@ A backed sentence *answers* the question (`answers`) when it states something th
 (a content word or a number or name the question lacks, conversation words such as "answer" and
 "question" aside; a question asked back answers nothing) and, for a question that asks for a kind of
 value (when, how many: `slimrag.rag.evidence.answer_type`, `TYPED`), holds a value of that kind that the
-question does not already state. "Warsaw is a city in Poland." backs nothing of
+question does not already state; for "which" and "what" a name may be code the question does not name
+(`getrecursionlimit` for "which function returns the current recursion limit?") or a number ("which
+port ...": 8000), for "who" and "where" code only. "Warsaw is a city in Poland." backs nothing of
 "How many people live in Warsaw?" however true it is; without this rule a true restatement would
 count as a supported answer. And the passages that back it must be about what was asked: they must
 hold at least `ON_TOPIC` (half) of the question's content words (`on_topic`). A sentence copied from
@@ -35,10 +37,11 @@ The verdict is a pure function of the attribution, the question, the answer text
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slimrag.rag.attribution import Attribution, with_markers
+from slimrag.rag.attribution import Attribution, identifiers, with_markers
 from slimrag.rag.evidence import answer_type, evidence_text, has_type
 from slimrag.rag.sentences import CHATTER_STEMS, content_words, key_terms, words
 from slimrag.types import Evidence, Hit, Support
@@ -57,6 +60,9 @@ TYPED = ("when", "number", "name")
 
 #: Share of the question's content words the passages backing an answer sentence must hold.
 ON_TOPIC = 0.5
+
+#: Questions whose "name" is a person's or a place's: a number never answers them (`answers`).
+_PERSON = re.compile(r"\b(who|whom|whose|where)\b", re.I)
 
 #: The verdicts, in order from best to worst.
 VERDICTS = ("supported", "partial", "not_backed")
@@ -80,7 +86,16 @@ def answers(question: str, sentence: str) -> bool:
     if not new:
         return False
     kind = answer_type(question)
-    return kind not in TYPED or bool(has_type(kind, sentence, q_terms))
+    if kind not in TYPED or has_type(kind, sentence, q_terms):
+        return True
+    if kind != "name":
+        return False
+    # a name is also code ("which function ...": `getrecursionlimit`), and "which"/"what" may ask for a
+    # number ("which port ...": 8000); "who" never does
+    asked_for = {i.lower() for i in identifiers(question)}
+    if any(i.lower() not in asked_for and i.lower() not in asked for i in identifiers(sentence)):
+        return True
+    return not _PERSON.search(question) and any(any(c.isdigit() for c in t) for t in key_terms(sentence) - q_terms)
 
 
 def on_topic(question: str, s: Support, hits: Sequence[Hit]) -> bool:

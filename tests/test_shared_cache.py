@@ -49,7 +49,7 @@ def test_threads_share_one_cache_and_a_reopen_after_add_keeps_it(tmp_path: Path)
     with Index.open(root, HashEmbedder()) as writer:  # another writer adds: a delta part, same generation
         writer.add([(f"b/{i}.txt", f"{i}{i}{i}{i} 0000 9999 {i}") for i in range(5)])  # far from every query
     before = emb.texts
-    with Index.open(root, emb) as reopened:  # what a worker does when the index changed on disk
+    with Index.open(root, emb) as reopened:  # a handle opened after the add (as workers did before the session)
         assert reopened.vectors.searcher.cache is caches[0]
         assert _hits(reopened) == want
     assert emb.texts - before == len(QUERIES)  # the queries alone: no graph row recomputed again
@@ -63,8 +63,9 @@ def test_threads_share_one_cache_and_a_reopen_after_add_keeps_it(tmp_path: Path)
 def test_serve_holds_one_cache_under_8_concurrent_searches_and_keeps_it_across_another_process_add(
         tmp_path: Path) -> None:
     """``serve`` with 8 search workers: 8 concurrent searches leave one cache of recomputed rows,
-    held by every worker's searcher; ``slimrag add``-like writes by another process make the
-    workers reopen their index, and the same searches then re-embed nothing but the queries."""
+    held by the served index's one searcher; ``slimrag add``-like writes by another process are
+    caught up in place, and the same searches then re-embed nothing but the queries (the session's
+    stronger checks: `tests/test_session.py`)."""
     import gc
     import subprocess
     import sys
@@ -84,7 +85,7 @@ def test_serve_holds_one_cache_under_8_concurrent_searches_and_keeps_it_across_a
     served = Index.open(root, emb)
     app = create_app(RAG(served, Endless()), search_workers=8, warm=False)
 
-    def searchers() -> set[int]:  # the caches of this index's open searchers (one per worker)
+    def searchers() -> set[int]:  # the caches of this index's open searchers
         return {id(s.cache) for s in gc.get_objects() if type(s) is SlimSearcher and s.art.n == 400}
 
     with running(app) as url, httpx.Client(base_url=url, timeout=60) as client:
@@ -103,7 +104,7 @@ def test_serve_holds_one_cache_under_8_concurrent_searches_and_keeps_it_across_a
         subprocess.run([sys.executable, "-c", code, str(root)], check=True, timeout=120,
                        cwd=Path(__file__).resolve().parents[1])
         before = emb.texts
-        assert search_all() == first  # the workers reopened the index (a new delta part) and agree
+        assert search_all() == first  # the served index caught up (a new delta part) and agrees
         assert emb.texts - before == len(QUERIES)  # and recomputed no graph row: the cache was kept
         assert len(searchers()) == 1
     served.close()

@@ -261,6 +261,8 @@ class IndexState:
         """For a reader: follow what other processes wrote since the last look (module header),
         in place; True when the view changed. A stat and a pragma when nothing did. A catalog file
         replaced under the folder (a ``build --force`` swapped in) is reopened by every thread."""
+        if self._lock_owner is not None:  # this handle is writing (a backfill step): no hold taken per job
+            return False
         catalog = self.catalog
         if self._manifest_file() == self._seen_file and catalog.data_version() == self._seen_data.get(catalog):
             return False

@@ -13,22 +13,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_index_state import _held  # descriptors and mappings under a folder, as the index's test reads them
 
 from slimrag.llm import weights
 from slimrag.llm.local import LocalGenerator
 from slimrag.prompt import Passage, Prompt
-
-
-def _held(root: Path) -> list[str]:
-    """Files under ``root`` this process holds: open descriptors and memory mappings."""
-    import os
-
-    inside = str(root.resolve())
-    fds = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
-           if os.path.exists(f"/proc/self/fd/{fd}")]
-    maps = [line.split(maxsplit=5)[-1] for line in Path("/proc/self/maps").read_text().splitlines()
-            if len(line.split(maxsplit=5)) == 6]
-    return sorted({p for p in fds + maps if p.startswith(inside)})
 
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/self/maps (Linux)")

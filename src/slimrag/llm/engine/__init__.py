@@ -3,7 +3,8 @@
 Parts, one module each, imported one way down: ``config`` (the model's shape), ``rope``
 (rotary embedding and its scalings), ``norm`` (RMSNorm), ``cache`` (the engine's K/V layout),
 ``attention`` (grouped-query attention over the cache), ``qlinear`` (products computed on a
-GGUF's quantized blocks with ONNX Runtime's ``MatMulNBits``), ``model`` (the decoder and its
+GGUF's quantized blocks with ONNX Runtime's ``MatMulNBits``), ``bf16`` (a prefill's products in
+bfloat16 on AMX, over a held copy of the weights), ``model`` (the decoder and its
 forward), ``prefill`` (one forward for all uncached segments of a request, each segment's K/V
 bitwise those of a run with its prefix cached), ``batch`` (one decode step for many sequences,
 each row computed as its one-token forward would be),

@@ -16,8 +16,8 @@ segment:
 That is exact only where a row's product does not depend on how many rows share the call nor
 where the row sits. :func:`prefill_mode` checks it on the model's own matrices and picks a mode:
 
-- ``bf16`` (the default on a CPU with AMX bfloat16 tiles, where the copy fits: a float32 CPU
-  model without ``dense_rows``; :mod:`slimrag.llm.engine.bf16`): products and attention in
+- ``bf16`` (the default on a CPU with AMX bfloat16 tiles, where the copy fits: a quantized CPU
+  model without ``dense_rows``, settled at load; :mod:`slimrag.llm.engine.bf16`): products and attention in
   bfloat16 over a held bfloat16 copy of the layers' weights (212 MB for SmolLM2-135M), every
   product call exactly :data:`slimrag.llm.engine.bf16.CHUNK` rows (padded), checked as for
   ``chunks``; K/V, norms and the residual stream stay float32. ~2.6x the ``rows`` prefill's
@@ -64,9 +64,12 @@ ROWS, CHUNKS, BF16, SEGMENTS = "rows", "chunks", "bf16", "segments"
 
 
 def bf16_fits(model: Decoder) -> bool:
-    """Whether ``model`` may prefill in bfloat16 (:func:`slimrag.llm.engine.bf16.fits`), with no
-    ``dense_rows`` asked for (that asks float32)."""
-    return getattr(model, "dense_rows", None) is None and bf16.fits(model.bf16_bytes(), model.device, model.dtype)
+    """Whether ``model`` may prefill in bfloat16 (:func:`slimrag.llm.engine.bf16.fits`): a quantized
+    model (its products already approximate float32; a float model keeps float32, the numbers its
+    reference implementation gives) with no ``dense_rows`` asked for (that asks float32)."""
+    quantized = not isinstance(model.layers[0].attn.qkv, torch.Tensor)
+    return (quantized and getattr(model, "dense_rows", None) is None
+            and bf16.fits(model.bf16_bytes(), model.device, model.dtype))
 
 
 def _product(x: torch.Tensor, w: Any, bias: torch.Tensor | None, mode: str = ROWS,

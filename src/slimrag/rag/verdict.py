@@ -91,7 +91,7 @@ def answers(question: str, sentence: str) -> bool:
     if kind != "name":
         return False
     # a name is also code ("which function ...": `getrecursionlimit`), and "which"/"what" may ask for a
-    # number ("which port ...": 8000); "who" never does
+    # number ("which port ...": 8000); "who" and "where" never do
     asked_for = {i.lower() for i in identifiers(question)}
     if any(i.lower() not in asked_for and i.lower() not in asked for i in identifiers(sentence)):
         return True

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import torch
 
 from slimrag.cpu import bf16_units
-from slimrag.llm.engine.qlinear import QuantLinear, dequantize
+from slimrag.llm.engine.qlinear import Q4_1, Q8_0, SIZES, QuantLinear, QuantPart, dequantize
 
 #: Rows per bfloat16 product call (module header).
 CHUNK = 128
@@ -57,7 +58,25 @@ def copy(w: torch.Tensor | QuantLinear) -> torch.Tensor:
     never held in float32)."""
     if isinstance(w, torch.Tensor):
         return w.to(torch.bfloat16).contiguous()
-    return torch.cat([torch.from_numpy(dequantize(p)).to(torch.bfloat16) for p in w.parts])
+    return torch.cat([_dequantized(p).to(torch.bfloat16) for p in w.parts])
+
+
+def _dequantized(part: QuantPart) -> torch.Tensor:
+    """``part``'s float32 weights: Q4_1 and Q8_0 (the embedded model's types) in torch, the float32
+    values of ``gguf``'s formulas (``d * q + m``, ``d * q``; tested equal) in ~half its time, which is
+    on a cold load's path; other types through :func:`slimrag.llm.engine.qlinear.dequantize`."""
+    if part.ggml_type not in (Q4_1, Q8_0):
+        return torch.from_numpy(dequantize(part))
+    size = SIZES[part.ggml_type][1]
+    blocks = torch.from_numpy(np.ascontiguousarray(part.raw)).view(part.raw.shape[0], -1, size)
+    d = blocks[..., 0:2].contiguous().view(torch.float16).float()
+    if part.ggml_type == Q8_0:
+        q = blocks[..., 2:].contiguous().view(torch.int8).float()
+        return (d * q).view(part.raw.shape[0], -1)
+    m = blocks[..., 2:4].contiguous().view(torch.float16).float()
+    nibbles = blocks[..., 4:]  # weight i in the low nibble of byte i, weight 16 + i in its high nibble
+    q = torch.cat([nibbles & 15, nibbles >> 4], -1).float()
+    return (d * q + m).view(part.raw.shape[0], -1)
 
 
 def linear(x: torch.Tensor, w16: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

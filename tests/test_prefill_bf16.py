@@ -1,0 +1,37 @@
+"""The bfloat16 prefill's weight copy (:mod:`slimrag.llm.engine.bf16`): its own dequantizer of the
+embedded model's block types gives ``gguf``'s float32 values exactly, and its chunked product gives a
+row the same result whatever rows share its call."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from slimrag.cpu import bf16_units
+from slimrag.llm.engine import bf16
+from slimrag.llm.engine.qlinear import Q4_1, Q8_0, QuantPart, dequantize
+
+
+def _part(kind: int, rows: int, cols: int, rng: np.random.Generator) -> QuantPart:
+    nb = cols // 32
+    scales = rng.normal(0, 0.02, (rows, nb, 2 if kind == Q4_1 else 1)).astype(np.float16).view(np.uint8)
+    body = rng.integers(0, 256, (rows, nb, 16 if kind == Q4_1 else 32), dtype=np.uint8)
+    return QuantPart(np.concatenate([scales, body], -1).reshape(rows, -1), kind, cols)
+
+
+def test_the_copy_dequantizes_as_gguf_does() -> None:
+    rng = np.random.default_rng(0)
+    for kind in (Q4_1, Q8_0):
+        part = _part(kind, 48, 256, rng)
+        assert torch.equal(bf16._dequantized(part), torch.from_numpy(dequantize(part))), kind
+
+
+@pytest.mark.skipif(not bf16_units(), reason="the bf16 prefill is chosen only on a CPU with AMX (elsewhere unchecked)")
+def test_a_rows_product_does_not_depend_on_its_call() -> None:
+    gen = torch.Generator().manual_seed(1)
+    w16 = torch.randn(96, 64, generator=gen).to(torch.bfloat16)
+    x = torch.randn(bf16.CHUNK + 40, 64, generator=gen)
+    full = bf16.linear(x, w16)
+    for a, b in ((0, 1), (3, 9), (20, bf16.CHUNK + 7), (bf16.CHUNK, bf16.CHUNK + 40)):
+        assert torch.equal(bf16.linear(x[a:b], w16), full[a:b]), (a, b)

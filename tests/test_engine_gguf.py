@@ -154,6 +154,7 @@ def test_a_quantized_gguf_keeps_its_blocks_and_stays_near_its_float32_load(kind:
     quant, dense = weights.load_model(path, device="cpu"), weights.load_model(path, device="cpu", quantized=False)
     assert isinstance(quant.model.layers[0].attn.qkv, QuantLinear)
     assert isinstance(dense.model.layers[0].attn.qkv, torch.Tensor)
+    quant.model._bf16 = None  # the kernel's own products in every forward (not the bf16 prefill's copy)
     ids = quant.tokenizer.encode("<|im_start|>user\nWhich word comes after river? river stone 42<|im_end|>\n")
     with torch.inference_mode():
         got = quant.model.forward(torch.tensor(ids), torch.arange(len(ids)), quant.model.new_cache(), logits="all")

@@ -118,19 +118,16 @@ def print_sources(answer: Any) -> None:
     print_answer_end(replace(answer, evidence=()) if answer.mode == "grounded" else answer)
 
 
-def preload(make: Callable[[], Any], made: list[Any]) -> threading.Thread:
-    """On a daemon thread (a failed command exits at once, not after the load), make the generator
-    (importing its stack: torch for the embedded one, beside the index's opening), append it to
-    ``made`` and start ``load()``. A failure is logged here and raised again, with its message, on
-    the answer's path: by making it again there, or by the load that the answer's first call into
-    the model makes (a generator's ``load`` keeps nothing of a failed attempt)."""
+def preload(gen: Any) -> threading.Thread:
+    """Start ``gen.load()`` on a daemon thread (a failed command exits at once, not after the load).
+    A failure is logged here and raised again, with its message, by the load that the answer's
+    first call into the model makes (a generator's ``load`` keeps nothing of a failed attempt)."""
 
     def run() -> None:
         try:
-            made.append(make())
-            made[0].load()
+            gen.load()
         except Exception as e:  # noqa: BLE001  (raised again on the answer's path; see the docstring)
-            log.debug("background load of %s failed: %s", made[0] if made else "the generator", e)
+            log.debug("background load of %s failed: %s", getattr(gen, "name", gen), e)
 
     thread = threading.Thread(target=run, name="slimrag-preload", daemon=True)
     thread.start()
@@ -156,17 +153,15 @@ def open_for_answers(index: str, spec: dict[str, Any]) -> tuple[Any, Any]:
     """Open ``index`` and load its embedder while the generator loads on another thread (module
     header); the generator is returned at once, its load under way."""
     os.environ.setdefault("OMP_NUM_THREADS", str(free_cores()))  # read by torch when it is imported
-    made: list[Any] = []
-    making = preload(lambda: make_spec_generator(spec), made)
+    gen = make_spec_generator(spec)
+    preload(gen)
     idx = open_index(index)
     try:
         idx.load_embedder()
-        while making.is_alive() and not made:
-            making.join(0.005)  # the generator is made once its stack is imported; its load goes on
     except BaseException:
         idx.close()
         raise
-    return idx, made[0] if made else make_spec_generator(spec)
+    return idx, gen
 
 
 def rag_for(idx: Any, llm: Any, max_tokens: int, mode: str | None = None, answer: str | None = None,

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from slimrag.cpu import cpu_flags
 from slimrag.files import fsync_tree, slimrag_home, sweep_stale_tmp
 
 #: Bump when the graph :mod:`slimrag.llm.engine.step` builds changes: old entries stop matching.
@@ -56,13 +57,11 @@ def default_folder() -> Path:
 
 
 def _cpu_flags() -> str:
-    """The CPU's instruction-set flags (MLAS picks its kernels and packed layouts by them)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return " ".join(sorted(line.split(":", 1)[1].split()))
-    except OSError:
-        pass  # not Linux: the platform name below stands in
+    """The CPU's instruction-set flags (MLAS picks its kernels and packed layouts by them); where
+    none can be read (not Linux), the platform's name stands in."""
+    flags = cpu_flags()
+    if flags:
+        return " ".join(sorted(flags))
     import platform
 
     return platform.processor() or platform.machine()

@@ -76,11 +76,11 @@ def timed(n):  # medians of 3: t(1 token), t(NEW + 1 tokens) and the tokens made
     return sorted(one)[1], sorted(many)[1], len(toks) - 1
 
 
-t_one, t_many, made = timed({prompt})
+t_one, t_many, t_made = timed({prompt})
 out = {{"import_s": t1 - t0, "load_s": t2 - t1, "step_s": t3 - t2, "prompt_tokens": len(ids[: {prompt}]),
        "prefill_tok_s": len(ids[: {prompt}]) / t_one}}
 for d in {depths}:  # decode after a d-token prompt (a 1-token one for depth 0)
-    one, many, made = (t_one, t_many, made) if d == {prompt} else timed(max(d, 1))
+    one, many, made = (t_one, t_many, t_made) if d == {prompt} else timed(max(d, 1))
     out[f"decode_tok_s_d{{d}}"] = made / (many - one)
     out[f"decoded_d{{d}}"] = made
 step = loaded.model._step

@@ -4,6 +4,8 @@ row the same result whatever rows share its call."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -35,3 +37,14 @@ def test_a_rows_product_does_not_depend_on_its_call() -> None:
     full = bf16.linear(x, w16)
     for a, b in ((0, 1), (3, 9), (20, bf16.CHUNK + 7), (bf16.CHUNK, bf16.CHUNK + 40)):
         assert torch.equal(bf16.linear(x[a:b], w16), full[a:b]), (a, b)
+
+
+def test_the_copy_is_budgeted_on_a_containers_limit(tmp_path: Path) -> None:
+    """A cgroup limit below the machine's memory is the budget; "max" (no limit) and an absent
+    file leave the machine's memory."""
+    machine = bf16.memory_bytes(())
+    limit = tmp_path / "memory.max"
+    limit.write_text(f"{2**30}\n")
+    assert bf16.memory_bytes((tmp_path / "absent", limit)) == min(machine, 2**30)
+    limit.write_text("max\n")
+    assert bf16.memory_bytes((limit,)) == machine

@@ -25,6 +25,7 @@ Knobs (defaults):
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -38,12 +39,26 @@ CHUNK = 128
 SHARE = 0.25
 
 
-def memory_bytes() -> int:
-    """This machine's physical memory, bytes (0 where the OS does not say: no copy is budgeted)."""
+#: Where a container's memory limit is written (cgroup v2, then v1): a copy budgeted on the host's
+#: RAM alone could exceed it and have the process killed at load.
+CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+
+
+def memory_bytes(limits: tuple[Path, ...] = CGROUP_LIMITS) -> int:
+    """The memory this process may use, bytes: the machine's physical memory, or the container's
+    limit where one is set and smaller (0 where the OS says neither: no copy is budgeted)."""
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return 0
+    for limit in limits:
+        try:
+            text = limit.read_text().strip()
+        except OSError:
+            continue  # no such cgroup file here: the next, or none
+        if text.isdigit():
+            total = min(total, int(text))  # "max" (v2) means no limit
+    return total
 
 
 def fits(copy_bytes: int, device: torch.device, dtype: torch.dtype) -> bool:

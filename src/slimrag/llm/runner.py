@@ -45,12 +45,14 @@ class PrefillRunner:
 
     @property
     def mode(self) -> str:
-        """How a prompt's uncached segments are prefilled, checked once on the loaded model
-        (:func:`slimrag.llm.engine.prefill.prefill_mode`): ``rows`` or ``chunks`` (one forward)
-        or ``segments`` (one forward per segment)."""
+        """How a prompt's uncached segments are prefilled: what the loader settled
+        (``Decoder.settled_mode``), else checked once on the loaded model
+        (:func:`slimrag.llm.engine.prefill.prefill_mode`): ``bf16``, ``rows`` or ``chunks`` (one
+        forward) or ``segments`` (one forward per segment)."""
         with self._lock:
             if self._mode is None:
-                self._mode = prefill_mode(self._model())
+                model = self._model()
+                self._mode = model.settled_mode or prefill_mode(model)
             return self._mode
 
     @property

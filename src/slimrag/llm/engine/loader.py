@@ -84,7 +84,7 @@ def load_gguf(path: Path, *, device: str = "cpu", dtype: torch.dtype = torch.flo
     tensors.update(parts)
     model = Decoder.from_state_dict(config, tensors, dtype=dtype, device=device, dense_rows=dense_rows)
     if bf16_fits(model):  # settled now, so every forward of the model computes one way from the start
-        prefill_mode(model)  # holds the bfloat16 copy where its rows check out (slimrag.llm.engine.bf16)
+        model.settled_mode = prefill_mode(model)  # holds the bfloat16 copy where its rows check out
     tokenizer = Tokenizer.from_gguf(meta)
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in config.eos_ids:
         config = dataclasses.replace(config, eos_ids=(*config.eos_ids, tokenizer.eos_token_id))

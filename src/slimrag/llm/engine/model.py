@@ -95,6 +95,9 @@ class Decoder:
         self.saved_steps = saved_steps if saved_steps is not None else SavedSteps()
         self._bf16: list[tuple[torch.Tensor, ...]] | None = None
         self._bf16_lock = threading.Lock()
+        #: How prompts are prefilled, where the loader settled it (``prefill_mode``'s answer): the
+        #: runner then takes it as it is, so one decision rules every forward of the model.
+        self.settled_mode: str | None = None
 
     def bf16_bytes(self) -> int:
         """Bytes :meth:`bf16_weights` holds (or would): 2 per weight of every layer's four products."""

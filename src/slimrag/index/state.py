@@ -15,8 +15,11 @@ attributes. The state holds:
 Keeping current with other writers (`refresh`, on entry to `locked`; see `slimrag.index.writer`):
 the manifest is re-read. When another process only appended delta parts (same generation, the
 known parts a prefix of the new list), the new parts alone are mapped and appended; any other
-change (a compaction) reopens the vectors. When only the catalog moved (another process removed
-documents: SQLite's ``data_version`` changed), only the liveness mask is re-read. The writes of
+change (a compaction) reopens the vectors. A folder replaced whole (a ``build --force`` swapped
+in: the catalog file's identity or the manifest's ``created`` stamp differs) reopens every thread's
+catalog and the vectors, whatever its generation and parts read like. When only the catalog moved
+(another process removed documents: SQLite's ``data_version`` changed), only the liveness mask is
+re-read. The writes of
 this handle update the view themselves (`committed`, `switch`), so a commit never re-reads what
 is stored.
 
@@ -241,7 +244,19 @@ class IndexState:
         writer lock: a reader's `catch_up` passes False)."""
         with self.guard.writing():
             self._seen_file = self._manifest_file()  # before the read: a later switch is seen later
+            catalog_file = self._file_id(layout.CATALOG)
             fresh = manifest_file.read(self.root)
+            if catalog_file != self._catalog_file or fresh.created != self.manifest.created:
+                # the folder was replaced (a ``build --force`` swapped in): its generation and parts
+                # may read like the old ones', so nothing of the old view is kept
+                self._catalog_file, self._verified_part = catalog_file, None
+                self.catalogs.renew()
+                self._seen_data.clear()
+                if roll_back and fresh.delta_parts:
+                    fresh = self._roll_back_uncommitted(fresh)
+                self.manifest = fresh
+                self.reload()
+                return
             if roll_back and fresh.delta_parts and fresh.delta_parts[-1] != self._verified_part:
                 fresh = self._roll_back_uncommitted(fresh)
             old, self.manifest = self.manifest, fresh
@@ -259,21 +274,28 @@ class IndexState:
 
     def catch_up(self) -> bool:
         """For a reader: follow what other processes wrote since the last look (module header),
-        in place; True when the view changed. A stat and a pragma when nothing did. A catalog file
-        replaced under the folder (a ``build --force`` swapped in) is reopened by every thread."""
+        in place. A stat and a pragma when nothing moved. True when the manifest file or the
+        catalog's ``data_version`` moved and the view was re-read (it may come out the same);
+        False when nothing moved, when this handle is writing (its writing thread keeps the view
+        current), or when the folder is missing for a moment (between `swap_in`'s two renames:
+        the next call catches up). A folder replaced under the handle (a ``build --force``
+        swapped in) is reopened whole: every thread's catalog and the vectors (`refresh`)."""
         if self._lock_owner is not None:  # this handle is writing (a backfill step): no hold taken per job
             return False
         catalog = self.catalog
-        if self._manifest_file() == self._seen_file and catalog.data_version() == self._seen_data.get(catalog):
+        try:
+            if self._manifest_file() == self._seen_file and catalog.data_version() == self._seen_data.get(catalog):
+                return False
+        except FileNotFoundError:  # between swap_in's renames: nothing moved yet
             return False
         with self.guard.writing():
             if self._lock_owner is not None:  # this handle is writing: its thread keeps the view current
                 return False
-            if self._file_id(layout.CATALOG) != self._catalog_file:
-                self._catalog_file = self._file_id(layout.CATALOG)
-                self.catalogs.renew()
-                self._seen_data.clear()
-            self.refresh(roll_back=False)
+            try:
+                self.refresh(roll_back=False)
+            except FileNotFoundError:  # the folder went mid-read: look again, whole, at the next call
+                self._seen_file = self._catalog_file = (-1, -1)
+                return False
         return True
 
     def _manifest_file(self) -> tuple[int, int]:

@@ -8,7 +8,8 @@ has built up (a slim index's cache of recomputed rows, the catalog's decoded blo
 server open one index per worker thread. Instead the index is opened once, on first use (or given
 open), and `current` catches it up in place (`Index.catch_up`: a stat and a pragma when nothing
 moved; new delta parts mapped, removals masked, a compaction's generation switched in when
-something did).
+something did). A folder rebuilt with another embedder (``build --force``; its manifest's
+embedder record differs) is the one case that reopens: the index is closed and opened again.
 
 Thread-safe: `current` may be called from any thread (the open is guarded by a lock; an `Index`
 serves many threads, `slimrag.index.threads`).
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from slimrag.embed.base import Embedder
@@ -35,6 +36,8 @@ class FollowedIndex:
             self.path = Path(path)
         else:
             self._index, self.path = path, path.root
+        #: the embedder record of the open index's manifest when it was opened
+        self._record: dict[str, Any] | None = None if self._index is None else self._index.manifest.embedder
         self._embedder = embedder
         self._opening = threading.Lock()
 
@@ -52,8 +55,16 @@ class FollowedIndex:
                     from slimrag.index.core import Index  # the facade's imports: only once a handle is wanted
 
                     self._index = Index.open(self.path, embedder=self._embedder)
+                    self._record = self._index.manifest.embedder
                 return self._index
-        index.catch_up()
+        if index.catch_up() and index.manifest.embedder != self._record:
+            # the folder was rebuilt with another embedder (``build --force``): the open handle's
+            # embedder no longer matches its vectors; open the new index and close the old one
+            with self._opening:
+                if self._index is index:
+                    self._index = None
+                    index.close()
+            return self.current()
         return index
 
     def close(self) -> None:

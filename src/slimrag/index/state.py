@@ -19,9 +19,8 @@ change (a compaction) reopens the vectors. A folder replaced whole (a ``build --
 in: the catalog file's identity or the manifest's ``created`` stamp differs) reopens every thread's
 catalog and the vectors, whatever its generation and parts read like. When only the catalog moved
 (another process removed documents: SQLite's ``data_version`` changed), only the liveness mask is
-re-read. The writes of
-this handle update the view themselves (`committed`, `switch`), so a commit never re-reads what
-is stored.
+re-read. The writes of this handle update the view themselves (`committed`, `switch`), so a
+commit never re-reads what is stored.
 
 Shared by threads (`slimrag.index.threads`): ``catalog`` is the calling thread's own connection
 (`ThreadCatalogs`), and the vector view changes (`refresh`, `reload`, `committed`, `stored_text`,
@@ -114,7 +113,6 @@ class IndexState:
         self.rolled_back: list[str] = []
         #: delta parts the manifest names that could not be read when the vectors were loaded
         self.bad_parts: list[str] = []
-        self._lock: WriterLock | None = None
         self._lock_owner: int | None = None  # the thread inside `locked`
         self._verified_part: str | None = None  # the last delta part known to be committed in the catalog
         # per connection (each thread's: `data_version` values compare on one connection only),
@@ -212,11 +210,6 @@ class IndexState:
             self.vectors.kill(replaced)
 
     # -- the writer lock ------------------------------------------------------------------------
-    @property
-    def holds_lock(self) -> bool:
-        """True while a thread of this handle is inside `locked`."""
-        return self._lock_owner is not None
-
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the writer lock of this index over a ``with`` block, so several writes (adds, a
@@ -231,11 +224,11 @@ class IndexState:
         lock.acquire()
         try:
             with self.guard.writing():  # a catch-up in flight ends first; later ones wait for the write
-                self._lock, self._lock_owner = lock, threading.get_ident()
+                self._lock_owner = threading.get_ident()
                 self.refresh()
             yield
         finally:
-            self._lock, self._lock_owner = None, None
+            self._lock_owner = None
             lock.release()
 
     def refresh(self, roll_back: bool = True) -> None:

@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 import traceback
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -48,7 +49,9 @@ def _in_another_process(root: Path, body: str) -> None:
 
 
 def _searchers(n: int) -> list[SlimSearcher]:
-    """The slim searchers alive in this process over a graph of ``n`` rows."""
+    """The slim searchers alive in this process over a graph of ``n`` rows (after a collection:
+    an earlier test's unreachable index of the same size is not counted)."""
+    gc.collect()
     return [s for s in gc.get_objects() if type(s) is SlimSearcher and s.art.n == n]
 
 
@@ -276,7 +279,9 @@ def test_searches_overlap_and_a_waiting_catch_up_goes_before_later_ones() -> Non
     first_in.wait(10)
     threads.append(threading.Thread(target=mutation))
     threads[1].start()
+    deadline = time.monotonic() + 10
     while not guard._waiting:  # the mutation is waiting for the first search
+        assert time.monotonic() < deadline, "the mutation never queued behind the first search within 10 s"
         threading.Event().wait(0.005)
     threads.append(threading.Thread(target=later))
     threads[2].start()

@@ -155,9 +155,9 @@ bits (10 B/vec at 1,204 rows) or 197 KB at 8 bits (at most 6 B/vec, by the rule)
 measured. From 65,536 rows on, edges take 4 bytes: ~96 + codebooks, at the budget's edge (not
 measured there); ``GraphConfig(base_degree=8)`` saves ~5.
 
-Thread-safety: ``SlimSearcher`` keeps a visited-stamp array and the cache, so one instance must
-not be used by two threads at once (wrap it in a lock or make one per thread). ``SlimArtifacts``
-is read-only and may be shared.
+Thread-safety: one ``SlimSearcher`` may be searched from several threads at once: each thread
+walks with its own visited stamps (4 bytes a row, made at its first search) and the recomputed
+rows' cache locks itself. ``SlimArtifacts`` is read-only and may be shared.
 """
 from __future__ import annotations
 

@@ -37,6 +37,7 @@ the OPQ rotation from ~98k rows) decides how many rows a target costs. Measured 
 from __future__ import annotations
 
 import heapq
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -96,8 +97,9 @@ class SlimSearcher:
         self._hubs = np.asarray(artifacts.hub_vectors, dtype=np.float32)
         self._codes = artifacts.pq.unpack(np.asarray(artifacts.codes))
         self._scale = artifacts.pq.inverse_norms(self._codes)
-        self._stamp = np.zeros(artifacts.n, dtype=np.uint32)
-        self._epoch = 0
+        #: per thread: its visited stamps (4 bytes a row, made at its first walk) and epoch, so
+        #: threads walk the same graph at once; the cache locks itself
+        self._visits = threading.local()
 
     def search(self, query: np.ndarray, k: int = 10, skip: np.ndarray | Iterable[int] | None = None,
                config: SearchConfig | None = None) -> WalkResult:
@@ -165,11 +167,14 @@ class SlimSearcher:
     ) -> tuple[np.ndarray, np.ndarray, int]:
         """Best-first search by PQ score keeping the best ``ef``; returns the beam's non-skipped
         rows sorted by PQ score (descending), their scores, and the number of nodes scored."""
-        self._epoch += 1
-        if self._epoch == 2**32 - 1:  # wrap-around: stamps from long ago could alias
-            self._stamp[:] = 0
-            self._epoch = 1
-        stamp, epoch, indptr, indices = self._stamp, self._epoch, self._indptr, self._indices
+        visits = self._visits
+        if not hasattr(visits, "stamp"):
+            visits.stamp, visits.epoch = np.zeros(self.art.n, dtype=np.uint32), 0
+        visits.epoch += 1
+        if visits.epoch == 2**32 - 1:  # wrap-around: stamps from long ago could alias
+            visits.stamp[:] = 0
+            visits.epoch = 1
+        stamp, epoch, indptr, indices = visits.stamp, visits.epoch, self._indptr, self._indices
         seeds = np.unique(seeds)
         stamp[seeds] = epoch
         seed_scores = scorer(seeds)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -72,7 +71,6 @@ class SlimVectors(LiveRows):
         # by rows of this generation; a lambda over ``self`` would close a reference cycle
         self.searcher = SlimSearcher(artifacts, functools.partial(_by_rows, recompute_ids, self.gen_ids), config,
                                      cache=cache)
-        self._lock = threading.Lock()
 
     def append(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         """Add exact delta rows (a committed part), live; nothing held is read or copied."""
@@ -149,8 +147,7 @@ class SlimVectors(LiveRows):
                 results = [[(float(s), int(self.gen_ids[r])) for r, s in zip(rows, exact[i], strict=True)]
                            for i in range(len(q))]
             else:
-                with self._lock:
-                    found = self.searcher.search_batch(q, k, ~gen_ok, config)
+                found = self.searcher.search_batch(q, k, ~gen_ok, config)
                 results = [[(float(s), int(self.gen_ids[r])) for r, s in zip(res.rows, res.scores, strict=True)]
                            for res in found]
         else:

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from test_embed_variants import readme_paragraphs
 
+from slimrag.cpu import bf16_units
 from slimrag.embed.base import BUCKET_TOLERANCE, normalize
-from slimrag.embed.bert import BertEncoder, bf16_units, check_folder
+from slimrag.embed.bert import BertEncoder, check_folder
 from slimrag.embed.local import CPU_BF16, LocalEmbedder, cuda_usable, default_model_dir
 from slimrag.errors import SlimragError
 from slimrag.index.core import Index

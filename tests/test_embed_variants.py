@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slimrag.embed.bert import bf16_units
+from slimrag.cpu import bf16_units
 from slimrag.embed.local import CPU_BF16, CPU_DEFAULT, LocalEmbedder, cuda_usable
 from slimrag.embed.registry import from_record
 from slimrag.index.core import Index

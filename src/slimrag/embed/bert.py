@@ -22,7 +22,7 @@ On a CPU without bfloat16 units
     The same arithmetic runs (torch converts and multiplies in float32 and rounds the same way up
     to accumulation order), so an index built with ``torch-bf16`` keeps embedding its queries the
     way it was built; only slower, often slower than float32 ONNX. A new index takes this runtime
-    only where `bf16_units` says the CPU has AMX (`slimrag.embed.local`).
+    only where `slimrag.cpu.bf16_units` says the CPU has AMX (`slimrag.embed.local`).
 
 Knobs: ``dtype`` (default bfloat16; float32 gives the reference forward the tests compare with the
 ONNX export), ``threads`` (torch intra-op threads; default torch's own, the physical cores).
@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 
-from slimrag.cpu import bf16_units  # noqa: F401  (where the embedder's callers ask for it)
 from slimrag.errors import SlimragError
 
 

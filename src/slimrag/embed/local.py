@@ -20,7 +20,7 @@ Runtimes (`RUNTIMES`, chosen per index and recorded in its manifest)
     ``onnx-int8``: per-tensor int8, lossier (recall@10 vs fp32 ~0.78); opt-in only.
 
     ``runtime="auto"`` (the default for a new index) takes torch when a CUDA GPU is usable; else,
-    for the packaged MiniLM on a CPU with AMX bfloat16 tiles (`slimrag.embed.bert.bf16_units`),
+    for the packaged MiniLM on a CPU with AMX bfloat16 tiles (`slimrag.cpu.bf16_units`),
     `CPU_BF16`; else `CPU_DEFAULT` (``onnx``) when ``onnxruntime`` is installed and the folder's
     pooling exports, else torch. A CPU without AMX gets float32 ONNX because bfloat16 there is
     emulated or runs on narrower units, no faster than float32. The bar a faster default meets
@@ -189,7 +189,7 @@ class LocalEmbedder(Embedder):
         if (self.device or "").startswith("cuda") or (self.device is None and cuda_usable()):
             return "torch"
         if self.model_id == MODEL_ID:
-            from slimrag.embed.bert import bf16_units
+            from slimrag.cpu import bf16_units
 
             if bf16_units() and importlib.util.find_spec("torch"):  # an install without torch keeps onnx
                 return CPU_BF16
@@ -227,7 +227,7 @@ class LocalEmbedder(Embedder):
                             "pip install onnxruntime to match exactly)", runtime)
                 runtime = "torch"
             if runtime == CPU_BF16:
-                from slimrag.embed.bert import bf16_units
+                from slimrag.cpu import bf16_units
 
                 if not bf16_units():
                     log.info("this index embeds with %s; this CPU has no AMX bfloat16 tiles, so its products "

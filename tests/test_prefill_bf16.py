@@ -48,3 +48,15 @@ def test_the_copy_is_budgeted_on_a_containers_limit(tmp_path: Path) -> None:
     assert bf16.memory_bytes((tmp_path / "absent", limit)) == min(machine, 2**30)
     limit.write_text("max\n")
     assert bf16.memory_bytes((limit,)) == machine
+
+
+def test_a_one_shot_load_keeps_the_quantized_rows_and_holds_no_copy() -> None:
+    """``bf16_prefill=False`` (what a one-shot ``ask`` asks for) settles ``rows`` at load and builds
+    no bfloat16 copy; the runner takes the settled mode, and the KV namespace names it."""
+    from slimrag.llm.local import LocalGenerator
+    from slimrag.llm.runner import PREFILL_SCHEDULES
+
+    gen = LocalGenerator(bf16_prefill=False, cache=None)
+    model = gen.load().model
+    assert model.settled_mode == gen.prefiller.mode == "rows" and model._bf16 is None
+    assert PREFILL_SCHEDULES["rows"] in gen.prefiller.namespace(gen.load().path)

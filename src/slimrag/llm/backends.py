@@ -40,7 +40,8 @@ BackendFactory = Callable[..., Generator]
 
 
 def _local(spec: str | None, model: str | None = None, api_key: str | None = None,
-           cache: CacheConfig | None = None, batch: BatchConfig | None = None) -> Generator:
+           cache: CacheConfig | None = None, batch: BatchConfig | None = None,
+           bf16_prefill: bool | None = None) -> Generator:
     if model is not None or api_key is not None:
         raise RequestError("a model name and an API key apply to a remote model only; give its "
                            "OpenAI-compatible URL as the llm (e.g. http://127.0.0.1:11434/v1)")
@@ -49,7 +50,7 @@ def _local(spec: str | None, model: str | None = None, api_key: str | None = Non
 
     # no config: the knowledge tree with a persistent disk tier, so a one-shot process reuses what
     # earlier ones computed (``LocalGenerator(cache=None)`` would mean no reuse)
-    return LocalGenerator(cache=PERSISTENT if cache is None else cache, batch=batch)
+    return LocalGenerator(cache=PERSISTENT if cache is None else cache, batch=batch, bf16_prefill=bf16_prefill)
 
 
 def _openai(spec: str | None, model: str | None = None, api_key: str | None = None,
@@ -83,15 +84,17 @@ def backend_kind(spec: str) -> str:
 
 def make_generator(llm: Generator | str | None, *, model: str | None = None,
                    api_key: str | None = None, cache: CacheConfig | None = None,
-                   batch: BatchConfig | None = None) -> Generator:
+                   batch: BatchConfig | None = None, bf16_prefill: bool | None = None) -> Generator:
     """The generator for a spec, with the served ``model``'s name and an ``api_key`` for a remote
-    one, or the ``cache`` and ``batch`` configs of the embedded one (see the module header)."""
+    one, or the ``cache``, ``batch`` and ``bf16_prefill`` settings of the embedded one (see the
+    module header and `slimrag.llm.local.LocalGenerator`)."""
     if isinstance(llm, Generator):
-        if model is not None or api_key is not None or cache is not None or batch is not None:
-            raise RequestError("model, api_key, cache and batch configure a generator built from a spec; "
-                               "pass them to the Generator itself")
+        if any(v is not None for v in (model, api_key, cache, batch, bf16_prefill)):
+            raise RequestError("model, api_key, cache, batch and bf16_prefill configure a generator built "
+                               "from a spec; pass them to the Generator itself")
         return llm
-    given = (("model", model), ("api_key", api_key), ("cache", cache), ("batch", batch))
+    given = (("model", model), ("api_key", api_key), ("cache", cache), ("batch", batch),
+             ("bf16_prefill", bf16_prefill))
     options: dict[str, object] = {k: v for k, v in given if v is not None}
     if llm is None:
         return BACKENDS["local"](None, **options)

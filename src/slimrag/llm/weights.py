@@ -91,6 +91,7 @@ def load_model(
     *,
     quantized: bool = True,
     dense_rows: int | None = None,
+    bf16_prefill: bool | None = None,
 ) -> LoadedModel:
     """Load a model and its tokenizer for the engine.
 
@@ -100,7 +101,8 @@ def load_model(
     blocks and the products run on them (float32 CPU models; False: every weight dequantized to
     float32, the engine before issue 28). dense_rows: forwards of at least this many tokens
     multiply in float32 (a copy dequantized on first use; None: never). See
-    :mod:`slimrag.llm.engine.qlinear`.
+    :mod:`slimrag.llm.engine.qlinear`. bf16_prefill: None prefills in bfloat16 where the copy fits
+    (:mod:`slimrag.llm.engine.bf16`), False never.
     """
     start = time.perf_counter()
     device = device or default_device()
@@ -110,7 +112,7 @@ def load_model(
         raise ModelNotFoundError(f"No model at {src}; pass a .gguf file or an HF model folder.")
     try:
         model, tokenizer = load_checkpoint(src, device=device, dtype=dtype, quantized=quantized,
-                                           dense_rows=dense_rows)
+                                           dense_rows=dense_rows, bf16=bf16_prefill)
     except FileNotFoundError as exc:
         raise ModelNotFoundError(f"Could not load a model from {src}: {exc}") from exc
     except (ValueError, KeyError) as exc:

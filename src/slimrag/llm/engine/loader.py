@@ -35,14 +35,15 @@ from slimrag.llm.engine.tokenizer import Tokenizer
 
 
 def load_checkpoint(path: str | os.PathLike[str], *, device: str = "cpu", dtype: torch.dtype = torch.float32,
-                    quantized: bool = True, dense_rows: int | None = None) -> tuple[Decoder, Tokenizer]:
+                    quantized: bool = True, dense_rows: int | None = None,
+                    bf16: bool | None = None) -> tuple[Decoder, Tokenizer]:
     """The decoder and tokenizer at ``path`` (a ``.gguf`` file or an HF folder); ValueError or
-    FileNotFoundError with the reason when it is neither or is incomplete. ``quantized`` and
-    ``dense_rows``: see :func:`load_gguf` (an HF folder is always float)."""
+    FileNotFoundError with the reason when it is neither or is incomplete. ``quantized``,
+    ``dense_rows`` and ``bf16``: see :func:`load_gguf` (an HF folder is always float)."""
     src = Path(path)
     if src.is_dir():
         return load_folder(src, device=device, dtype=dtype)
-    return load_gguf(src, device=device, dtype=dtype, quantized=quantized, dense_rows=dense_rows)
+    return load_gguf(src, device=device, dtype=dtype, quantized=quantized, dense_rows=dense_rows, bf16=bf16)
 
 
 #: HF names of the projections that may stay quantized (every matrix but the embedding table).
@@ -51,12 +52,15 @@ _PROJECTIONS = ("_proj.weight", "lm_head.weight")
 
 def load_gguf(path: Path, *, device: str = "cpu", dtype: torch.dtype = torch.float32,
               workers: int | None = None, quantized: bool = True, dense_rows: int | None = None,
-              ) -> tuple[Decoder, Tokenizer]:
+              bf16: bool | None = None) -> tuple[Decoder, Tokenizer]:
     """A GGUF file (see the module header). ``workers``: dequantizing threads (default: up to 4
     of this machine's cores). ``quantized``: keep the projections stored as Q4_0/Q4_1/Q8_0/Q4_K/Q6_K in
     their blocks and compute on them (:mod:`slimrag.llm.engine.qlinear`; float32 CPU models
     only); False dequantizes every tensor to ``dtype``. ``dense_rows``: :class:`Decoder`'s
-    threshold for float32 products in long forwards (None: always quantized)."""
+    threshold for float32 products in long forwards (None: always quantized). ``bf16``: prefill
+    in bfloat16 (:mod:`slimrag.llm.engine.bf16`): None where the copy fits, False never (the
+    quantized kernel's rows: a one-shot process, whose copy and first bf16 passes cost more than
+    they save)."""
     import dataclasses
 
     gguf = GGUFFile(path)
@@ -83,8 +87,8 @@ def load_gguf(path: Path, *, device: str = "cpu", dtype: torch.dtype = torch.flo
         for name, arr in read_tensors(gguf, config.arch, config.num_heads, config.num_kv_heads, workers, skip)}
     tensors.update(parts)
     model = Decoder.from_state_dict(config, tensors, dtype=dtype, device=device, dense_rows=dense_rows)
-    if bf16_fits(model):  # settled now, so every forward of the model computes one way from the start
-        model.settled_mode = prefill_mode(model)  # holds the bfloat16 copy where its rows check out
+    if bf16 is False or bf16_fits(model):  # settled now: every forward of the model computes one way
+        model.settled_mode = prefill_mode(model, bf16=bf16)  # the bfloat16 copy held where its rows check out
     tokenizer = Tokenizer.from_gguf(meta)
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in config.eos_ids:
         config = dataclasses.replace(config, eos_ids=(*config.eos_ids, tokenizer.eos_token_id))

@@ -78,10 +78,8 @@ class LocalGenerator(Generator):
     tree with a 1 GiB host budget; its device tier follows the model's device), a ready
     :class:`KVTree` or :class:`~slimrag.llm.kv.reuse.KVReuse`, or None for no reuse.
     scheduler: the prefill gate's settings. batch: how streams share decode steps (:class:`BatchConfig`).
-    bf16_prefill: None prefills in bfloat16 where the weights' copy fits (:mod:`slimrag.llm.engine.bf16`;
-    2.4-3.7x a 1,345-token prompt here), False on the quantized kernel's rows: what a one-shot
-    ``ask`` takes, since the copy's build and a process's first bf16 passes cost it more than they
-    save (the prefill mode is part of the KV namespace, so the two never share K/V).
+    bf16_prefill: None: prefill in bfloat16 where the copy fits (:mod:`slimrag.llm.engine.bf16`);
+    False: the quantized rows (a one-shot ``ask``: the copy costs it more than it saves).
 
     Loading is lazy: the constructor is cheap and the first :meth:`stream` (or :meth:`load`) pays
     for it (the embedded model: about a second, read from its GGUF file).
@@ -134,8 +132,7 @@ class LocalGenerator(Generator):
         KV reuse (a persistent tier restores its files), off the first request's path."""
         with self._lock:
             if self._loaded is None:
-                loaded = load_model(self.model_path, device=self.device, dtype=self.dtype,
-                                    bf16_prefill=self.bf16_prefill)
+                loaded = load_model(self.model_path, device=self.device, dtype=self.dtype, bf16_prefill=self.bf16_prefill)
                 self._eos = eos_ids(loaded)
                 self._loaded = loaded
                 _ = self.prefiller.mode, self.reuse

@@ -239,28 +239,23 @@ class IndexState:
             self._seen_file = self._manifest_file()  # before the read: a later switch is seen later
             catalog_file = self._file_id(layout.CATALOG)
             fresh = manifest_file.read(self.root)
-            if catalog_file != self._catalog_file or fresh.created != self.manifest.created:
-                # the folder was replaced (a ``build --force`` swapped in): its generation and parts
-                # may read like the old ones', so nothing of the old view is kept
+            replaced = catalog_file != self._catalog_file or fresh.created != self.manifest.created
+            if replaced:  # a ``build --force`` swapped in: its generation and parts may read like
+                # the old ones', so nothing of the old view is kept (no part known committed either)
                 self._catalog_file, self._verified_part = catalog_file, None
                 self.catalogs.renew()
                 self._seen_data.clear()
-                if roll_back and fresh.delta_parts:
-                    fresh = self._roll_back_uncommitted(fresh)
-                self.manifest = fresh
-                self.reload()
-                return
             if roll_back and fresh.delta_parts and fresh.delta_parts[-1] != self._verified_part:
                 fresh = self._roll_back_uncommitted(fresh)
             old, self.manifest = self.manifest, fresh
-            if fresh == old:
+            if replaced:
+                self.reload()
+            elif fresh == old:
                 if self.catalog.data_version() != self._seen_data.get(self.catalog):
                     self._read_live()
-                return
-            known = len(old.delta_parts)
-            if (fresh.generation, fresh.gen_kind) == (old.generation, old.gen_kind) \
-                    and fresh.delta_parts[:known] == old.delta_parts:
-                self.bad_parts += vectors.append_parts(self.vectors, self.root, fresh.delta_parts[known:])
+            elif (fresh.generation, fresh.gen_kind) == (old.generation, old.gen_kind) \
+                    and fresh.delta_parts[:len(old.delta_parts)] == old.delta_parts:
+                self.bad_parts += vectors.append_parts(self.vectors, self.root, fresh.delta_parts[len(old.delta_parts):])
                 self._read_live()
             else:
                 self.reload()

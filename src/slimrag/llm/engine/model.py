@@ -66,8 +66,20 @@ class LayerWeights:
     down: torch.Tensor | QuantLinear
 
 
+def _products(layer: LayerWeights) -> tuple[torch.Tensor | QuantLinear, ...]:
+    """A layer's four products, in the order of its bfloat16 copy: qkv, o, gate_up, down."""
+    return layer.attn.qkv, layer.attn.o, layer.gate_up, layer.down
+
+
 def _bf16_layer(layer: LayerWeights) -> tuple[torch.Tensor, ...]:
-    return tuple(bf16.copy(w) for w in (layer.attn.qkv, layer.attn.o, layer.gate_up, layer.down))
+    return tuple(bf16.copy(w) for w in _products(layer))
+
+
+def _mul(x: torch.Tensor, w: torch.Tensor | QuantLinear, w16: torch.Tensor | None,
+         bias: torch.Tensor | None = None, dense: int | None = None) -> torch.Tensor:
+    """``x @ w.T (+ bias)``: through the bfloat16 copy ``w16`` where one is held (bfloat16 out,
+    float32 with a bias), else the weight's own product."""
+    return bf16.linear(x, w16, bias) if w16 is not None else linear(x, w, bias, dense_rows=dense)
 
 
 class Decoder:
@@ -101,8 +113,7 @@ class Decoder:
 
     def bf16_bytes(self) -> int:
         """Bytes :meth:`bf16_weights` holds (or would): 2 per weight of every layer's four products."""
-        return sum(2 * w.shape[0] * w.shape[1] for layer in self.layers
-                   for w in (layer.attn.qkv, layer.attn.o, layer.gate_up, layer.down))
+        return sum(2 * w.shape[0] * w.shape[1] for layer in self.layers for w in _products(layer))
 
     def bf16_weights(self, layers: int | None = None) -> list[tuple[torch.Tensor, ...]]:
         """Each layer's ``(qkv, o, gate_up, down)`` as bfloat16 (a quantized weight dequantized one
@@ -215,20 +226,15 @@ class Decoder:
         x = F.embedding(ids, self.embed)
         cos, sin = self.rope.cos_sin(positions, x.dtype)
         for i, layer in enumerate(self.layers):
-            w16 = copies[i] if copies is not None else None
+            w16 = copies[i] if copies is not None else (None,) * 4
             h = rms_norm(x, layer.input_norm, c.rms_eps)
-            if w16 is not None:
-                qkv = bf16.linear(h, w16[0], layer.attn.qkv_bias).float()
-            else:
-                qkv = linear(h, layer.attn.qkv, layer.attn.qkv_bias, dense_rows=dense)
+            qkv = _mul(h, layer.attn.qkv, w16[0], layer.attn.qkv_bias, dense).float()
             att = attend(qkv, layer.attn, i, cache, self.rope, cos, sin, mask, heads=c.num_heads,
                          kv_heads=c.num_kv_heads, head_dim=c.head_dim, eps=c.rms_eps, compute_dtype=att_dtype)
-            x = x + (bf16.linear(att, w16[1]) if w16 is not None else linear(att, layer.attn.o, dense_rows=dense))
+            x = x + _mul(att, layer.attn.o, w16[1], dense=dense)
             h = rms_norm(x, layer.post_norm, c.rms_eps)
-            gate, up = (bf16.linear(h, w16[2]) if w16 is not None
-                        else linear(h, layer.gate_up, dense_rows=dense)).chunk(2, dim=-1)
-            x = x + (bf16.linear(F.silu(gate) * up, w16[3]) if w16 is not None
-                     else linear(F.silu(gate) * up, layer.down, dense_rows=dense))
+            gate, up = _mul(h, layer.gate_up, w16[2], dense=dense).chunk(2, dim=-1)
+            x = x + _mul(F.silu(gate) * up, layer.down, w16[3], dense=dense)
             if stop_after is not None and i >= stop_after:
                 cache.advance(ids.shape[0])
                 return None

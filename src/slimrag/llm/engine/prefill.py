@@ -63,13 +63,16 @@ CHUNK = 64
 ROWS, CHUNKS, BF16, SEGMENTS = "rows", "chunks", "bf16", "segments"
 
 
+def _rows_kernel(model: Decoder) -> bool:
+    """A quantized model with no ``dense_rows`` asked for: its products run on the blocks' kernel."""
+    return not isinstance(model.layers[0].attn.qkv, torch.Tensor) and getattr(model, "dense_rows", None) is None
+
+
 def bf16_fits(model: Decoder) -> bool:
     """Whether ``model`` may prefill in bfloat16 (:func:`slimrag.llm.engine.bf16.fits`): a quantized
     model (its products already approximate float32; a float model keeps float32, the numbers its
     reference implementation gives) with no ``dense_rows`` asked for (that asks float32)."""
-    quantized = not isinstance(model.layers[0].attn.qkv, torch.Tensor)
-    return (quantized and getattr(model, "dense_rows", None) is None
-            and bf16.fits(model.bf16_bytes(), model.device, model.dtype))
+    return _rows_kernel(model) and bf16.fits(model.bf16_bytes(), model.device, model.dtype)
 
 
 def _product(x: torch.Tensor, w: Any, bias: torch.Tensor | None, mode: str = ROWS,
@@ -125,8 +128,7 @@ def prefill_mode(model: Decoder, *, seed: int = 0, bf16: bool | None = None) -> 
     if (bf16_fits(model) if bf16 is None else bf16) and _row_independent(model, BF16, seed):
         model.bf16_weights()
         return BF16
-    quantized = not isinstance(model.layers[0].attn.qkv, torch.Tensor)
-    mode = ROWS if quantized and getattr(model, "dense_rows", None) is None else CHUNKS
+    mode = ROWS if _rows_kernel(model) else CHUNKS
     return mode if _row_independent(model, mode, seed) else SEGMENTS
 
 

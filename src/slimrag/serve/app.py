@@ -34,6 +34,9 @@ KV events and routed plans (issue 31)
     ``replay``, ``topic``): that is how ``slimrag route`` finds them. A chat that carries a router's
     ``X-Slimrag-Plan`` (`slimrag.api.plan_header`) is answered from those passages without a
     second search (`slimrag.serve.planned`). Without either, nothing changes.
+    ``GET /healthz`` also reports the chats being answered (``load``: ``chats`` in flight, and
+    ``waiting``, those not past their first piece: queued or prefilling), so a router can weigh
+    the load of clients that come here directly (`slimrag.route.kv_policy`).
 
 Errors and limits
     Connections are guarded before any of this runs (`slimrag.api.connections`: a request head
@@ -118,6 +121,21 @@ async def _last(events: AsyncIterator[T], first: T) -> T:
     return last
 
 
+class ChatLoad:
+    """The chats this server is answering (event loop only), as ``/healthz`` reports them."""
+
+    def __init__(self) -> None:
+        self.chats = self.waiting = 0
+
+    async def counted(self, chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+        """``chunks`` relayed; the chat counted in flight until they end."""
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            self.chats -= 1
+
+
 def warm_up(rag: RAG) -> None:
     """Load the generator's model and the embedder now, so the first request does not wait."""
     rag.llm.load()
@@ -147,6 +165,7 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
     # one per server (and per folder in the process): embeds what awaits vectors while we answer
     filling = None if rag.index.coverage().complete else backfill.ensure(rag.index)
     metrics = Metrics()
+    load = ChatLoad()
     publisher = None
     if kv_events is not None:
         from slimrag.llm.kv.publish import EventPublisher  # pyzmq: only with --kv-events
@@ -199,18 +218,25 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
             return answer_pieces(w, question, history, req.k, req.source, config, req.evidence_only, req.answer)
 
         events = chats.stream(pieces)
+        load.chats, load.waiting, streamed = load.chats + 1, load.waiting + 1, False
         try:
             # retrieval, prompt and backend errors before the first piece still get their status
-            first = await until_gone(request, anext(events))
+            try:
+                first = await until_gone(request, anext(events))
+            finally:
+                load.waiting -= 1
             head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": model_name}
             if req.stream:
                 include_usage = req.stream_options is not None and req.stream_options.include_usage
-                return StreamingResponse(sse_chunks(head, first, events, include_usage, metrics),
-                                         media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+                chunks = load.counted(sse_chunks(head, first, events, include_usage, metrics))
+                streamed = True  # counted until the stream ends
+                return StreamingResponse(chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
             final = await until_gone(request, _last(events, first))
         except ClientGone:
             await events.aclose()
             return Response(status_code=499)  # nobody reads it; counted as the client leaving
+        finally:
+            load.chats -= not streamed
         assert isinstance(final, Answer)
         metrics.usage(final.usage)
         message = {"role": "assistant", "content": final.text}
@@ -271,9 +297,10 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
+        busy = {"chats": load.chats, "waiting": load.waiting}
         if publisher is None:
-            return {"status": "ok", "model": model_name}
-        return {"status": "ok", "model": model_name, "kv_events": {
+            return {"status": "ok", "model": model_name, "load": busy}
+        return {"status": "ok", "model": model_name, "load": busy, "kv_events": {
             "endpoint": publisher.endpoint, "replay": publisher.replay_endpoint, "topic": publisher.topic}}
 
     @app.get("/metrics", response_class=PlainTextResponse)

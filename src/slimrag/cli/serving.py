@@ -86,12 +86,15 @@ def bind_warning(host: str, api_key: str | None, what: str = "server") -> str | 
                    "tcp://127.0.0.1:5557 (replays on the next port); off by default. See docs/kv-events.md.")
 @click.option("--answer", "answer", type=click.Choice(ANSWER_MODES), default=None,
               help=ANSWER_HELP + " The server's default: a request's own 'answer' field overrides it.")
+@click.option("--kv-budget", type=click.IntRange(1), metavar="MIB",
+              help="Embedded model: keep at most MIB mebibytes of passage KV, in memory only (no disk "
+                   "tier); default 1 GiB in memory and 2 GiB on disk. Bounds what one replica caches.")
 @limit_options
 @host_options
 @reuse_options
 def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None, workers: int,
           search_workers: int, decode_width: int | None, kv_events: str | None, answer: str | None,
-          max_connections: int | None,
+          kv_budget: int | None, max_connections: int | None,
           header_timeout: float, max_body_bytes: int, allow_host: tuple[str, ...],
           allow_origin: tuple[str, ...]) -> None:
     """Serve an index over HTTP: OpenAI-compatible chat completions (RAG) and embeddings, search, metrics."""
@@ -104,6 +107,14 @@ def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--api-key") from e
     cache = cache_config(llm)
+    if kv_budget is not None:
+        if llm is not None:
+            raise click.UsageError("--kv-budget bounds the embedded model's KV cache; an --llm server keeps its own")
+        from dataclasses import replace
+
+        from slimrag.llm.kv.config import CacheConfig
+
+        cache = replace(cache or CacheConfig(), host_bytes=kv_budget << 20, disk_bytes=0, persist=False)
     hosts = host_rule(host, allow_host, allow_origin)
     events = _events_config(kv_events, llm)
     sock = bind_port(host, port)  # before any model loads: a busy port is one line, at once

@@ -115,6 +115,10 @@ def test_serve_kv_events_flag_is_checked(tmp_path: Any) -> None:
     remote = runner.invoke(cli, ["serve", str(idx), "--port", "0", "--llm", "http://127.0.0.1:9/v1",
                                  "--kv-events", "tcp://127.0.0.1:5557"])
     assert remote.exit_code == 2 and "--llm" in remote.output
+    budget = runner.invoke(cli, ["serve", str(idx), "--port", "0", "--llm", "http://127.0.0.1:9/v1",
+                                 "--kv-budget", "60"])
+    assert budget.exit_code == 2 and "--kv-budget" in budget.output
+    assert runner.invoke(cli, ["serve", str(idx), "--port", "0", "--kv-budget", "0"]).exit_code == 2
 
 
 @dataclass
@@ -211,3 +215,66 @@ def test_planned_rule_balances_by_in_flight_counts_past_the_thresholds() -> None
     assert choose_planned(reps, plan, None, config)[:2] == (reps[0], "kv")
     reps[0].in_flight = 4
     assert choose_planned(reps, plan, None, config)[:2] == (reps[1], "balance")
+
+
+def test_the_router_weighs_chats_a_replica_answers_for_clients_it_cannot_see(
+        index: Index, smollm: weights.LoadedModel) -> None:
+    """Two clients keep asking replica 0 directly: its ``/healthz`` counts their chats (``load``),
+    the router reads them at its health checks as load it did not send, and a planned chat that
+    saves the same on both replicas goes to replica 1 (turn 0 picks replica 0 when no load is
+    seen). When the direct clients stop, the replica's count and the router's unseen load are 0."""
+    import threading
+
+    rags = [RAG(index, LocalGenerator(loaded=smollm), guards=Guards(floor=None)) for _ in range(2)]
+    apps = [create_app(r, kv_events=EventsConfig("tcp://127.0.0.1:*"), workers=2) for r in rags]
+    with running(apps[0]) as u0, running(apps[1]) as u1:
+        routed = create_router_app([u0, u1], RouterConfig(health_interval_s=0.2), index=str(index.root))
+        router = routed.state.router
+        with running(routed) as url, httpx.Client(base_url=url, timeout=TIMEOUT) as client, \
+                httpx.Client(base_url=u0, timeout=TIMEOUT) as direct:
+            wait_for(lambda: all(r.exact() for r in router.replicas), "both replicas' views")
+            assert direct.get("/healthz").json()["load"] == {"chats": 0, "waiting": 0}
+            stop, seen = threading.Event(), []
+
+            def keep_asking() -> None:  # back to back, so replica 0 is almost never idle
+                while not stop.is_set():
+                    body = {"messages": [{"role": "user", "content": BREAD}], "k": 2, "max_tokens": 48,
+                            "answer": "free"}
+                    assert direct.post("/v1/chat/completions", json=body).status_code == 200
+
+            side = [threading.Thread(target=keep_asking) for _ in range(2)]
+            for t in side:
+                t.start()
+            try:
+                wait_for(lambda: seen.append(direct.get("/healthz").json()["load"]) or seen[-1]["chats"] > 0,
+                         "replica 0 to count its direct chats")
+                assert 0 <= seen[-1]["waiting"] <= seen[-1]["chats"] <= 2
+                wait_for(lambda: router.replicas[0].unseen > 0, "the router to read replica 0's load")
+                assert router.replicas[1].unseen == 0
+                assert ask(client, CATS).headers["x-slimrag-replica"] == u1
+            finally:
+                stop.set()
+                for t in side:
+                    t.join(TIMEOUT)
+            assert direct.get("/healthz").json()["load"] == {"chats": 0, "waiting": 0}
+            wait_for(lambda: router.replicas[0].unseen == 0, "the router to see replica 0 idle again")
+
+
+def test_planned_rule_prices_unseen_chats() -> None:
+    """A replica's unseen chats (reported, not sent by this router) cost like its own: a decoding
+    one ``decode_tokens``, a waiting one the prompt's prefill; ``unseen_weight`` 0 ignores them."""
+    from slimrag.route.kv_policy import choose_planned
+    from slimrag.route.planner import RoutePlan
+
+    reps = _followed({"p1": 300}, {}, {})
+    plan = RoutePlan(((1, 0.9),), ("p1",), (300,))
+    config = RouterConfig()
+    assert choose_planned(reps, plan, None, config)[:2] == (reps[0], "kv")
+    reps[0].report_load(chats=1, waiting=0)  # decoding for a direct client: 64 < the 300 it saves
+    assert choose_planned(reps, plan, None, config)[:2] == (reps[0], "kv")
+    reps[0].report_load(chats=2, waiting=1)  # one of them still to prefill: 340 + 128 > 300 saved
+    assert choose_planned(reps, plan, None, config)[:2] == (reps[1], "kv_load")
+    assert choose_planned(reps, plan, None, RouterConfig(unseen_weight=0.0))[:2] == (reps[0], "kv")
+    reps[0].in_flight, reps[0].waiting = 2, 1  # the two are the router's own after all: none unseen
+    reps[0].report_load(chats=2, waiting=1)
+    assert (reps[0].unseen, reps[0].unseen_waiting) == (0, 0)

@@ -167,6 +167,7 @@ class Router:
                 ok, why = r.status_code == 200, f"status {r.status_code}"
                 if ok:
                     self._follow_events(replica, r)
+                    self._read_load(replica, r)
             except httpx.TransportError as exc:
                 ok, why = False, f"{type(exc).__name__}: {exc or 'no answer'}"
             self.metrics.inc("slimrag_router_health_checks_total", replica=replica.url,
@@ -198,6 +199,15 @@ class Router:
 
             self.streams = EventStreams()
         replica.events = self.streams.watch(replica.url, info)
+
+    @staticmethod
+    def _read_load(replica: Replica, health: httpx.Response) -> None:
+        """The replica's own count of chats in flight (``/healthz``'s ``load``), when it reports one."""
+        try:
+            load = health.json().get("load") or {}
+            replica.report_load(int(load.get("chats", 0)), int(load.get("waiting", 0)))
+        except (ValueError, AttributeError, TypeError):  # not JSON, not an object, not numbers: nothing seen
+            replica.report_load(0, 0)
 
     async def plan(self, req: ChatRequest) -> RoutePlan | None:
         """The chat's passages when the router plans (``--index``), else None; a failed plan routes
@@ -258,6 +268,7 @@ class Router:
         ``prefill``: its estimated prefill tokens, counted as pending there until the first byte."""
         replica.in_flight += 1
         replica.pending_prefill += prefill
+        replica.waiting += 1
         upstream: httpx.Response | None = None
         owned = True  # until the relay takes the upstream response and the in-flight count over
         try:
@@ -285,6 +296,7 @@ class Router:
             return Failure(f"{type(exc).__name__}: {exc or 'no detail'}", down=True)
         finally:
             replica.pending_prefill -= prefill
+            replica.waiting -= 1
             if owned:
                 replica.in_flight -= 1
                 if upstream is not None:

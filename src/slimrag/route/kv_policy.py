@@ -7,6 +7,7 @@ in prefill-token units, as NVIDIA Dynamo's KV router weighs overlap against queu
 
     cost = prefill_weight × (prompt tokens − tokens it holds of this prompt)
            + its pending prefill + decode_tokens × its requests in flight
+           + unseen_weight × (prompt tokens × its unseen chats waiting + decode_tokens × its unseen chats)
 
 Then, over the pool (healthy replicas not yet tried for the chat), as SGLang's cache-aware router
 switches between affinity and its shortest queue:
@@ -18,7 +19,7 @@ switches between affinity and its shortest queue:
 2. Otherwise every replica whose cost is within ``spread_share`` of the prompt's tokens of the
    cheapest is a candidate: a saving that small (the system segment every replica soon holds, a
    few tokens of a passage) does not earn a replica a pile of requests. Among the candidates, the one with the fewest
-   requests in flight answers, and among equals the next in round-robin order (the router turns
+   requests in flight (its unseen chats included) answers, and among equals the next in round-robin order (the router turns
    a counter per planned chat). So requests that save nothing, or the same everywhere, spread over
    the replicas instead of falling on the first of them (what the rule did before it spread: one
    replica of three never chosen, p90 TTFT 1.32x the approximate tree's in one run).
@@ -37,8 +38,12 @@ in 1.
   view; unknown, it counts the same for every replica and drops out).
 - *Pending prefill*: the uncached tokens of chats routed there whose first byte has not come
   back (a slimrag replica sends its 200 with its first piece, so prefill is over by then).
-- Load the router cannot see (clients that talk to a replica directly) is not in the cost; the
-  spreading keeps it from mattering much, since no replica is left idle while another queues.
+- *Unseen chats*: load the router cannot see, from clients that talk to a replica directly. A
+  slimrag replica reports the chats it is answering in its ``/healthz`` (``load``: in flight, and
+  those waiting for their first piece); at each health check the router keeps what exceeds its own
+  requests there (`Replica.report_load`). A waiting one is priced as a prefill of this prompt's
+  size, nothing cached (a replica prefills one prompt at a time, so it goes first), and each one
+  as a decoding request. A replica that reports nothing has none.
 
 Knobs (`RouterConfig`)
     ``prefill_weight`` 1.0 (Dynamo's ``overlap_score_weight``): how much a token this request must
@@ -54,6 +59,10 @@ Knobs (`RouterConfig`)
     cost on a CPU replica (0.2 s, some 60 tokens of prefill). Relative, so that short passages
     still count: 0 spreads exact ties only (one replica then collects every chat that saves only
     the system segment there), 0.3 and up gives up single cached passages for balance.
+    ``unseen_weight`` 1.0: how much the unseen chats weigh. The count is as old as the last health
+    check (``health_interval_s``, 2 s by default; a CPU chat takes several): higher steers harder
+    away from a replica its direct clients keep busy, at the risk of avoiding it for a chat that
+    ended since; 0 ignores what replicas report (the rule before it read their load).
     ``balance_abs_threshold`` 4 and ``balance_rel_threshold`` 1.5: shared with `choose` (see
     `slimrag.route.policy`).
     ``chars_per_token`` 4.0: the estimate for passage tokens no view knows (English under SmolLM2's
@@ -93,7 +102,9 @@ def choose_planned(pool: Sequence[Replica], plan: RoutePlan, key: str | None,
     total = system + sum(plan.tokens)
     held = [min(total, held_tokens(r, plan, key, total)) for r in pool]
     costs = [config.prefill_weight * (total - h) + r.pending_prefill + config.decode_tokens * r.in_flight
+             + config.unseen_weight * (total * r.unseen_waiting + config.decode_tokens * r.unseen)
              for r, h in zip(pool, held, strict=True)]
+    busy = [r.in_flight + (r.unseen if config.unseen_weight > 0 else 0) for r in pool]
     n = len(pool)
     if imbalanced(pool, config):
         least = min(r.in_flight for r in pool)
@@ -101,6 +112,6 @@ def choose_planned(pool: Sequence[Replica], plan: RoutePlan, key: str | None,
         return pool[i], "balance", total - held[i]
     best = min(costs)
     near = [i for i in range(n) if costs[i] <= best + config.spread_share * total]
-    i = min(near, key=lambda i: (pool[i].in_flight, (i - turn) % n))
+    i = min(near, key=lambda i: (busy[i], (i - turn) % n))
     most = max(held)
     return pool[i], "kv" if held[i] == most and most > 0 else "kv_load", total - held[i]

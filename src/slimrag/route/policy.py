@@ -58,7 +58,8 @@ Knobs (`RouterConfig`; SGLang's defaults in brackets where ours differ)
     interval. Detection takes at most interval + timeout (4 s by default); a shorter interval
     finds failures sooner for one small request per replica per interval. 0 turns checks off.
     ``max_body_bytes`` 1 MiB: larger request bodies are refused with 413, as ``slimrag serve`` does.
-    ``prefill_weight`` 1.0, ``decode_tokens`` 64, ``spread_share`` 0.1 and ``chars_per_token`` 4.0:
+    ``prefill_weight`` 1.0, ``decode_tokens`` 64, ``spread_share`` 0.1, ``unseen_weight`` 1.0 and
+    ``chars_per_token`` 4.0:
     the cost of a chat routed by its passages over replicas that publish KV events; the rule and each trade-off are in
     `slimrag.route.kv_policy`. They do nothing when no replica publishes events or the router plans
     no passages (no ``--index``).
@@ -95,6 +96,7 @@ class RouterConfig:
     prefill_weight: float = 1.0
     decode_tokens: int = 64
     spread_share: float = 0.1
+    unseen_weight: float = 1.0
     chars_per_token: float = 4.0
 
     def __post_init__(self) -> None:
@@ -108,8 +110,8 @@ class RouterConfig:
             raise ValueError(f"cooldown_s must be >= 0, got {self.cooldown_s}")
         if self.health_interval_s < 0:
             raise ValueError(f"health_interval_s must be >= 0 (0: no health checks), got {self.health_interval_s}")
-        if self.prefill_weight < 0 or self.decode_tokens < 0 or self.spread_share < 0:
-            raise ValueError("prefill_weight, decode_tokens and spread_share must be >= 0")
+        if min(self.prefill_weight, self.decode_tokens, self.spread_share, self.unseen_weight) < 0:
+            raise ValueError("prefill_weight, decode_tokens, spread_share and unseen_weight must be >= 0")
         for name in ("max_tree_chars", "connect_timeout_s", "timeout_s", "max_body_bytes", "health_timeout_s",
                      "chars_per_token"):
             if getattr(self, name) <= 0:
@@ -141,6 +143,17 @@ class Replica:
     events: EventStream | None = None
     #: Estimated prefill tokens routed here whose first byte has not come back yet.
     pending_prefill: int = 0
+    #: Requests routed here that have not had their first byte back (the count behind ``pending_prefill``).
+    waiting: int = 0
+    #: Chats in flight there that this router did not send, and how many of them wait for their
+    #: first piece, as of its last health check (``/healthz``'s ``load``; 0 when it reports none).
+    unseen: int = 0
+    unseen_waiting: int = 0
+
+    def report_load(self, chats: int, waiting: int) -> None:
+        """Record the load a replica reports (its ``/healthz``): what exceeds this router's own."""
+        self.unseen = max(0, chats - self.in_flight)
+        self.unseen_waiting = min(self.unseen, max(0, waiting - self.waiting))
 
     def exact(self) -> bool:
         """Whether the router holds an exact view of this replica's cache (its events, complete)."""

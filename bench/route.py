@@ -52,9 +52,25 @@ apart the policies can be on this workload at all.
 Sweep: ``--policies rr,approx,events,events:0,events:0.3`` adds the events policy with other
 ``spread_share`` values (`slimrag.route.kv_policy`), each on fresh replicas, in the same run.
 
+Repeats: a policy named twice runs twice (labelled ``events``, ``events#2``), so
+``--policies events,approx,approx,events,rr`` interleaves them ABBA, against the drift of the
+machine's load; each events part is compared with the approximate-tree part of the same rank, and
+the report gives every pair's ratios and their medians. Each part records the 1-minute load
+average (first, mean, max, last; sampled every 2 s): other work shares the cores outside the lock.
+
+Cache regime: ``--kv-budget MIB`` gives each replica ``serve --kv-budget`` (that much passage KV,
+in memory only). Unbounded (the default: 1 GiB in memory, 2 GiB on disk) every replica holds
+everything it sees, so all of them end up holding the hot passages and routing cannot multiply
+the fleet's cache; a budget below the hot set (the segments some later chat reuses) is the
+regime where it can. The bound then also gives the reuse of one replica at that budget and of one
+with the three replicas' memory (references, see `reuse_bound`), with the working and hot sets.
+Each part reports the tokens every replica's tree held at its end.
+
 Start deadline: each replica has ``--start-timeout`` (180 s, the model load on a loaded machine
 included) to answer ``/healthz`` and the in-process router 30 s; one that exits or misses it stops
-the bench with `StartError`, naming it and the end of its ``serve.log``.
+the bench with `StartError`, naming it and the end of its ``serve.log``. Replicas run unbuffered
+under ``-X faulthandler``, and one that misses its deadline is stopped with SIGABRT first, so its
+log ends with every thread's stack (where a silent start hangs).
 
 Writes ``bench/results/route.json`` (``--out``) and prints a table. The machine has 2 cores shared by three
 replicas, the router and the clients: absolute times are slow; compare within the run.
@@ -82,7 +98,7 @@ from typing import Any
 import httpx
 
 from bench.qa_workload import INDEX, passages_and_questions, zipf
-from bench.route_sim import reuse_bound, simulate_fleet
+from bench.route_sim import reuse_bound, simulate_fleet, working_set
 from slimrag.api.schemas import ChatRequest
 from slimrag.files import slimrag_home
 from slimrag.route.events import EventStream
@@ -90,6 +106,9 @@ from slimrag.route.planner import RoutePlan, RoutePlanner
 from slimrag.route.policy import RouterConfig
 
 RESULTS = Path(__file__).parent / "results" / "route.json"
+#: KV bytes per token of the embedded model (SmolLM2-135M, float32: 2 × 30 layers × 3 heads × 64 × 4;
+#: a replica's tree held 6,773,760 bytes for 147 tokens), to turn ``--kv-budget`` MiB into tokens.
+KV_BYTES_PER_TOKEN = 46080
 TIMEOUT = 300.0
 #: Seconds a replica (model load included) or the in-process router may take to answer; ``--start-timeout``.
 START_TIMEOUT = 180.0
@@ -136,8 +155,8 @@ class Replica:
     """A `slimrag serve` process with its own ``$SLIMRAG_HOME`` (fresh KV, shared models); its
     output goes to ``serve.log`` there, shown when it fails to start."""
 
-    def __init__(self, home: Path, events: bool = True) -> None:
-        self.home, self.events = home, events
+    def __init__(self, home: Path, events: bool = True, kv_budget: int | None = None) -> None:
+        self.home, self.events, self.kv_budget = home, events, kv_budget
         self.port, self.ev_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = home / "serve.log"
@@ -147,11 +166,16 @@ class Replica:
             (home / "models").symlink_to(slimrag_home() / "models")
 
     def start(self, index: Path = INDEX) -> None:
-        cmd = [sys.executable, "-m", "slimrag", "serve", str(index), "--port", str(self.port), "--workers", "2",
-               "--search-workers", "1"]
+        # -X faulthandler: a replica stopped with SIGABRT at its start deadline writes every
+        # thread's stack to its log (`wait`); unbuffered, so the log shows how far it got
+        cmd = [sys.executable, "-X", "faulthandler", "-m", "slimrag", "serve", str(index), "--port", str(self.port),
+               "--workers", "2", "--search-workers", "1"]
         if self.events:
             cmd += ["--kv-events", f"tcp://127.0.0.1:{self.ev_port}"]
-        env = {**os.environ, "SLIMRAG_HOME": str(self.home), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+        if self.kv_budget is not None:
+            cmd += ["--kv-budget", str(self.kv_budget)]
+        env = {**os.environ, "SLIMRAG_HOME": str(self.home), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+               "PYTHONUNBUFFERED": "1"}
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
 
@@ -170,9 +194,14 @@ class Replica:
             except httpx.TransportError:
                 pass
             time.sleep(0.3)
-        self.kill()
-        raise StartError(f"replica {self.url} did not answer /healthz within {timeout:g}s (killed; raise "
-                         f"--start-timeout on a loaded machine); the end of {self.log}:\n{log_tail(self.log)}")
+        self.proc.send_signal(signal.SIGABRT)  # faulthandler writes its threads' stacks to the log
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        raise StartError(f"replica {self.url} did not answer /healthz within {timeout:g}s (stopped with SIGABRT: "
+                         f"its threads' stacks are in its log; raise --start-timeout on a loaded machine); "
+                         f"the end of {self.log}:\n{log_tail(self.log, 60)}")
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -182,10 +211,10 @@ class Replica:
 
 @contextmanager
 def replicas(root: Path, events: tuple[bool, ...] = (True, True, True),
-             timeout: float = START_TIMEOUT) -> Iterator[list[Replica]]:
-    """Replicas started together, each given ``timeout`` seconds from its start to answer; all
-    killed on the way out (and when one fails to start)."""
-    reps = [Replica(root / f"r{i}", e) for i, e in enumerate(events)]
+             timeout: float = START_TIMEOUT, kv_budget: int | None = None) -> Iterator[list[Replica]]:
+    """Replicas started together (each with ``serve --kv-budget kv_budget`` when given), each given
+    ``timeout`` seconds from its start to answer; all killed on the way out (and when one fails to start)."""
+    reps = [Replica(root / f"r{i}", e, kv_budget) for i, e in enumerate(events)]
     try:
         for r in reps:
             r.start()
@@ -261,6 +290,10 @@ class Mirror:
             return s.view.held() if s is not None else {}
 
         return asyncio.run_coroutine_threadsafe(read(), self.loop).result()
+
+    def held_tokens(self) -> list[int]:
+        """Tokens each replica's tree holds now (0 for one that publishes nothing)."""
+        return [sum(tokens for _, tokens in self.held(i).values()) for i in range(len(self.streams))]
 
     def close(self) -> None:
         async def stop() -> None:
@@ -342,6 +375,7 @@ def run_policy(policy: str, reps: list[Replica], plans: dict[str, RoutePlan | No
                 out.append(ask(client, urls[0], q, args))
             return out
 
+        sampler = LoadSampler()
         with ThreadPoolExecutor(args.concurrency + 1) as pool:
             side = pool.submit(direct_client)
             futures = []
@@ -355,10 +389,36 @@ def run_policy(policy: str, reps: list[Replica], plans: dict[str, RoutePlan | No
                 f.result()
             direct_records = side.result()
         wall = time.perf_counter() - t_start
+        load = sampler.stop()
         if faults:
             fault_log.update(settle(reps, router, mirror, records, fault_log, args))
+        time.sleep(0.5)  # the last insertions' events
+        held = mirror.held_tokens()
     mirror.close()
-    return summarize(policy, records, direct_records, wall) | ({"faults": fault_log} if faults else {})
+    return (summarize(policy, records, direct_records, wall) | {"load_avg": load, "held_tokens_at_end": held}
+            | ({"faults": fault_log} if faults else {}))
+
+
+class LoadSampler:
+    """The machine's 1-minute load average every 2 s while a part runs (other agents' work shares
+    the 2 cores outside the timing lock, which moves a part's TTFT): first, mean and max."""
+
+    def __init__(self) -> None:
+        self.samples = [os.getloadavg()[0]]
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        while not self.done.wait(2.0):
+            self.samples.append(os.getloadavg()[0])
+
+    def stop(self) -> dict[str, float]:
+        self.done.set()
+        self.thread.join(5)
+        self.samples.append(os.getloadavg()[0])
+        return {"start": round(self.samples[0], 2), "mean": round(statistics.mean(self.samples), 2),
+                "max": round(max(self.samples), 2), "end": round(self.samples[-1], 2)}
 
 
 def inject(reps: list[Replica], router: Any, mirror: Mirror, start_timeout: float) -> dict[str, Any]:
@@ -498,6 +558,8 @@ def main() -> None:
                     help="comma-separated; events:X runs the events policy with spread_share X (a sweep)")
     ap.add_argument("--spread-share", type=float, default=RouterConfig().spread_share,
                     help="RouterConfig.spread_share of the events policy (slimrag.route.kv_policy)")
+    ap.add_argument("--kv-budget", type=int, metavar="MIB",
+                    help="each replica's KV budget (serve --kv-budget; memory only, no disk tier); default: unbounded")
     ap.add_argument("--faults", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--calibrate", type=int, default=3)
     ap.add_argument("--fleet", default="16,64")
@@ -528,21 +590,18 @@ def main() -> None:
     out: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "policies": {}}
     with timing_lock(), tempfile.TemporaryDirectory(prefix="route-bench-") as tmp:
         root = Path(tmp)
-        for n, policy in enumerate(args.policies.split(",")):
-            with replicas(root / f"{policy}-{n}", timeout=args.start_timeout) as reps:
-                out["policies"][policy] = run_policy(policy, reps, plans, questions, direct, args)
-            print(table_row(out["policies"][policy]), file=sys.stderr)
+        for n, (label, policy) in enumerate(labelled(args.policies.split(","))):
+            with replicas(root / f"{policy}-{n}", timeout=args.start_timeout, kv_budget=args.kv_budget) as reps:
+                out["policies"][label] = run_policy(policy, reps, plans, questions, direct, args) | {"label": label}
+            print(table_row(out["policies"][label]), file=sys.stderr)
             save(args.out, out)  # a later failure (a replica that does not restart) keeps what was measured
         if args.faults:
-            with replicas(root / "faults", (False, True, True), args.start_timeout) as reps:
+            with replicas(root / "faults", (False, True, True), args.start_timeout, args.kv_budget) as reps:
                 out["faults"] = run_policy("events", reps, plans, questions, direct, args, faults=True)
             print("faults:", out["faults"]["faults"], file=sys.stderr)
         if args.fleet:
             out["costs"] = calibrate(root / "calibrate", plans, args)
-    known = [plans[q] for q in questions if plans[q] is not None]
-    out["bound"] = {"one_replica_reused_share": round(reuse_bound([], known), 3),
-                    "with_direct_first_reused_share": round(
-                        reuse_bound([p for q in direct if (p := plans[q]) is not None], known), 3)}
+    out["bound"] = bounds(plans, questions, direct, args.kv_budget)
     if args.fleet:
         out["fleet"] = {n: simulate_fleet(int(n), sim_questions, plans, out["costs"], args)
                         for n in args.fleet.split(",")}
@@ -550,30 +609,80 @@ def main() -> None:
     print(report(out))
 
 
+def labelled(policies: list[str]) -> list[tuple[str, str]]:
+    """(label, policy) per part: a policy's repeats (an ABBA order such as
+    ``events,approx,approx,events``) are labelled ``events``, ``events#2``, ..."""
+    seen: dict[str, int] = {}
+    out = []
+    for p in policies:
+        seen[p] = seen.get(p, 0) + 1
+        out.append((p if seen[p] == 1 else f"{p}#{seen[p]}", p))
+    return out
+
+
+def bounds(plans: dict[str, RoutePlan | None], questions: list[str], direct: list[str],
+           kv_budget: int | None) -> dict[str, Any]:
+    """`reuse_bound` of the router's chats (module header), the workload's working set, and with
+    ``kv_budget`` (MiB per replica) the same for one replica of that budget and one of the three
+    replicas' memory together (references, not bounds: `reuse_bound`)."""
+    known = [p for q in questions if (p := plans[q]) is not None]
+    warm = [p for q in direct if (p := plans[q]) is not None]
+    out: dict[str, Any] = {"one_replica_reused_share": round(reuse_bound([], known), 3),
+                           "with_direct_first_reused_share": round(reuse_bound(warm, known), 3),
+                           **dict(zip(("working_set_tokens", "hot_set_tokens"), working_set(warm + known), strict=True))}
+    if kv_budget is not None:
+        tokens = (kv_budget << 20) // KV_BYTES_PER_TOKEN
+        out |= {"budget_tokens": tokens, "budget_share_of_hot_set": round(tokens / out["hot_set_tokens"], 3),
+                "one_replica_at_budget_reused_share": round(reuse_bound([], known, tokens), 3),
+                "one_replica_of_three_budgets_reused_share": round(reuse_bound([], known, 3 * tokens), 3)}
+    return out
+
+
 def save(path: Path, out: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1, default=str))
 
 
+def ratios(pol: dict[str, dict[str, Any]]) -> list[str]:
+    """Events policies against the approximate tree: each repeat against the approximate tree's
+    repeat of the same rank (an ABBA order pairs the first events part with the first approx part),
+    then the medians of those ratios."""
+    approx = [s for s in pol.values() if s["policy"] == "approx"]
+    lines = []
+    for kind in dict.fromkeys(s["policy"] for s in pol.values() if s["policy"].startswith("events")):
+        runs = [s for s in pol.values() if s["policy"] == kind]
+        pairs = [(e, a) for e, a in zip(runs, approx, strict=False)]
+        got = [(e["cached_tokens"] / max(1, a["cached_tokens"]), e["ttft_p90_s"] / a["ttft_p90_s"],
+                e["ttft_p50_s"] / a["ttft_p50_s"]) for e, a in pairs]
+        for (e, a), (r, p90, p50) in zip(pairs, got, strict=True):
+            lines.append(f"{e.get('label', kind)}/{a.get('label', 'approx')}: reused {r:.2f}x, p90 TTFT {p90:.2f}x, "
+                         f"p50 {p50:.2f}x")
+        if len(got) > 1:
+            med = [statistics.median(x) for x in zip(*got, strict=True)]
+            lines.append(f"{kind}/approx, median of {len(got)} pairs: reused {med[0]:.2f}x, p90 TTFT {med[1]:.2f}x, "
+                         f"p50 {med[2]:.2f}x")
+    return lines
+
+
 def table_row(s: dict[str, Any]) -> str:
-    return (f"{s['policy']:<8} {s['cached_tokens']:>8}/{s['prompt_tokens']:<8} {s['ttft_p50_s']:>7.2f} "
+    return (f"{s.get('label', s['policy']):<9} {s['cached_tokens']:>8}/{s['prompt_tokens']:<8} {s['ttft_p50_s']:>7.2f} "
             f"{s['ttft_p90_s']:>7.2f} {s['req_per_s']:>6.3f} {s['chose_longest']:>8} {s['direct_cached_tokens']:>8} "
-            f"{s['per_replica']}")
+            f"{s['per_replica']} load {s.get('load_avg', {}).get('mean', '-')}")
 
 
 def report(out: dict[str, Any]) -> str:
-    lines = ["policy   reused/prompt tokens  p50 s   p90 s  req/s  longest  direct-reused  per-replica"]
+    lines = ["policy    reused/prompt tokens  p50 s   p90 s  req/s  longest  direct-reused  per-replica  load"]
     lines += [table_row(s) for s in out["policies"].values()]
-    pol = out["policies"]
-    for name, e in pol.items():
-        if name.startswith("events") and "approx" in pol:
-            a = pol["approx"]
-            lines.append(f"{name}/approx: reused {e['cached_tokens'] / max(1, a['cached_tokens']):.2f}x, "
-                         f"p90 TTFT {e['ttft_p90_s'] / a['ttft_p90_s']:.2f}x, p50 {e['ttft_p50_s'] / a['ttft_p50_s']:.2f}x")
+    lines += ratios(out["policies"])
     if "bound" in out:
         b = out["bound"]
         lines.append(f"bound (one replica that served every chat, estimated tokens): reused share "
-                     f"{b['one_replica_reused_share']}, {b['with_direct_first_reused_share']} with the direct chats first")
+                     f"{b['one_replica_reused_share']}, {b['with_direct_first_reused_share']} with the direct chats first; "
+                     f"working set {b['working_set_tokens']} tokens, of which reused (hot) {b['hot_set_tokens']}")
+        if "budget_tokens" in b:
+            lines.append(f"budget {b['budget_tokens']} tokens per replica ({b['budget_share_of_hot_set']} of the "
+                         f"hot set): one replica at the budget {b['one_replica_at_budget_reused_share']}, one of "
+                         f"three budgets {b['one_replica_of_three_budgets_reused_share']}")
     if "faults" in out:
         lines.append(f"faults: {out['faults']['faults']}")
     lines.append(f"costs: {out.get('costs')}")

@@ -146,20 +146,41 @@ def run_sim(policy: str, n: int, arrivals: list[tuple[float, str, RoutePlan]], c
             "chose_longest_share": round(longest / judged, 3) if judged else None}
 
 
-def reuse_bound(warm: list[RoutePlan], plans: list[RoutePlan]) -> float:
-    """The share of ``plans``' prompt tokens (in order) that one replica of unlimited memory would
-    reuse after it served ``warm`` and every earlier plan: no router over several replicas can
-    reuse more, since each of them holds a part of what this one holds (estimated tokens)."""
-    tree = KVTree.simulated(CacheConfig(device="cpu", host_bytes=1 << 40))
+def reuse_bound(warm: list[RoutePlan], plans: list[RoutePlan], budget: int = 1 << 40) -> float:
+    """The share of ``plans``' prompt tokens (in order) that one replica would reuse after it served
+    ``warm`` and every earlier plan, its tree holding ``budget`` tokens (default: unlimited). Unlimited,
+    no router over several replicas can reuse more, since each of them holds a part of what this
+    one holds (estimated tokens). With a budget it is a reference, not a bound: one replica of the
+    fleet's memory (``replicas × budget``) is about what routing that splits the passages among
+    the replicas could hold; one replica's own budget, about what every replica would get were
+    each sent every passage."""
+    return _in_order(warm, plans, budget)[0]
+
+
+def working_set(plans: list[RoutePlan]) -> tuple[int, int]:
+    """(tokens of every distinct segment that ``plans`` put in a tree: the system segment and each
+    passage under its parent, in the order one replica plans them; tokens of those a later plan
+    reused, the hot set), as one replica of unlimited memory that served them in order holds them."""
+    _, held, hot = _in_order([], plans, 1 << 40)
+    return held, hot
+
+
+def _in_order(warm: list[RoutePlan], plans: list[RoutePlan], budget: int) -> tuple[float, int, int]:
+    """(the reused share of ``plans``' prompt tokens, the tokens held at the end, the tokens of the
+    distinct segments reused) of one simulated tree of ``budget`` tokens serving ``warm`` and then
+    ``plans`` in order."""
+    tree = KVTree.simulated(CacheConfig(device="cpu", host_bytes=budget))
     prompt = cached = 0
+    hot: dict[int, int] = {}
     for n, plan in enumerate([*warm, *plans]):
         order = plan_passages(plan.keys, tree, ROOT).order
         match = tree.match(ROOT, order)
         if n >= len(warm):
             prompt += SYSTEM_TOKENS + sum(plan.tokens)
             cached += match.tokens
+        hot.update((id(node), node.tokens) for node in match.nodes)
         _store(tree, plan, order, match)
-    return cached / max(1, prompt)
+    return cached / max(1, prompt), sum(tier.used for tier in tree.stats().tiers), sum(hot.values())
 
 
 def simulate_fleet(n: int, questions: list[str], plans: dict[str, RoutePlan | None], costs: dict[str, float],

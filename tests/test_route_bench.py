@@ -30,3 +30,36 @@ def test_a_replica_that_never_answers_is_killed_at_the_deadline(tmp_path: Path) 
         rep.wait(1.0)
     assert time.monotonic() - t0 < 10
     assert rep.proc.poll() is not None  # killed, not left behind
+
+
+def test_repeated_policies_are_labelled_and_paired_by_rank() -> None:
+    """An ABBA order runs each policy twice; each events part is compared with the approximate
+    tree's part of the same rank, then the medians."""
+    from bench.route import labelled, ratios
+
+    assert labelled(["events", "approx", "approx", "events", "rr"]) == [
+        ("events", "events"), ("approx", "approx"), ("approx#2", "approx"), ("events#2", "events"), ("rr", "rr")]
+    part = {"cached_tokens": 100, "ttft_p90_s": 1.0, "ttft_p50_s": 1.0}
+    pol = {"events": {**part, "policy": "events", "label": "events", "cached_tokens": 150, "ttft_p90_s": 0.5},
+           "approx": {**part, "policy": "approx", "label": "approx"},
+           "approx#2": {**part, "policy": "approx", "label": "approx#2", "ttft_p90_s": 2.0},
+           "events#2": {**part, "policy": "events", "label": "events#2", "cached_tokens": 110, "ttft_p90_s": 1.0}}
+    lines = ratios(pol)
+    assert lines[0].startswith("events/approx: reused 1.50x, p90 TTFT 0.50x")
+    assert lines[1].startswith("events#2/approx#2: reused 1.10x, p90 TTFT 0.50x")
+    assert lines[2].startswith("events/approx, median of 2 pairs: reused 1.30x, p90 TTFT 0.50x")
+
+
+def test_a_budget_below_the_hot_set_lowers_what_one_replica_can_reuse() -> None:
+    """`reuse_bound` with a budget: plans that share their first passage reuse it while it fits,
+    not when the tree is smaller than it; the hot set is the shared passage and the
+    system segment."""
+    from bench.route_sim import SYSTEM_TOKENS, reuse_bound, working_set
+    from slimrag.route.planner import RoutePlan
+
+    plans = [RoutePlan(((1, 0.9), (i + 2, 0.8)), ("hot", f"cold{i}"), (200, 300)) for i in range(4)]
+    unlimited = reuse_bound([], plans)
+    assert unlimited == 3 * (SYSTEM_TOKENS + 200) / (4 * (SYSTEM_TOKENS + 500))
+    assert reuse_bound([], plans, budget=SYSTEM_TOKENS + 200) == unlimited  # the cold ones go first
+    assert reuse_bound([], plans, budget=SYSTEM_TOKENS + 100) < unlimited  # the hot passage does not fit
+    assert working_set(plans) == (SYSTEM_TOKENS + 200 + 4 * 300, SYSTEM_TOKENS + 200)

@@ -56,7 +56,10 @@ Health checks and hung replicas
     error would be. Answers already relaying from it are ended the same way: an event stream with
     a ``data: {"error": ...}`` event (code ``replica_failed``), a JSON answer by aborting the
     connection. A passing check brings a replica back at once (see `slimrag.route.policy`).
-    Counted in ``slimrag_router_health_checks_total`` by replica and result.
+    Counted in ``slimrag_router_health_checks_total`` by replica and result. A passing check
+    also reads the replica's own count of its chats (``load`` in its ``/healthz``) and keeps what
+    exceeds the router's own requests there: load from clients that talk to it directly, which
+    `slimrag.route.kv_policy` weighs (``unseen_weight``).
 
 Metrics (Prometheus text)
     ``slimrag_requests_total`` and ``slimrag_errors_total`` by endpoint and status, as ``slimrag

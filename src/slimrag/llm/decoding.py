@@ -10,6 +10,10 @@ Text that ends in U+FFFD (a multi-byte character split across tokens) is held ba
 completes, and so is any tail that could be the start of a stop string, so a stop string never
 leaks out (:func:`safe_len`, :func:`find_stop`).
 
+Imports: torch only where a token is chosen (inside the functions, a ``sys.modules`` look-up after
+the first), so :class:`LoopGuard` and the text helpers cost a grounded answer's evidence lead no
+torch import (~1.2 s of a cold ``slimrag ask``, docs/benchmarks.md "Cold ask").
+
 Loops: small models fall into degenerate repetition (``1.\n2.\n3.\n`` to the token limit, or one
 sentence over and over). :class:`LoopGuard` watches the text as it streams and says when its tail
 has become periodic: after runs of digits are collapsed to one ``0`` (so a counter that grows is
@@ -29,18 +33,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import torch
-
 from slimrag.config import GenerationConfig
 
 if TYPE_CHECKING:
+    import torch
+
     from slimrag.llm.weights import LoadedModel
 
-Chooser = Callable[[torch.Tensor], int]
+Chooser = Callable[["torch.Tensor"], int]
 
 
 def greedy(logits: torch.Tensor) -> int:
     """The highest-scoring token id (the lowest id among ties)."""
+    import torch
+
     return int(torch.argmax(logits).item())
 
 
@@ -55,6 +61,8 @@ def chooser(config: GenerationConfig, seed: int) -> Chooser:
     chosen: list[int] = []
 
     def penalized(logits: torch.Tensor) -> int:
+        import torch
+
         if chosen:
             ids = torch.tensor(sorted(set(chosen)), device=logits.device)
             scores = logits[..., ids]
@@ -71,6 +79,8 @@ def _pick(config: GenerationConfig, seed: int) -> Chooser:
     """The token rule without penalties: greedy, or seeded temperature + top-p sampling."""
     if config.temperature == 0:
         return greedy
+    import torch
+
     rng = torch.Generator(device="cpu").manual_seed(seed)
     temperature, top_p = config.temperature, config.top_p
 

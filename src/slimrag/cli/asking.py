@@ -2,13 +2,14 @@
 
 One-shot cost: these commands import only what they run. ``search`` never imports the LLM stack
 (torch, transformers), and a keyword search not even the embedder's runtime; `slimrag.rag` is
-imported inside the verbs that generate. ``ask`` and ``chat`` start loading the LLM (importing
-torch, mapping the GGUF, building its products: most of a cold start) on a background thread
-before they open the index and load the embedder, and the answer starts without waiting for it:
+imported inside the verbs that generate. ``ask`` and ``chat`` start making and loading the LLM
+(importing torch, mapping the GGUF: most of a cold start) on a background thread before they open
+the index and load the embedder (`slimrag.llm.backends.make_deferred`: the embedded model's
+generator is a `slimrag.llm.deferred.Deferred`), and the answer starts without waiting for it:
 retrieval and a grounded answer's evidence sentences need only the index and the embedder, so they
-stream while the model loads, and the first call into the model waits for the load (the
-generator's ``load`` is idempotent and locked). A load that failed on the thread fails again, with
-its message, where the answer first needs the model.
+stream while the model loads, and the first call into the model waits for it. On an index whose
+embedder runs on ONNX Runtime the main thread never imports torch. A build or load that failed on
+the thread fails again, with its message, where the answer first needs the model.
 
 CPU threads of the embedded LLM: `free_cores` at start (cores minus the 1-minute load average,
 at least 1) unless ``OMP_NUM_THREADS`` is set. Measured on this 2-core machine at load average
@@ -28,9 +29,7 @@ by relevance.
 from __future__ import annotations
 
 import json
-import logging
 import os
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -42,8 +41,6 @@ from slimrag.cli.base import SEARCH, cli, open_index
 from slimrag.cli.feedback import StatusLine, print_answer_end, until_first_piece
 from slimrag.cli.options import llm_options, llm_spec, non_blank, source_filter
 from slimrag.config import ANSWER_MODES, SEARCH_MODES
-
-log = logging.getLogger("slimrag.cli")
 
 SOURCE_HELP = "Only sources under this stored name, folder (e.g. 'guide') or glob ('docs/*.md')."
 
@@ -118,22 +115,6 @@ def print_sources(answer: Any) -> None:
     print_answer_end(replace(answer, evidence=()) if answer.mode == "grounded" else answer)
 
 
-def preload(gen: Any) -> threading.Thread:
-    """Start ``gen.load()`` on a daemon thread (a failed command exits at once, not after the load).
-    A failure is logged here and raised again, with its message, by the load that the answer's
-    first call into the model makes (a generator's ``load`` keeps nothing of a failed attempt)."""
-
-    def run() -> None:
-        try:
-            gen.load()
-        except Exception as e:  # noqa: BLE001  (raised again on the answer's path; see the docstring)
-            log.debug("background load of %s failed: %s", getattr(gen, "name", gen), e)
-
-    thread = threading.Thread(target=run, name="slimrag-preload", daemon=True)
-    thread.start()
-    return thread
-
-
 def free_cores() -> int:
     """Cores of this process's CPU set that the 1-minute load average leaves free, at least 1."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -142,19 +123,19 @@ def free_cores() -> int:
 
 def make_spec_generator(spec: dict[str, Any]) -> Any:
     """The generator ``spec`` names (`slimrag.cli.options.llm_spec`: ``llm`` and, for a remote one,
-    ``model`` and ``api_key``; see `slimrag.llm.backends`), not loaded yet."""
-    from slimrag.llm.backends import make_generator
+    ``model`` and ``api_key``; see `slimrag.llm.backends`), its build and load under way on a
+    background thread where its backend allows (the embedded model; module header)."""
+    from slimrag.llm.backends import make_deferred
 
     options = dict(spec)
-    return make_generator(options.pop("llm"), **options)
+    return make_deferred(options.pop("llm"), **options)
 
 
 def open_for_answers(index: str, spec: dict[str, Any]) -> tuple[Any, Any]:
-    """Open ``index`` and load its embedder while the generator loads on another thread (module
-    header); the generator is returned at once, its load under way."""
+    """Open ``index`` and load its embedder while the generator is made and loaded on another
+    thread (module header); the generator is returned at once, its build under way."""
     os.environ.setdefault("OMP_NUM_THREADS", str(free_cores()))  # read by torch when it is imported
     gen = make_spec_generator(spec)
-    preload(gen)
     idx = open_index(index)
     try:
         idx.load_embedder()

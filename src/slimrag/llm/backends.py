@@ -18,6 +18,13 @@ and key; the remote one: cache and batch) with a `RequestError` rather than igno
 
 A new backend registers a factory with :func:`register_backend` instead of growing an if/elif
 chain. Factories import their module when called, so naming a remote model never imports torch.
+
+Deferred builds: a backend may also declare its generators' capabilities (`DECLARED`, a
+`slimrag.llm.declared.Declared`; the local one: `slimrag.llm.declared.LOCAL`), which lets
+:func:`make_deferred` hand a caller a `slimrag.llm.deferred.Deferred` at once and build (import
+torch, map the GGUF) on a background thread: what a one-shot ``slimrag ask`` does, whose grounded
+evidence lead needs no model. A backend that declares nothing is built at once.
+
 A spec that names no registered backend (``"notaurl"``) is a `RequestError` (a `ValueError` too),
 which the CLI reports as one line.
 """
@@ -25,10 +32,12 @@ which the CLI reports as one line.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from slimrag.errors import RequestError
 from slimrag.llm.base import Generator
+from slimrag.llm.declared import LOCAL, Declared
+from slimrag.llm.deferred import Deferred
 
 if TYPE_CHECKING:
     from slimrag.llm.batcher import BatchConfig
@@ -67,13 +76,20 @@ def _openai(spec: str | None, model: str | None = None, api_key: str | None = No
 
 #: kind (a URL scheme, or a bare name) -> factory.
 BACKENDS: dict[str, BackendFactory] = {"local": _local, "http": _openai, "https": _openai}
+#: kind -> what its generators declare before one is built (module header, "Deferred builds").
+DECLARED: dict[str, Declared] = {"local": LOCAL}
 
 
-def register_backend(kind: str, factory: BackendFactory) -> None:
-    """Make ``kind://...`` specs (and the bare ``kind``) build their generator with ``factory``."""
+def register_backend(kind: str, factory: BackendFactory, declared: Declared | None = None) -> None:
+    """Make ``kind://...`` specs (and the bare ``kind``) build their generator with ``factory``;
+    ``declared``: what its generators declare, for deferred builds (None: built at once)."""
     if not kind or "://" in kind:
         raise ValueError(f"a backend kind is a scheme such as 'http', got {kind!r}")
     BACKENDS[kind] = factory
+    if declared is None:
+        DECLARED.pop(kind, None)
+    else:
+        DECLARED[kind] = declared
 
 
 def backend_kind(spec: str) -> str:
@@ -103,3 +119,15 @@ def make_generator(llm: Generator | str | None, *, model: str | None = None,
         raise RequestError(f"llm must be None, a Generator or a spec of a registered backend "
                            f"({', '.join(sorted(BACKENDS))}; e.g. 'http://127.0.0.1:8000/v1'), got {llm!r}")
     return factory(llm, **options)
+
+
+def make_deferred(llm: str | None, **options: Any) -> Generator:
+    """The generator of a spec, as :func:`make_generator` makes it with ``options``, but built on a
+    background thread (a `Deferred`, returned at once) where its backend declares its capabilities
+    and takes every option given; otherwise built here, so an unknown spec or option raises now."""
+    kind = "local" if llm is None else backend_kind(llm)
+    declared = DECLARED.get(kind)
+    given = {name for name, value in options.items() if value is not None}  # None: not given
+    if declared is None or not given <= declared.options or kind not in BACKENDS:
+        return make_generator(llm, **options)
+    return Deferred(lambda: make_generator(llm, **options), declared, name=kind)

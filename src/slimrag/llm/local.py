@@ -47,6 +47,7 @@ from slimrag.config import GenerationConfig
 from slimrag.errors import RequestError
 from slimrag.llm.base import Delta, Generator
 from slimrag.llm.batcher import BatchConfig, BatchStats, DecodeLoop
+from slimrag.llm.declared import LOCAL
 from slimrag.llm.decoding import Chooser, chooser, eos_ids, find_stop, greedy, safe_len
 from slimrag.llm.engine import Decoder, KVCache
 from slimrag.llm.kv.config import CacheConfig
@@ -61,9 +62,8 @@ from slimrag.prompt import Prompt, Segment, root_key
 from slimrag.types import Usage
 
 DEFAULT_NAME = "smollm2-135m-instruct"
-#: Repetition penalty for local models: the embedded 135M model loops without one (measured on
-#: the demo questions: 1.1 keeps answers on topic, 1.2 starts to garble).
-LOCAL_REPETITION_PENALTY = 1.1
+#: Repetition penalty for local models (why 1.1: `slimrag.llm.declared.LOCAL`).
+LOCAL_REPETITION_PENALTY = LOCAL.default_repetition_penalty
 
 CacheSpec = CacheConfig | KVTree | KVReuse | None
 
@@ -89,7 +89,7 @@ class LocalGenerator(Generator):
     each stream owns its model cache; concurrent streams share decode steps (see the module header).
     """
 
-    thread_safe, default_answer_mode = True, "grounded"  # grounded: a 135M model shortens well (issue 29)
+    thread_safe, default_answer_mode = LOCAL.thread_safe, LOCAL.default_answer_mode  # declared: declared.LOCAL
     default_repetition_penalty = LOCAL_REPETITION_PENALTY
 
     def __init__(

@@ -1,0 +1,101 @@
+"""`Deferred`: a generator built and loaded on a background thread, standing in for it meanwhile.
+
+Why: a one-shot ``slimrag ask`` with the embedded model streams a grounded answer's evidence lead
+before the model is needed (`slimrag.rag.grounded`), but building the embedded generator imports
+torch and the engine (~1.2 s of a ~2 s cold first byte here, docs/benchmarks.md "Cold ask"). A
+`Deferred` answers at once the capability attributes a `RAG` reads when it is made, from what
+the backend declares (`slimrag.llm.declared.Declared`, registered beside its factory in
+`slimrag.llm.backends`), and
+builds the real generator on a daemon thread, then starts its ``load``: the main thread opens the
+index, retrieves and ranks the evidence meanwhile, and the first call that needs the model
+(``stream``, ``load``, ``keep``, ``planning_cache``, ``subscribe_kv``) waits for the build.
+
+Failures: an exception of the build is kept and raised, as it was raised, by every call that needs
+the generator (so a missing torch reads the same as without the thread); a failed ``load`` on the
+thread is only logged, and raised again with its message by the load that the first call into
+the model makes (a generator's ``load`` keeps nothing of a failed attempt).
+
+Import safety: the thread imports the backend's stack (torch, the engine) while the main thread
+imports the RAG layer and the embedder's runtime. Python's per-module import locks make that
+safe unless two modules, one mid-import on each thread, import each other (an import cycle);
+slimrag's layers import one way down (tests/test_layers.py) and tests/test_deferred.py runs the
+race in fresh processes. The daemon thread never delays a process's exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from slimrag.config import GenerationConfig
+from slimrag.llm.base import Delta, Generator, LoadReport
+from slimrag.llm.declared import Declared
+from slimrag.prompt import Prompt, Segment
+
+if TYPE_CHECKING:
+    from slimrag.llm.kv.events import KVEvent
+    from slimrag.prompt import PlanningCache
+
+log = logging.getLogger("slimrag.llm")
+
+
+class Deferred(Generator):
+    """The generator ``build`` makes, built on a daemon thread started here and loaded after it;
+    ``declared`` gives the capability attributes meanwhile, ``name`` the name until it is built
+    (module header). Thread-safe as the built generator is (``declared.thread_safe``)."""
+
+    def __init__(self, build: Callable[[], Generator], declared: Declared, name: str = "generator") -> None:
+        self.name = name
+        self.thread_safe = declared.thread_safe
+        self.default_repetition_penalty = declared.default_repetition_penalty
+        self.shadows_prefix_cache = declared.shadows_prefix_cache
+        self.default_answer_mode = declared.default_answer_mode
+        self._built: Generator | None = None
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        threading.Thread(target=self._run, args=(build,), name="slimrag-deferred", daemon=True).start()
+
+    def _run(self, build: Callable[[], Generator]) -> None:
+        try:
+            built = build()
+        except BaseException as e:  # kept and raised by every call that needs it (module header)
+            self._error = e
+            self._done.set()
+            return
+        self._built, self.name = built, built.name
+        self._done.set()
+        try:
+            built.load()
+        except Exception as e:  # noqa: BLE001  (raised again by the answer's own load; module header)
+            log.debug("background load of %s failed: %s", built.name, e)
+
+    def generator(self) -> Generator:
+        """The built generator, once its build is done (its load may still run); raises the
+        build's exception if it failed."""
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._built is not None
+        return self._built
+
+    def load(self) -> LoadReport | None:
+        """Wait for the build and load (idempotent; the thread's load may be under way)."""
+        return self.generator().load()
+
+    def planning_cache(self) -> PlanningCache | None:
+        """The built generator's (waits for the build)."""
+        return self.generator().planning_cache()
+
+    def subscribe_kv(self, listener: Callable[[KVEvent], None]) -> bool:
+        """The built generator's (waits for the build)."""
+        return self.generator().subscribe_kv(listener)
+
+    def keep(self, segments: Sequence[Segment]) -> int:
+        """The built generator's (waits for the build)."""
+        return self.generator().keep(segments)
+
+    def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:
+        """The built generator's stream (waits for the build when called)."""
+        return self.generator().stream(prompt, config)

@@ -122,14 +122,35 @@ _MONTH = re.compile(r"\b(january|february|march|april|may|june|july|august|septe
                     r"december|spring|summer|autumn|winter)\b", re.I)
 _NUMBER = re.compile(r"\d|\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|"
                      r"forty|fifty|hundred|thousand|million|billion|dozen|half)\b", re.I)
-_WHEN = re.compile(r"\bwhen\b|\bwhat (year|date|day|month|century|decade|time)\b|\bwhich (year|century)\b", re.I)
+#: "when" asks for a time where a verb of the question follows it ("when did", "when is") or it ends the
+#: question ("... is held when ?"); elsewhere it is a conjunction ("Which argparse action stores True
+#: when a flag is given?" asks for a name; "What can happen when breathing ...", for no kind).
+_WHEN = re.compile(r"\bwhen(\s+|')(did|does|do|was|were|is|are|will|would|can|could|should|has|have|had|"
+                   r"must|might|s)\b|\bwhen\s*\?|\bwhat (year|date|day|month|century|decade|time)\b|"
+                   r"\bwhich (year|century)\b", re.I)
 _HOW_MANY = re.compile(r"\bhow (many|much|long|old|far|big|large|high|tall|often|fast)\b|\bwhat (percent|"
                        r"percentage|number|amount|size|value)\b", re.I)
 _WHO = re.compile(r"\b(who|whom|whose|where|which)\b", re.I)
 
 
+#: Words with which a spoken question takes back what it began ("Where did Kublai um oh no rather when
+#: did he ..."): the part after the last of them says what is asked, when it holds a question word.
+_RETRACT = re.compile(r"\b(no|sorry|rather|i mean|make that|wait|actually|instead|um+|uh|er)\b", re.I)
+
+
 def answer_type(question: str) -> str | None:
-    """What kind of value the question asks for: "when", "number", "name", or None."""
+    """What kind of value the question asks for: "when", "number", "name", or None. A question that
+    takes back its start is typed by what follows the taking back (`_RETRACT`), when that names a kind."""
+    marks = list(_RETRACT.finditer(question))
+    if marks:
+        tail = question[marks[-1].end():]
+        kind = _kind(tail)
+        if kind is not None:
+            return kind
+    return _kind(question)
+
+
+def _kind(question: str) -> str | None:
     if _WHEN.search(question):
         return "when"
     if _HOW_MANY.search(question):

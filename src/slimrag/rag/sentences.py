@@ -10,9 +10,10 @@ A "sentence" longer than `MAX_WORDS` words (a table or code flattened to one lin
 windows of that many words, so one huge block cannot win on overlap alone.
 
 `content_words` keeps the words that carry meaning: lower-cased, stop words dropped, a light
-suffix strip (plural ``s``/``es``, ``ing``, ``ed``) so "defaults" meets "default" and "kids" "kid". `key_terms`
-are the numbers and names: tokens holding a digit, and capitalised words that do not start a
-sentence; they are what an answer must not invent (`slimrag.rag.attribution`).
+suffix strip (plural ``s``/``es``, ``ing``, ``ed``, ``ies``/``ied`` for ``y``, a doubled consonant
+before ``ing``/``ed`` undoubled) so "defaults" meets "default", "kids" "kid", "starring" "star" and
+"stories" "story". `key_terms` are the numbers and names: tokens holding a digit, and capitalised
+words that do not start a sentence; they are what an answer must not invent (`slimrag.rag.attribution`).
 """
 
 from __future__ import annotations
@@ -99,9 +100,15 @@ def stem(word: str) -> str:
     w = word.lower()
     if w.endswith(("'s", "’s")):  # a possessive: "Kubo's" meets "Kubo"
         w = w[:-2]
+    if len(w) > 5 and w.endswith(("ies", "ied")):  # "stories", "studied" meet "story", "study"
+        return w[:-3] + "y"
     for suffix in ("ing", "es", "ed", "s"):
         if len(w) > len(suffix) + 3 and w.endswith(suffix) and not w.endswith("ss"):
-            return w[: -len(suffix)]
+            w = w[: -len(suffix)]
+            # a doubled last consonant: "starring", "stopped" meet "star", "stop" ("called" stays "call")
+            if suffix in ("ing", "ed") and len(w) > 3 and w[-1] == w[-2] and w[-1] not in "aeiouylsz":
+                w = w[:-1]
+            return w
     if len(w) == 4 and w.endswith("s") and not w.endswith(("ss", "us", "is")):  # a short plural: "kids", "cats"
         return w[:-1]
     return w

@@ -16,7 +16,6 @@ from click.testing import CliRunner, Result
 from openai_server import OpenAIServer
 
 from slimrag.cli import cli
-from slimrag.cli.asking import open_for_queries
 from slimrag.cli.feedback import StatusLine, until_first_piece
 from slimrag.cli.options import llm_spec
 from slimrag.config import GenerationConfig
@@ -270,7 +269,7 @@ def test_ask_mode_picks_the_passages(built: Path, mode: str) -> None:
     """``ask --mode`` retrieves as ``Index.search`` does in that mode: the same chunks with the same
     scores (BM25 and cosine scores differ, so a mode that did not reach the search would show)."""
     question = "Where does Whiskers sleep?"
-    with open_for_queries(str(built)) as idx:  # ask's embedder: a bf16 index's queries in float32
+    with Index.open(built) as idx:
         expected = {(h.chunk_id, round(h.score, 4)) for h in idx.search(question, k=2, mode=mode)}
     with OpenAIServer() as srv:
         r = CliRunner().invoke(cli, ["ask", str(built), question, "-k", "2", "--mode", mode,

@@ -7,10 +7,8 @@ imported inside the verbs that generate. ``ask`` and ``chat`` start making and l
 the index and load the embedder (`slimrag.llm.backends.make_deferred`: the embedded model's
 generator is a `slimrag.llm.deferred.Deferred`), and the answer starts without waiting for it:
 retrieval and a grounded answer's evidence sentences need only the index and the embedder, so they
-stream while the model loads, and the first call into the model waits for it. The index is
-opened with the embedder for queries (`slimrag.embed.registry.for_queries`: an index recorded
-``torch-bf16`` embeds the question and the evidence sentences in float32 numpy, the same weights,
-retrieval agreement 0.99+), so the main thread never imports torch: only the model's thread does. A build or load that failed on
+stream while the model loads, and the first call into the model waits for it. On an index whose
+embedder runs on ONNX Runtime the main thread never imports torch. A build or load that failed on
 the thread fails again, with its message, where the answer first needs the model.
 
 CPU threads of the embedded LLM: `free_cores` at start (cores minus the 1-minute load average,
@@ -133,25 +131,12 @@ def make_spec_generator(spec: dict[str, Any]) -> Any:
     return make_deferred(options.pop("llm"), **options)
 
 
-def open_for_queries(index: str) -> Any:
-    """``index`` opened with the embedder of a process that embeds only what it compares, never
-    stores (`slimrag.embed.registry.for_queries`: on an index recorded ``torch-bf16``, float32
-    numpy, so the answer's first byte imports no torch; module header)."""
-    from pathlib import Path
-
-    from slimrag.embed.registry import for_queries
-    from slimrag.index.core import Index
-    from slimrag.index.store import manifest
-
-    return Index.open(index, embedder=for_queries(manifest.read(Path(index)).embedder))
-
-
 def open_for_answers(index: str, spec: dict[str, Any]) -> tuple[Any, Any]:
     """Open ``index`` and load its embedder while the generator is made and loaded on another
     thread (module header); the generator is returned at once, its build under way."""
     os.environ.setdefault("OMP_NUM_THREADS", str(free_cores()))  # read by torch when it is imported
     gen = make_spec_generator(spec)
-    idx = open_for_queries(index)
+    idx = open_index(index)
     try:
         idx.load_embedder()
     except BaseException:

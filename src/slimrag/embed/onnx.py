@@ -26,6 +26,14 @@ int8, opt-in; ``int8-fused``: fusions + per-channel dynamic int8, what a new ind
 default on the CPU, see `slimrag.embed.local`). An index records its variant, so its queries are
 embedded the way its chunks were; `bench/ingest.py` measures each variant's speed and quality.
 
+Threads: ONNX Runtime's intra-op pool (the physical cores unless ``threads``), its idle threads
+blocking rather than spinning between parallel sections, as the LLM engine's sessions do
+(`slimrag.llm.engine.qlinear`): a one-shot ``ask`` embeds its evidence sentences while the
+model loads on another thread, and a spinning pool takes CPU from it. Measured here (load 9-11
+from other work, alternating sessions in one process): the 33 texts of an evidence ranking
+0.62 s without spinning against 1.09 s with it (1.48 against 2.17 s beside a busy torch
+thread), and 64 notes of the cold-ask index at batch 16, 7.45 against 10.87 s.
+
 Tokenization uses the folder's ``tokenizer.json`` with the `tokenizers` library, truncated at the
 model's ``max_seq_length`` and padded to the longest text of the batch: what sentence-transformers
 does, so both runtimes see the same ids. Measured difference between the two runtimes on padded
@@ -249,6 +257,8 @@ def _session(path: Path, threads: int | None = None) -> Any:
     opts = ort.SessionOptions()
     if threads:
         opts.intra_op_num_threads = threads
+    # idle pool threads block instead of spinning (module header, "Threads")
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     opts.log_severity_level = 3  # ORT warns about unused initializers of traced graphs: noise
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 

@@ -94,3 +94,27 @@ def test_a_lower_case_question_still_names_its_names() -> None:
     assert not answers(q, "She was known for providing the voice of recurring unseen character Mrs. Wolowitz on "
                           "the television series The Big Bang Theory .")
     assert answers(q, "Saru Batu Savcı Bey provided the voice of Mrs. Wolowitz on The Big Bang Theory.")
+
+
+def test_a_sentence_introducing_what_follows_answers_by_its_code_only() -> None:
+    from slimrag.rag.verdict import answers
+
+    # the folder set's free answer (pydocs #0): backed, and introduces code it does not show
+    q = "How do I parse a JSON string into a Python object?"
+    assert not answers(q, "You can view its JSON string representation with a simple line of code:")
+    assert not answers("How do I shuffle a list in place?", "Here's how you can use it:\n```python")
+    # the grounded answer of pydocs #29 names the code before its colon
+    assert answers("How do I make a deep copy of an object?",
+                   "To make a deep copy of an object, you can use the `copy.deepcopy` function from Python's `copy` module:")
+
+
+def test_a_number_word_is_no_name() -> None:
+    from slimrag.rag.verdict import answers
+
+    # disfl_qa tuning slice #31 (grounded): "two" answered the "which" the question asks
+    q = "Which or no make that when forces are at right angles to each other what can they be broken down to ?"
+    assert not answers(q, "When forces are at right angles to each other, they can be broken down into two components.")
+    assert answers("Which environment variable adds directories to the module search path?",
+                   "The PYTHONPATH environment variable adds directories to the module search path.")
+    assert not answers("Which environment variable adds directories to the module search path?",
+                       "The first entry in the module search path is the directory that contains the input script.")

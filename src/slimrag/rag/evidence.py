@@ -18,7 +18,7 @@ Algorithm
     terms      share of the question's numbers and names the sentence holds (0 when it has none)
     answer     1 when the sentence holds what the question's type asks for and the question does
                not already state: a year, month or date for *when* / *what year*; a number for
-               *how many / much / long / old / far*; a name (a capitalised word) for *who* /
+               *how many / much / long / old / far*; a name (a capitalised word, not a number word) for *who* /
                *where* / *which*; otherwise 0
     rank       1 / (1 + passage rank): the retriever's opinion of the whole passage
     neighbour  the best (cos + overlap) / 2 of the sentences just before and after: an answer
@@ -52,7 +52,7 @@ import numpy as np
 
 from slimrag.config import SearchConfig
 from slimrag.rag.guards import DEFAULT_FLOOR, NO_ANSWER, answerable
-from slimrag.rag.sentences import Sentence, content_words, key_terms, split_sentences, words
+from slimrag.rag.sentences import NUMBER_WORDS, Sentence, content_words, key_terms, split_sentences, words
 from slimrag.types import Answer, Evidence, Hit, Usage
 
 #: Shortest candidate sentence, in words.
@@ -170,7 +170,7 @@ def has_type(kind: str | None, sentence: str, q_terms: set[str]) -> float:
     new = key_terms(sentence) - q_terms
     if kind == "number":
         return float(any(any(c.isdigit() for c in t) for t in new) or bool(_NUMBER.search(sentence) and new))
-    return float(any(not any(c.isdigit() for c in t) for t in new))
+    return float(any(not any(c.isdigit() for c in t) and t not in NUMBER_WORDS for t in new))  # "first" is no name
 
 
 @dataclass(frozen=True, slots=True)

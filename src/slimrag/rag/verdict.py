@@ -21,7 +21,10 @@ value (when, how many: `slimrag.rag.evidence.answer_type`, `TYPED`), holds a val
 question does not already state (a lower-case question still names its names: "Mrs. Wolowitz" and "The
 Big Bang Theory" are no new name for "who played mrs wolowitz on the big bang theory?"); for "which" and "what" a name may be code the question does not name
 (`getrecursionlimit` for "which function returns the current recursion limit?") or a number ("which
-port ...": 8000), for "who" and "where" code only. "Warsaw is a city in Poland." backs nothing of
+port ...": 8000), for "who" and "where" code only; a number word ("two", "first") is no name. A sentence
+that introduces what follows it (ending in ":", a code fence after it aside) answers only by code it
+names that the question does not: "You can view its JSON string representation with a simple line of
+code:" answers nothing, "... you can use the `copy.deepcopy` function ...:" answers. "Warsaw is a city in Poland." backs nothing of
 "How many people live in Warsaw?" however true it is; without this rule a true restatement would
 count as a supported answer. And the passages that back it must be about what was asked: they must
 hold at least `ON_TOPIC` (half) of the question's content words (`on_topic`). A sentence copied from
@@ -80,6 +83,9 @@ ON_QUESTION = 0.3
 #: Questions whose "name" is a person's or a place's: a number never answers them (`answers`).
 _PERSON = re.compile(r"\b(who|whom|whose|where)\b", re.I)
 
+#: A code fence opened at a sentence's end ("Here's how to use it:\n```python").
+_FENCE_OPEN = re.compile(r"\s*```\w*\s*$")
+
 #: The verdicts, in order from best to worst.
 VERDICTS = ("supported", "partial", "not_backed")
 
@@ -94,13 +100,16 @@ class Verdict:
 
 def answers(question: str, sentence: str) -> bool:
     """Whether ``sentence`` states something ``question`` asks for (module header)."""
-    if sentence.rstrip().endswith("?"):  # a question asked back answers nothing
+    text = _FENCE_OPEN.sub("", sentence).rstrip()
+    if text.endswith("?"):  # a question asked back answers nothing
         return False
     q_words, q_terms = content_words(question), key_terms(question)
     asked = {w.lower() for w in words(question)}  # a lower-case question still names its names
     new = (content_words(sentence) - q_words - CHATTER_STEMS) | (key_terms(sentence) - q_terms - asked)
     if not new:
         return False
+    if text.endswith(":"):  # it introduces what follows (a list, code): it answers by the code it names
+        return _new_code(question, sentence, asked)
     kind = answer_type(question)
     if kind not in TYPED or has_type(kind, sentence, q_terms | asked):
         return True
@@ -108,10 +117,15 @@ def answers(question: str, sentence: str) -> bool:
         return False
     # a name is also code ("which function ...": `getrecursionlimit`), and "which"/"what" may ask for a
     # number ("which port ...": 8000); "who" and "where" never do
-    asked_for = {i.lower() for i in identifiers(question)}
-    if any(i.lower() not in asked_for and i.lower() not in asked for i in identifiers(sentence)):
+    if _new_code(question, sentence, asked):
         return True
     return not _PERSON.search(question) and any(any(c.isdigit() for c in t) for t in key_terms(sentence) - q_terms)
+
+
+def _new_code(question: str, sentence: str, asked: set[str]) -> bool:
+    """Whether ``sentence`` names code that ``question`` (its words ``asked``) does not."""
+    asked_for = {i.lower() for i in identifiers(question)}
+    return any(i.lower() not in asked_for and i.lower() not in asked for i in identifiers(sentence))
 
 
 def on_topic(question: str, s: Support, hits: Sequence[Hit]) -> bool:

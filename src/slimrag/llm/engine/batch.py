@@ -107,7 +107,7 @@ def decode_step(model: Decoder, ids: Sequence[int], positions: Sequence[int], ca
         return rows[0].unsqueeze(0) if b == 1 else torch.stack(rows)  # a lone row: a view, not a copy
     c, dense = model.config, getattr(model, "dense_rows", None)
     kw = {"heads": c.num_heads, "kv_heads": c.num_kv_heads, "head_dim": c.head_dim, "eps": c.rms_eps}
-    x = F.embedding(torch.tensor(list(ids), dtype=torch.long, device=dev), model.embed)
+    x = model.embed.rows(torch.tensor(list(ids), dtype=torch.long, device=dev))
     cos, sin = model.rope.cos_sin(torch.tensor(list(positions), dtype=torch.long, device=dev), x.dtype)
     attended = x.new_empty(b, c.num_heads * c.head_dim)
     for i, layer in enumerate(model.layers):

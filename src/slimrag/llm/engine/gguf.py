@@ -200,21 +200,28 @@ class GGUFFile:
 
     def dequantize(self, info: TensorInfo) -> np.ndarray:
         """A tensor as float32, in its numpy shape (a new array; the map is not written)."""
-        fast = FAST_DEQUANT.get(info.ggml_type)
-        if fast is not None:
-            out = fast(self.raw(info))
-        else:
-            from gguf.constants import GGMLQuantizationType
-            from gguf.quants import dequantize
-
-            out = dequantize(self.raw(info), GGMLQuantizationType(info.ggml_type))
-        if out.dtype != np.float32 or not out.flags.writeable:  # F32/F16 come back as views of the map
-            out = out.astype(np.float32)
-        return out.reshape(info.shape)
+        return dequantize_rows(self.raw(info), info.ggml_type).reshape(info.shape)
 
     def close(self) -> None:
         """Release the memory map (views of it must be gone)."""
         self._map.close()
+
+
+def dequantize_rows(raw: np.ndarray, ggml_type: int) -> np.ndarray:
+    """Stored rows ``uint8 [n, row_bytes]`` of ``ggml_type`` as float32 ``[n, cols]`` (a new,
+    writable array). Block by block, so any subset of a tensor's rows dequantizes to exactly
+    those rows of the whole (:class:`slimrag.llm.engine.embedding.BlockTable` relies on it)."""
+    fast = FAST_DEQUANT.get(ggml_type)
+    if fast is not None:
+        out = fast(raw)
+    else:
+        from gguf.constants import GGMLQuantizationType
+        from gguf.quants import dequantize
+
+        out = dequantize(raw, GGMLQuantizationType(ggml_type))
+    if out.dtype != np.float32 or not out.flags.writeable:  # F32/F16 come back as views of the map
+        out = out.astype(np.float32)
+    return out.reshape(raw.shape[0], -1)
 
 
 def hf_name(name: str) -> str | None:

@@ -4,8 +4,9 @@ GGUF: :mod:`slimrag.llm.engine.gguf` parses the header, the config comes from th
 (:meth:`ModelConfig.from_gguf`), the tokenizer too (:meth:`Tokenizer.from_gguf`). On a float32
 CPU model the projections stored as Q4_0/Q4_1/Q8_0/Q4_K/Q6_K stay in their blocks
 (:class:`~slimrag.llm.engine.qlinear.QuantLinear`, one ONNX Runtime session each; the output head
-of a tied model reads the embedding table's blocks); every other tensor (norms, the embedding
-lookup table, other block types) is dequantized one by one into the target dtype. On a CPU with AMX
+of a tied model reads the embedding table's blocks), and so does the embedding table, whose lookup
+dequantizes only the rows it reads (:mod:`slimrag.llm.engine.embedding`); every other tensor (norms,
+other block types) is dequantized one by one into the target dtype. On a CPU with AMX
 the layers' bfloat16 copy for the prefill is built here too (:mod:`slimrag.llm.engine.bf16`: 212 MB
 and ~0.5-1.7 s for SmolLM2-135M, by load). Nothing is written to disk: there is no
 conversion cache, because the direct read already beats the cache it replaced (in one run of
@@ -27,7 +28,15 @@ from pathlib import Path
 import torch
 
 from slimrag.llm.engine.config import ModelConfig
-from slimrag.llm.engine.gguf import GGUFFile, hf_name, raw_rows, read_tensors, rope_freq_factors
+from slimrag.llm.engine.embedding import BlockTable
+from slimrag.llm.engine.gguf import (
+    GGUFFile,
+    dequantize_rows,
+    hf_name,
+    raw_rows,
+    read_tensors,
+    rope_freq_factors,
+)
 from slimrag.llm.engine.model import Decoder
 from slimrag.llm.engine.prefill import bf16_fits, prefill_mode
 from slimrag.llm.engine.qlinear import QuantPart, quantizable
@@ -78,14 +87,19 @@ def load_gguf(path: Path, *, device: str = "cpu", dtype: torch.dtype = torch.flo
             rows = raw_rows(gguf, info, config.arch, config.num_heads, config.num_kv_heads)
             parts[hf] = QuantPart(rows, info.ggml_type, info.shape[-1])
     embed = gguf.tensors.get("token_embd.weight")
-    if keep and config.tie_embeddings and embed is not None and quantizable(embed.ggml_type):
-        # The output head reads the embedding table's blocks; the lookup table itself is float.
-        parts["lm_head.weight"] = QuantPart(gguf.raw(embed), embed.ggml_type, embed.shape[-1])
-    skip = frozenset(n for n, info in gguf.tensors.items() if hf_name(n) in parts)
-    tensors: dict[str, torch.Tensor | QuantPart] = {
+    lookup: dict[str, BlockTable] = {}
+    if keep and embed is not None and quantizable(embed.ggml_type):
+        # The lookup dequantizes the rows it reads; a tied model's head multiplies on the same blocks.
+        raw, kind = gguf.raw(embed), embed.ggml_type
+        lookup["model.embed_tokens.weight"] = BlockTable(raw, embed.shape[-1], lambda rows: dequantize_rows(rows, kind))
+        if config.tie_embeddings:
+            parts["lm_head.weight"] = QuantPart(raw, kind, embed.shape[-1])
+    skip = frozenset(n for n, info in gguf.tensors.items() if hf_name(n) in parts or hf_name(n) in lookup)
+    tensors: dict[str, torch.Tensor | QuantPart | BlockTable] = {
         name: torch.from_numpy(arr).to(device=device, dtype=dtype)
         for name, arr in read_tensors(gguf, config.arch, config.num_heads, config.num_kv_heads, workers, skip)}
     tensors.update(parts)
+    tensors.update(lookup)
     model = Decoder.from_state_dict(config, tensors, dtype=dtype, device=device, dense_rows=dense_rows)
     if bf16 is False or bf16_fits(model):  # settled now: every forward of the model computes one way
         model.settled_mode = prefill_mode(model, bf16=bf16)  # the bfloat16 copy held where its rows check out

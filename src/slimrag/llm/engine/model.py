@@ -47,6 +47,7 @@ from slimrag.llm.engine import bf16
 from slimrag.llm.engine.attention import AttentionWeights, attend
 from slimrag.llm.engine.cache import KVCache
 from slimrag.llm.engine.config import ModelConfig
+from slimrag.llm.engine.embedding import BlockTable, DenseTable, Table
 from slimrag.llm.engine.norm import rms_norm
 from slimrag.llm.engine.qlinear import QuantLinear, QuantPart, linear, stacked
 from slimrag.llm.engine.rope import Rope
@@ -87,16 +88,20 @@ class Decoder:
     :func:`slimrag.llm.engine.loader.load_checkpoint`, or from a name -> tensor dict in the HF
     naming with :meth:`from_state_dict`."""
 
-    def __init__(self, config: ModelConfig, embed: torch.Tensor, layers: list[LayerWeights],
+    def __init__(self, config: ModelConfig, embed: torch.Tensor | BlockTable, layers: list[LayerWeights],
                  norm: torch.Tensor, lm_head: torch.Tensor | QuantLinear | None, *,
                  dense_rows: int | None = None, saved_steps: SavedSteps | None = None) -> None:
         if len(layers) != config.num_layers:
             raise ValueError(f"config says {config.num_layers} layers, got weights for {len(layers)}")
         if dense_rows is not None and dense_rows < 1:
             raise ValueError(f"dense_rows must be >= 1 or None, got {dense_rows}")
-        self.config, self.embed, self.layers, self.norm = config, embed, layers, norm
+        if lm_head is None and not isinstance(embed, torch.Tensor):
+            raise ValueError("a tied head needs the embedding table as a tensor or as a QuantLinear head")
+        self.config, self.layers, self.norm = config, layers, norm
+        #: The token lookup (:mod:`slimrag.llm.engine.embedding`): the float table, or the file's blocks.
+        self.embed: Table = DenseTable(embed) if isinstance(embed, torch.Tensor) else embed
         self.lm_head = embed if lm_head is None else lm_head
-        self.device, self.dtype = embed.device, embed.dtype
+        self.device, self.dtype = norm.device, norm.dtype
         self.dense_rows = dense_rows
         self.rope = Rope(config.rope, config.head_dim, self.device)
         self._step: StepGraph | None = None
@@ -152,7 +157,7 @@ class Decoder:
                 self._step = StepGraph(self, saved=self.saved_steps)
 
     @classmethod
-    def from_state_dict(cls, config: ModelConfig, tensors: dict[str, torch.Tensor | QuantPart], *,
+    def from_state_dict(cls, config: ModelConfig, tensors: dict[str, torch.Tensor | QuantPart | BlockTable], *,
                         dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
                         dense_rows: int | None = None) -> Decoder:
         """From tensors named as in HF checkpoints (``model.layers.0.self_attn.q_proj.weight``, ...);
@@ -188,9 +193,12 @@ class Decoder:
             layers.append(LayerWeights(take(p + "input_layernorm.weight"), attn,
                                        take(p + "post_attention_layernorm.weight"), gate_up,
                                        proj(p + "mlp.down_proj.weight")))
-        embed, norm = take("model.embed_tokens.weight"), take("model.norm.weight")
+        blocks = tensors.get("model.embed_tokens.weight")
+        embed = tensors.pop("model.embed_tokens.weight") if isinstance(blocks, BlockTable) else take("model.embed_tokens.weight")
+        norm = take("model.norm.weight")
         head: torch.Tensor | QuantLinear | None = proj("lm_head.weight") if "lm_head.weight" in tensors else None
-        if isinstance(head, torch.Tensor) and config.tie_embeddings and torch.equal(head, embed):
+        if (isinstance(head, torch.Tensor) and isinstance(embed, torch.Tensor) and config.tie_embeddings
+                and torch.equal(head, embed)):
             head = None
         if head is None and not config.tie_embeddings:
             raise ValueError("checkpoint lacks lm_head.weight and the config does not tie embeddings")
@@ -223,7 +231,7 @@ class Decoder:
         dense = self.dense_rows
         copies = self._bf16 if ids.shape[0] > 1 or mask is not None else None  # held: as a prefill multiplies
         att_dtype = torch.bfloat16 if copies is not None else None
-        x = F.embedding(ids, self.embed)
+        x = self.embed.rows(ids)
         cos, sin = self.rope.cos_sin(positions, x.dtype)
         for i, layer in enumerate(self.layers):
             w16 = copies[i] if copies is not None else (None,) * 4

@@ -150,7 +150,7 @@ def prefill(model: Decoder, ids: torch.Tensor, positions: torch.Tensor, cache: K
     base = cache.length
     cache.reserve(base + n)
     bounds = list(itertools.pairwise(itertools.accumulate(spans, initial=0)))
-    x = F.embedding(ids, model.embed)
+    x = model.embed.rows(ids)
     cos, sin = model.rope.cos_sin(positions, x.dtype)
     sdpa_dtype = torch.bfloat16 if mode == BF16 else None
     copies = model.bf16_weights() if mode == BF16 else [(None,) * 4] * len(model.layers)

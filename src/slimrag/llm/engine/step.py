@@ -212,7 +212,7 @@ class StepGraph:
         else:
             self._session, self.loaded = saved.session(step_key(c, _weights(model)), lambda: build_graph(model),
                                                        lambda weights: cpu_options(threads, weights, spin=spin))
-        self._embed = model.embed.detach().numpy()
+        self._embed = model.embed
         self._rope = model.rope
         self._table: tuple[np.ndarray, np.ndarray] | None = None
         self._bindings: weakref.WeakKeyDictionary[KVCache, _Binding] = weakref.WeakKeyDictionary()
@@ -222,7 +222,7 @@ class StepGraph:
 
         b = self._bindings.get(cache)
         if b is None:
-            b = _Binding(self._session.io_binding(), np.zeros((1, 1, self._embed.shape[1]), np.float32),
+            b = _Binding(self._session.io_binding(), np.zeros((1, 1, self._embed.width), np.float32),
                          np.zeros(1, np.int32), np.zeros((), np.int32), np.zeros((1, 1, self.vocab), np.float32))
             for name, arr in (("x", b.x), ("seqlens", b.seqlens), ("total", b.total)):
                 b.bind.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(arr))
@@ -253,7 +253,7 @@ class StepGraph:
             half = self.head_dim // 2
             self._table = (cos[:, :half].contiguous().numpy(), sin[:, :half].contiguous().numpy())
         b = self._binding(cache)
-        b.x[0, 0] = self._embed[token]
+        b.x[0, 0] = self._embed.row(token)
         b.seqlens[0] = past
         b.total[()] = past + 1
         self._session.run_with_iobinding(b.bind)

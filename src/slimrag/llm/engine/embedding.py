@@ -1,0 +1,60 @@
+"""The token embedding lookup: rows of a float table, or rows dequantized from the model file's blocks.
+
+Why blocks: the float32 table was the one weight the engine still built whole when it loaded a
+quantized GGUF (113 MB and ~0.2 s of dequantizing for SmolLM2-135M's Q8_0 table at load ~5; 400 MB
+for a 2,048-wide model), for a lookup that reads a handful of rows per forward. The dequantizers
+work block by block, so a row dequantized alone is bitwise the row of the whole table: prefill,
+batched decode and the fused step see the same numbers as before (``tests/test_embedding_rows.py``).
+
+Both kinds answer :meth:`rows` (``[n, width]`` float tensor for ``[n]`` long ids) and
+:meth:`row` (one token's float32 numpy row, for the fused step's input buffer). A tied model's
+output head is not this: it multiplies on the same blocks through
+:class:`~slimrag.llm.engine.qlinear.QuantLinear`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+class DenseTable:
+    """A float table held whole (an HF folder's weights, a model loaded unquantized)."""
+
+    def __init__(self, table: torch.Tensor) -> None:
+        self.table = table
+        self.width = int(table.shape[1])
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """The rows of ``ids``, in the table's dtype and device."""
+        return F.embedding(ids, self.table)
+
+    def row(self, token: int) -> np.ndarray:
+        """One token's row as float32 numpy (a view where the table is float32 on the CPU)."""
+        return self.table[token].detach().float().numpy()
+
+
+class BlockTable:
+    """A table left in the file's blocks: ``raw`` is ``uint8 [vocab, row_bytes]`` (a view of the
+    map), ``dequantize`` turns a block-aligned ``[n, row_bytes]`` array into float32 ``[n, width]``."""
+
+    def __init__(self, raw: np.ndarray, width: int, dequantize: Callable[[np.ndarray], np.ndarray],
+                 dtype: torch.dtype = torch.float32) -> None:
+        self.raw, self.width, self._dequantize, self.dtype = raw, width, dequantize, dtype
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """The rows of ``ids`` (any shape of long ids; the result adds a last dim of ``width``)."""
+        flat = ids.reshape(-1).cpu().numpy()
+        out = torch.from_numpy(np.ascontiguousarray(self._dequantize(np.ascontiguousarray(self.raw[flat]))))
+        return out.reshape(*ids.shape, self.width).to(device=ids.device, dtype=self.dtype)
+
+    def row(self, token: int) -> np.ndarray:
+        """One token's row as float32 numpy."""
+        return self._dequantize(np.ascontiguousarray(self.raw[token:token + 1])).reshape(-1)
+
+
+#: What a :class:`~slimrag.llm.engine.model.Decoder` looks tokens up in.
+Table = DenseTable | BlockTable

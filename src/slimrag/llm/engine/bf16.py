@@ -25,6 +25,7 @@ Knobs (defaults):
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -83,7 +84,9 @@ def _dequantized(part: QuantPart) -> torch.Tensor:
     if part.ggml_type not in (Q4_1, Q8_0):
         return torch.from_numpy(dequantize(part))
     size = SIZES[part.ggml_type][1]
-    blocks = torch.from_numpy(np.ascontiguousarray(part.raw)).view(part.raw.shape[0], -1, size)
+    with warnings.catch_warnings():  # a read-only view of the map; it is only read
+        warnings.simplefilter("ignore", UserWarning)
+        blocks = torch.from_numpy(np.ascontiguousarray(part.raw)).view(part.raw.shape[0], -1, size)
     d = blocks[..., 0:2].contiguous().view(torch.float16).float()
     if part.ggml_type == Q8_0:
         q = blocks[..., 2:].contiguous().view(torch.int8).float()

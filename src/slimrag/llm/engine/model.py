@@ -120,19 +120,22 @@ class Decoder:
         """Bytes :meth:`bf16_weights` holds (or would): 2 per weight of every layer's four products."""
         return sum(2 * w.shape[0] * w.shape[1] for layer in self.layers for w in _products(layer))
 
-    def bf16_weights(self, layers: int | None = None) -> list[tuple[torch.Tensor, ...]]:
+    def bf16_weights(self, layers: int | None = None, *,
+                     first: tuple[torch.Tensor, ...] | None = None) -> list[tuple[torch.Tensor, ...]]:
         """Each layer's ``(qkv, o, gate_up, down)`` as bfloat16 (a quantized weight dequantized one
         tensor at a time, never held in float32), built on the first call and then held: the
         products of a bfloat16 prefill (:mod:`slimrag.llm.engine.prefill`), :meth:`bf16_bytes` on
         top of the model. Once they are held, every :meth:`forward` of two or more tokens multiplies
         through them too (blend's and one-forward-per-segment prefills compute as the one-pass
         prefill does). ``layers``: the first ``layers`` only, built afresh and not held (the
-        prefill's exactness check needs layer 0's)."""
+        prefill's exactness check needs layer 0's). ``first``: layer 0's copy already built that
+        way, taken as is where the copy is not held yet."""
         if layers is not None:
             return [_bf16_layer(layer) for layer in self.layers[:layers]]
         with self._bf16_lock:
             if self._bf16 is None:
-                self._bf16 = [_bf16_layer(layer) for layer in self.layers]
+                built = [first] if first is not None else []
+                self._bf16 = built + [_bf16_layer(layer) for layer in self.layers[len(built):]]
             return self._bf16
 
     def warm_step(self, *, wait: bool = True) -> None:

@@ -97,12 +97,13 @@ def _product(x: torch.Tensor, w: Any, bias: torch.Tensor | None, mode: str = ROW
     return y if bias is None else y + bias
 
 
-def _row_independent(model: Decoder, mode: str, seed: int) -> bool:
+def _row_independent(model: Decoder, mode: str, seed: int,
+                     copies: tuple[torch.Tensor | None, ...] = (None,) * 4) -> bool:
     """Whether layer 0's four products give each row the same result whatever rows share its
-    call, at several offsets and counts (random rows)."""
+    call, at several offsets and counts (random rows). ``copies``: layer 0's bfloat16 copy, for
+    ``bf16``."""
     layer = model.layers[0]
     mats = [layer.attn.qkv, layer.attn.o, layer.gate_up, layer.down]
-    copies = model.bf16_weights(layers=1)[0] if mode == BF16 else (None,) * 4
     chunk = bf16.CHUNK if mode == BF16 else CHUNK
     gen = torch.Generator(device="cpu").manual_seed(seed)
     rows = chunk + 24
@@ -125,9 +126,11 @@ def prefill_mode(model: Decoder, *, seed: int = 0, bf16: bool | None = None) -> 
     :data:`CHUNK`-row calls; else ``segments`` (one forward per segment). Each checked on layer
     0's projections with random rows at several offsets and counts (the output head multiplies
     one row per pass, so it needs no check; leaving it out keeps the check under ~0.1 s)."""
-    if (bf16_fits(model) if bf16 is None else bf16) and _row_independent(model, BF16, seed):
-        model.bf16_weights()
-        return BF16
+    if bf16_fits(model) if bf16 is None else bf16:
+        first = model.bf16_weights(layers=1)[0]
+        if _row_independent(model, BF16, seed, first):
+            model.bf16_weights(first=first)  # layer 0's copy is the check's, not built again
+            return BF16
     mode = ROWS if _rows_kernel(model) else CHUNKS
     return mode if _row_independent(model, mode, seed) else SEGMENTS
 

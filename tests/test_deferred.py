@@ -66,7 +66,7 @@ gen = make_deferred(None, cache=None, bf16_prefill=False)
 import slimrag.rag.session, slimrag.rag.pipeline, slimrag.embed.local, onnxruntime  # the main thread's side
 main_thread_torch = first.get("torch") == "MainThread"
 if sys.argv[1] == "bf16":
-    import slimrag.embed.bert  # a torch-bf16 index: the main thread imports torch too, at the same time
+    import torch  # a torch-bf16 index: its embedder imports torch on the main thread, at the same time
 from slimrag.config import GenerationConfig
 from slimrag.prompt import Prompt
 out = gen.generate(Prompt("What is 2 + 2?"), GenerationConfig(max_new_tokens=3))

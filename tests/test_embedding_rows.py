@@ -5,6 +5,7 @@ one row, and a quantized load holds no float table."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from slimrag.llm import weights
@@ -37,3 +38,14 @@ def test_unquantized_load_keeps_a_float_table(smollm: weights.LoadedModel) -> No
     assert isinstance(dense.model.embed, DenseTable)
     ids = torch.tensor([1, 2, 300])
     assert torch.equal(dense.model.embed.rows(ids), smollm.model.embed.rows(ids))
+
+
+def test_block_rows_take_no_ids_and_refuse_ids_outside_the_vocabulary(smollm: weights.LoadedModel) -> None:
+    table = smollm.model.embed
+    assert table.rows(torch.zeros(1, 0, dtype=torch.long)).shape == (1, 0, table.width)
+    vocab = table.raw.shape[0]
+    for bad in (-1, vocab):
+        with pytest.raises(IndexError):
+            table.rows(torch.tensor([3, bad]))
+        with pytest.raises(IndexError):
+            table.row(bad)

@@ -5,6 +5,7 @@ row the same result whatever rows share its call."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -60,3 +61,16 @@ def test_a_one_shot_load_keeps_the_quantized_rows_and_holds_no_copy() -> None:
     model = gen.load().model
     assert model.settled_mode == gen.prefiller.mode == "rows" and model._bf16 is None
     assert PREFILL_SCHEDULES["rows"] in gen.prefiller.namespace(gen.load().path)
+
+
+@pytest.mark.skipif(not bf16_units(), reason="the bf16 prefill is chosen only on a CPU with AMX (elsewhere unchecked)")
+def test_the_held_copy_reuses_the_checks_layer_0_and_equals_a_fresh_build(smollm: Any) -> None:
+    """The load's row check builds layer 0's copy; the held copy takes it as its first layer
+    (not built twice), and it equals a fresh build bitwise."""
+    model = smollm.model
+    if model.settled_mode != "bf16":
+        pytest.skip(f"the model settled {model.settled_mode!r} (the copy did not fit)")
+    held, fresh = model.bf16_weights()[0], model.bf16_weights(layers=1)[0]
+    assert all(torch.equal(h, f) for h, f in zip(held, fresh, strict=True))
+    with pytest.raises(ValueError):
+        model.bf16_weights(first=fresh[:2])

@@ -25,14 +25,13 @@ Knobs (defaults):
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from slimrag.cpu import bf16_units
-from slimrag.llm.engine.qlinear import Q4_1, Q8_0, SIZES, QuantLinear, QuantPart, dequantize
+from slimrag.llm.engine.gguf import dequantize_rows
+from slimrag.llm.engine.qlinear import QuantLinear, QuantPart
 
 #: Rows per bfloat16 product call (module header).
 CHUNK = 128
@@ -78,23 +77,10 @@ def copy(w: torch.Tensor | QuantLinear) -> torch.Tensor:
 
 
 def _dequantized(part: QuantPart) -> torch.Tensor:
-    """``part``'s float32 weights: Q4_1 and Q8_0 (the embedded model's types) in torch, the float32
-    values of ``gguf``'s formulas (``d * q + m``, ``d * q``; tested equal) in ~half its time, which is
-    on a cold load's path; other types through :func:`slimrag.llm.engine.qlinear.dequantize`."""
-    if part.ggml_type not in (Q4_1, Q8_0):
-        return torch.from_numpy(dequantize(part))
-    size = SIZES[part.ggml_type][1]
-    with warnings.catch_warnings():  # a read-only view of the map; it is only read
-        warnings.simplefilter("ignore", UserWarning)
-        blocks = torch.from_numpy(np.ascontiguousarray(part.raw)).view(part.raw.shape[0], -1, size)
-    d = blocks[..., 0:2].contiguous().view(torch.float16).float()
-    if part.ggml_type == Q8_0:
-        q = blocks[..., 2:].contiguous().view(torch.int8).float()
-        return (d * q).view(part.raw.shape[0], -1)
-    m = blocks[..., 2:4].contiguous().view(torch.float16).float()
-    nibbles = blocks[..., 4:]  # weight i in the low nibble of byte i, weight 16 + i in its high nibble
-    q = torch.cat([nibbles & 15, nibbles >> 4], -1).float()
-    return (d * q + m).view(part.raw.shape[0], -1)
+    """``part``'s float32 weights (:func:`slimrag.llm.engine.gguf.dequantize_rows`: Q4_1 and Q8_0,
+    the embedded model's types, by the fast dequantizers, bitwise ``gguf``'s values; other types by
+    ``gguf.quants``)."""
+    return torch.from_numpy(dequantize_rows(part.raw, part.ggml_type))
 
 
 def linear(x: torch.Tensor, w16: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -1,8 +1,8 @@
 """The token embedding lookup: rows of a float table, or rows dequantized from the model file's blocks.
 
 Why blocks: the float32 table was the one weight the engine still built whole when it loaded a
-quantized GGUF (113 MB and ~0.2 s of dequantizing for SmolLM2-135M's Q8_0 table at load ~5; 400 MB
-for a 2,048-wide model), for a lookup that reads a handful of rows per forward. The dequantizers
+quantized GGUF (4 bytes per weight of the vocabulary's rows, dequantized at load: docs/benchmarks.md,
+"Load without the float32 embedding table"), for a lookup that reads a handful of rows per forward. The dequantizers
 work block by block, so a row dequantized alone is bitwise the row of the whole table: prefill,
 batched decode and the fused step see the same numbers as before (``tests/test_embedding_rows.py``).
 
@@ -38,22 +38,30 @@ class DenseTable:
 
 
 class BlockTable:
-    """A table left in the file's blocks: ``raw`` is ``uint8 [vocab, row_bytes]`` (a view of the
-    map), ``dequantize`` turns a block-aligned ``[n, row_bytes]`` array into float32 ``[n, width]``."""
+    """A float32 CPU model's table left in the file's blocks: ``raw`` is ``uint8 [vocab, row_bytes]``
+    (a view of the map), ``dequantize`` turns a block-aligned ``[n, row_bytes]`` array into float32
+    ``[n, width]``. Ids outside ``[0, vocab)`` are an IndexError, as in ``F.embedding``."""
 
-    def __init__(self, raw: np.ndarray, width: int, dequantize: Callable[[np.ndarray], np.ndarray],
-                 dtype: torch.dtype = torch.float32) -> None:
-        self.raw, self.width, self._dequantize, self.dtype = raw, width, dequantize, dtype
+    def __init__(self, raw: np.ndarray, width: int, dequantize: Callable[[np.ndarray], np.ndarray]) -> None:
+        self.raw, self.width, self._dequantize = raw, width, dequantize
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """The rows of ``ids`` (any shape of long ids; the result adds a last dim of ``width``)."""
         flat = ids.reshape(-1).cpu().numpy()
+        if flat.size == 0:
+            return torch.zeros(*ids.shape, self.width)
+        self._check(int(flat.min()), int(flat.max()))
         out = torch.from_numpy(np.ascontiguousarray(self._dequantize(np.ascontiguousarray(self.raw[flat]))))
-        return out.reshape(*ids.shape, self.width).to(device=ids.device, dtype=self.dtype)
+        return out.reshape(*ids.shape, self.width)
 
     def row(self, token: int) -> np.ndarray:
         """One token's row as float32 numpy."""
+        self._check(token, token)
         return self._dequantize(np.ascontiguousarray(self.raw[token:token + 1])).reshape(-1)
+
+    def _check(self, low: int, high: int) -> None:
+        if low < 0 or high >= self.raw.shape[0]:
+            raise IndexError(f"token id {low if low < 0 else high} outside the vocabulary of {self.raw.shape[0]}")
 
 
 #: What a :class:`~slimrag.llm.engine.model.Decoder` looks tokens up in.

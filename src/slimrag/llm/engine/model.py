@@ -132,6 +132,8 @@ class Decoder:
         way, taken as is where the copy is not held yet."""
         if layers is not None:
             return [_bf16_layer(layer) for layer in self.layers[:layers]]
+        if first is not None and [t.shape for t in first] != [w.shape for w in _products(self.layers[0])]:
+            raise ValueError("first must be layer 0's bfloat16 copy (bf16_weights(layers=1)[0])")
         with self._bf16_lock:
             if self._bf16 is None:
                 built = [first] if first is not None else []

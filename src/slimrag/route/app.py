@@ -56,10 +56,9 @@ Health checks and hung replicas
     error would be. Answers already relaying from it are ended the same way: an event stream with
     a ``data: {"error": ...}`` event (code ``replica_failed``), a JSON answer by aborting the
     connection. A passing check brings a replica back at once (see `slimrag.route.policy`).
-    Counted in ``slimrag_router_health_checks_total`` by replica and result. A passing check
-    also reads the replica's own count of its chats (``load`` in its ``/healthz``) and keeps what
-    exceeds the router's own requests there: load from clients that talk to it directly, which
-    `slimrag.route.kv_policy` weighs (``unseen_weight``).
+    Counted in ``slimrag_router_health_checks_total`` by replica and result. A passing check also
+    reads the replica's count of its chats (``load`` in its ``/healthz``): what exceeds the router's
+    own requests there comes from direct clients, and `slimrag.route.kv_policy` weighs it.
 
 Metrics (Prometheus text)
     ``slimrag_requests_total`` and ``slimrag_errors_total`` by endpoint and status, as ``slimrag
@@ -105,7 +104,7 @@ from slimrag.route.metrics import RouterMetrics
 from slimrag.route.planner import RoutePlan, RoutePlanner
 from slimrag.route.policy import Replica, RouterConfig, choose, replica_url
 from slimrag.route.prefix_tree import PrefixTree
-from slimrag.route.upstream import Failure, Relayed, head_of, reason_of
+from slimrag.route.upstream import Failure, Relayed, head_of, json_object, reason_of
 
 if TYPE_CHECKING:
     from slimrag.route.events import EventStreams
@@ -169,8 +168,9 @@ class Router:
                 r = await self.client.get(replica.url + "/healthz", timeout=self.config.health_timeout_s)
                 ok, why = r.status_code == 200, f"status {r.status_code}"
                 if ok:
-                    self._follow_events(replica, r)
-                    self._read_load(replica, r)
+                    info = json_object(r)
+                    self._follow_events(replica, info.get("kv_events"))
+                    replica.read_load(info.get("load"))
             except httpx.TransportError as exc:
                 ok, why = False, f"{type(exc).__name__}: {exc or 'no answer'}"
             self.metrics.inc("slimrag_router_health_checks_total", replica=replica.url,
@@ -189,12 +189,8 @@ class Router:
             for replica in self.replicas:
                 tg.start_soon(check, replica)
 
-    def _follow_events(self, replica: Replica, health: httpx.Response) -> None:
+    def _follow_events(self, replica: Replica, info: Any) -> None:
         """Start (or keep, or stop) the replica's KV event stream as its ``/healthz`` names it."""
-        try:
-            info = health.json().get("kv_events")
-        except (ValueError, AttributeError):  # not JSON, or not an object: it publishes nothing
-            info = None
         if info is None and self.streams is None:
             return
         if self.streams is None:
@@ -202,15 +198,6 @@ class Router:
 
             self.streams = EventStreams()
         replica.events = self.streams.watch(replica.url, info)
-
-    @staticmethod
-    def _read_load(replica: Replica, health: httpx.Response) -> None:
-        """The replica's own count of chats in flight (``/healthz``'s ``load``), when it reports one."""
-        try:
-            load = health.json().get("load") or {}
-            replica.report_load(int(load.get("chats", 0)), int(load.get("waiting", 0)))
-        except (ValueError, AttributeError, TypeError):  # not JSON, not an object, not numbers: nothing seen
-            replica.report_load(0, 0)
 
     async def plan(self, req: ChatRequest) -> RoutePlan | None:
         """The chat's passages when the router plans (``--index``), else None; a failed plan routes

@@ -155,6 +155,15 @@ class Replica:
         self.unseen = max(0, chats - self.in_flight)
         self.unseen_waiting = min(self.unseen, max(0, waiting - self.waiting))
 
+    def read_load(self, load: object) -> None:
+        """:meth:`report_load` from ``/healthz``'s ``load`` object (``{"chats": n, "waiting": m}``);
+        anything else (absent, not an object, not numbers) reports nothing seen."""
+        try:
+            assert isinstance(load, dict)
+            self.report_load(int(load.get("chats", 0)), int(load.get("waiting", 0)))
+        except (AssertionError, TypeError, ValueError):
+            self.report_load(0, 0)
+
     def exact(self) -> bool:
         """Whether the router holds an exact view of this replica's cache (its events, complete)."""
         return self.events is not None and self.events.exact

@@ -1,12 +1,13 @@
 """What the router keeps of a replica's attempt: why it failed (`Failure`, whether it takes the
 replica down), at most `MAX_ERROR_BYTES` of its error body, never the whole of it, and the answer
-relayed to the client (`Relayed`)."""
+relayed to the client (`Relayed`); a health answer read as a JSON object (`json_object`)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import httpx
@@ -63,3 +64,12 @@ class Relayed(StreamingResponse):
         finally:
             with anyio.CancelScope(shield=True):  # a client that left cancels the scope
                 await self.release()
+
+
+def json_object(response: httpx.Response) -> dict[str, Any]:
+    """A replica's JSON object (its ``/healthz``), or {} when it is not JSON or not an object."""
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}

@@ -12,10 +12,11 @@ import pytest
 
 from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
-from slimrag.rag.attribution import attribute
+from slimrag.rag.attribution import Attribution, attribute
 from slimrag.rag.evidence import answer_type
 from slimrag.rag.sentences import content_words, stem
-from slimrag.rag.verdict import kind_of, on_question
+from slimrag.rag.verdict import answers, kind_of, on_question
+from slimrag.types import Hit
 
 DOCS = {
     "nq/0649.txt": "The Fugitive is an American drama series created by Roy Huggins . It was produced by QM "
@@ -40,9 +41,14 @@ def idx(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder) -> It
 
 
 def verdict(idx: Index, question: str, answer: str) -> tuple[str, list[bool]]:
+    return checked(idx, question, answer)[:2]  # type: ignore[return-value]
+
+
+def checked(idx: Index, question: str, answer: str) -> tuple[str, list[bool], Attribution, list[Hit]]:
+    """The verdict, which sentences are backed, the attribution and the hits it was checked against."""
     hits = idx.search(question, k=3)
     check = attribute(question, answer, hits, idx.embedder)  # type: ignore[arg-type]
-    return kind_of(question, check.support, hits), [s.supported for s in check.support]
+    return kind_of(question, check.support, hits), [s.supported for s in check.support], check, hits
 
 
 def test_a_backed_sentence_off_the_question_answers_nothing(idx: Index) -> None:
@@ -58,11 +64,9 @@ def test_a_partial_answer_whose_backed_part_does_not_answer_is_withheld(idx: Ind
     said = ('The hymn "It Is Well With My Soul" is a well-known Christian hymn written by Marlo Thomas and '
             "composed by Philip Bliss. It was first published in Gospel Songs No. 2 by Ira Sankey and Bliss "
             "(1876) and later taken as a choral model for many Christian")
-    kind, backed = verdict(idx, q, said)
+    kind, backed, check, hits = checked(idx, q, said)
     assert backed == [False, True] and kind == "not_backed"
-    hits = idx.search(q, k=3)
-    check = attribute(q, said, hits, idx.embedder)  # type: ignore[arg-type]
-    assert not on_question(q, check.support[1])
+    assert not on_question(q, check.support[1], hits)
 
 
 def test_a_backed_answer_on_the_question_stays_supported(idx: Index) -> None:
@@ -87,8 +91,6 @@ def test_doubled_consonants_and_ies_meet_their_stems() -> None:
 
 
 def test_a_lower_case_question_still_names_its_names() -> None:
-    from slimrag.rag.verdict import answers
-
     q = "who played mrs wolowitz on the big bang theory?"
     # the tuning slice's answer: the passage's sentence, whose names are all the question's
     assert not answers(q, "She was known for providing the voice of recurring unseen character Mrs. Wolowitz on "
@@ -97,8 +99,6 @@ def test_a_lower_case_question_still_names_its_names() -> None:
 
 
 def test_a_sentence_introducing_what_follows_answers_by_its_code_only() -> None:
-    from slimrag.rag.verdict import answers
-
     # the folder set's free answer (pydocs #0): backed, and introduces code it does not show
     q = "How do I parse a JSON string into a Python object?"
     assert not answers(q, "You can view its JSON string representation with a simple line of code:")
@@ -109,8 +109,6 @@ def test_a_sentence_introducing_what_follows_answers_by_its_code_only() -> None:
 
 
 def test_a_number_word_is_no_name() -> None:
-    from slimrag.rag.verdict import answers
-
     # disfl_qa tuning slice #31 (grounded): "two" answered the "which" the question asks
     q = "Which or no make that when forces are at right angles to each other what can they be broken down to ?"
     assert not answers(q, "When forces are at right angles to each other, they can be broken down into two components.")

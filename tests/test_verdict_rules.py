@@ -13,6 +13,8 @@ import pytest
 from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
 from slimrag.rag.attribution import attribute
+from slimrag.rag.sentences import content_words, stem
+from slimrag.rag.verdict import answers
 from slimrag.rag.vocabulary import Vocabulary
 
 DOCS = {
@@ -87,16 +89,12 @@ def test_list_numbers_and_lead_ins_claim_nothing(idx: Index) -> None:
 
 
 def test_short_plurals_meet_their_singular() -> None:
-    from slimrag.rag.sentences import content_words, stem
-
     assert [stem(w) for w in ("kids", "cats", "defaults", "bus", "this", "plus", "class")] == [
         "kid", "cat", "default", "bus", "this", "plus", "class"]
     assert content_words("the Kids ' Choice Awards") >= {"kid", "choice", "award"}
 
 
 def test_which_may_be_answered_by_code_or_a_number_who_not_by_a_number() -> None:
-    from slimrag.rag.verdict import answers
-
     assert answers("Which function returns the current recursion limit?",
                    "The function `getrecursionlimit()` returns the current recursion limit.")
     assert not answers("Which function returns the current recursion limit?",

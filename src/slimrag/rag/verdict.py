@@ -23,7 +23,8 @@ Big Bang Theory" are no new name for "who played mrs wolowitz on the big bang th
 (`getrecursionlimit` for "which function returns the current recursion limit?") or a number ("which
 port ...": 8000), for "who" and "where" code only; a number word ("two", "first") is no name. A sentence
 that introduces what follows it (ending in ":", a code fence after it aside) answers only by code it
-names that the question does not: "You can view its JSON string representation with a simple line of
+names that the question does not, or by the date or number asked that it states itself ("Stage 3 has 4
+parts, as follows:"): "You can view its JSON string representation with a simple line of
 code:" answers nothing, "... you can use the `copy.deepcopy` function ...:" answers. "Warsaw is a city in Poland." backs nothing of
 "How many people live in Warsaw?" however true it is; without this rule a true restatement would
 count as a supported answer. And the passages that back it must be about what was asked: they must
@@ -31,9 +32,10 @@ hold at least `ON_TOPIC` (half) of the question's content words (`on_topic`). A 
 a passage retrieved for the wrong subject ("the Mona Lisa is a portrait painting by ..." for "who
 painted la primavera, a painting of the roman goddess flora?") is backed, and answers nothing asked.
 Nor does a backed sentence on the right page that speaks of something else: the sentence and the
-passage sentence that backs it best must hold together at least `ON_QUESTION` (0.3) of the question's
-content words (`on_question`). "The Fugitive is an American drama series created by Roy Huggins." is
-backed, on the page of "who played the fugitive in the tv show?", and says who created it; "It was
+passage sentences that back it (for a code block, the passages that back it) must hold together at
+least `ON_QUESTION` (0.3) of the question's content words (`on_question`); a sentence that is only a
+value ("Harrison Ford.", "The answer is: Saudi Arabia.") speaks of nothing else and is exempt. "The
+Fugitive is an American drama series created by Roy Huggins." is backed, on the page of "who played the fugitive in the tv show?", and says who created it; "It was
 first published in Gospel Songs No. 2 by Ira Sankey and Bliss" does not say who wrote the hymn. Such a
 sentence first, then sentences no passage backs, was a partial answer presented as backed; now the
 answer is withheld and the passages quoted, unless another of its backed sentences answers.
@@ -54,7 +56,7 @@ from dataclasses import dataclass
 
 from slimrag.rag.attribution import Attribution, identifiers, with_markers
 from slimrag.rag.evidence import answer_type, evidence_text, has_type
-from slimrag.rag.sentences import CHATTER_STEMS, content_words, key_terms, words
+from slimrag.rag.sentences import CHATTER_STEMS, STOPWORDS, content_words, key_terms, stem, words
 from slimrag.types import Evidence, Hit, Support
 
 #: What a shell says in place of an answer that no passage backs.
@@ -72,16 +74,17 @@ TYPED = ("when", "number", "name")
 #: Share of the question's content words the passages backing an answer sentence must hold.
 ON_TOPIC = 0.5
 
-#: Share of the question's content words an answering sentence and its best backing passage sentence
-#: must hold together (module header). On the tuning slices of `bench.answers` (70 recorded answers a
-#: set and mode, ``--recheck``), against no such rule: free-form confidently wrong disfl_qa 0.086 ->
-#: 0.057, nq_conflicts 0.071 -> 0.014, grounded nq_conflicts 0.071 -> 0.057; check precision within
-#: 0.01 (one right grounded answer more withheld on disfl_qa). 0.25 caught none of disfl_qa's; 0.4 and
-#: 0.5 caught no more and withheld three more grounded answers, two holding the gold (nq_conflicts 0.778).
+#: Share of the question's content words an answering sentence and its backing must hold together
+#: (module header). Lower caught fewer confidently wrong answers on the tuning slices, higher withheld
+#: more right grounded ones; the figures are in docs/benchmarks.md ("The check, fourth pass").
 ON_QUESTION = 0.3
 
 #: Questions whose "name" is a person's or a place's: a number never answers them (`answers`).
 _PERSON = re.compile(r"\b(who|whom|whose|where)\b", re.I)
+
+#: Answer types a sentence ending in ':' may state itself ("In 1267 he moved it to the following city:");
+#: a name there is as often its subject ("In Python, you can do it as follows:").
+_LEAD_TYPED = ("when", "number")
 
 #: A code fence opened at a sentence's end ("Here's how to use it:\n```python").
 _FENCE_OPEN = re.compile(r"\s*```\w*\s*$")
@@ -108,10 +111,13 @@ def answers(question: str, sentence: str) -> bool:
     new = (content_words(sentence) - q_words - CHATTER_STEMS) | (key_terms(sentence) - q_terms - asked)
     if not new:
         return False
-    if text.endswith(":"):  # it introduces what follows (a list, code): it answers by the code it names
-        return _new_code(question, sentence, asked)
     kind = answer_type(question)
-    if kind not in TYPED or has_type(kind, sentence, q_terms | asked):
+    typed = kind in TYPED and has_type(kind, sentence, q_terms | asked)
+    if text.endswith(":") and not (typed and kind in _LEAD_TYPED):
+        # it introduces what follows (a list, code): it answers by the code it names, unless it already
+        # states the date or number asked ("Stage 3 has 4 parts, as follows:")
+        return _new_code(question, sentence, asked)
+    if kind not in TYPED or typed:
         return True
     if kind != "name":
         return False
@@ -138,21 +144,32 @@ def on_topic(question: str, s: Support, hits: Sequence[Hit]) -> bool:
     return len(asked & held) >= ON_TOPIC * len(asked)
 
 
-def on_question(question: str, s: Support) -> bool:
-    """Whether ``s``'s sentence and its best backing passage sentence hold together at least
-    `ON_QUESTION` of the question's content words (module header); True for a question without any."""
+def on_question(question: str, s: Support, hits: Sequence[Hit] = ()) -> bool:
+    """Whether ``s``'s sentence and what backs it hold together at least `ON_QUESTION` of the question's
+    content words (module header): its backing passage sentences, or for a code block (backed by
+    passages, not sentences) the passages themselves. True for a question without content words and for
+    a sentence that is only a value ("Harrison Ford.", `bare_value`): it can speak of nothing else."""
     asked = content_words(question) - CHATTER_STEMS
-    if not asked:
+    if not asked or bare_value(s.sentence):
         return True
-    held = content_words(s.sentence) | (content_words(s.evidence[0].text) if s.evidence else set())
+    held = content_words(s.sentence).union(*(content_words(e.text) for e in s.evidence))
+    if not s.evidence:
+        held |= set().union(*(content_words(h.text) for h in hits if h.label in s.labels))
     return len(asked & held) >= ON_QUESTION * len(asked)
+
+
+def bare_value(sentence: str) -> bool:
+    """Whether ``sentence`` states only names or numbers, conversation words aside ("Harrison Ford.",
+    "The answer is: Saudi Arabia.", "In 1267."): every other word is a stop word or `CHATTER_STEMS`."""
+    said = [w for w in words(sentence) if w.lower() not in STOPWORDS and stem(w) not in CHATTER_STEMS]
+    return bool(said) and all(w[0].isupper() or any(c.isdigit() for c in w) for w in said)
 
 
 def kind_of(question: str, support: Sequence[Support], hits: Sequence[Hit] = ()) -> str:
     """``supported``, ``partial`` or ``not_backed`` for an answer whose sentences are ``support``,
     checked against ``hits`` (the retrieved passages; none: the topic rule is skipped)."""
     responsive = [s for s in support if s.supported and answers(question, s.sentence) and on_topic(question, s, hits)
-                  and on_question(question, s)]
+                  and on_question(question, s, hits)]
     if not responsive:
         return "not_backed"
     return "supported" if all(s.supported for s in support) else "partial"

@@ -122,36 +122,45 @@ _MONTH = re.compile(r"\b(january|february|march|april|may|june|july|august|septe
                     r"december|spring|summer|autumn|winter)\b", re.I)
 _NUMBER = re.compile(r"\d|\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|"
                      r"forty|fifty|hundred|thousand|million|billion|dozen|half)\b", re.I)
-#: "when" asks for a time where a verb of the question follows it ("when did", "when is") or it ends the
-#: question ("... is held when ?"); elsewhere it is a conjunction ("Which argparse action stores True
-#: when a flag is given?" asks for a name; "What can happen when breathing ...", for no kind).
+#: "when" asks for a time where a verb of the question follows it ("when did", "when is"), it ends the
+#: question ("... is held when ?") or it opens the question with no clause of its own after it (`_when_opens`:
+#: "When exactly did the Berlin Wall fall?"); elsewhere it is a conjunction ("Which argparse action stores
+#: True when a flag is given?" asks for a name; "What can happen when breathing ...", for no kind).
 _WHEN = re.compile(r"\bwhen(\s+|')(did|does|do|was|were|is|are|will|would|can|could|should|has|have|had|"
                    r"must|might|s)\b|\bwhen\s*\?|\bwhat (year|date|day|month|century|decade|time)\b|"
                    r"\bwhich (year|century)\b", re.I)
+#: A question that opens with "when" and whose "when" is a conjunction: a comma clause ("When I add files,
+#: what ...") or another question word ("When forces are at right angles ... what can they ...") follows.
+_WHEN_OPENS = re.compile(r"^\W*when\b(?![^?]*(,|\b(what|who|whom|whose|which|where|how|why)\b))", re.I)
 _HOW_MANY = re.compile(r"\bhow (many|much|long|old|far|big|large|high|tall|often|fast)\b|\bwhat (percent|"
                        r"percentage|number|amount|size|value)\b", re.I)
 _WHO = re.compile(r"\b(who|whom|whose|where|which)\b", re.I)
 
 
 #: Words with which a spoken question takes back what it began ("Where did Kublai um oh no rather when
-#: did he ..."): the part after the last of them says what is asked, when it holds a question word.
-_RETRACT = re.compile(r"\b(no|sorry|rather|i mean|make that|wait|actually|instead|um+|uh|er)\b", re.I)
+#: did he ..."): a take-back only where a question word follows it, fillers aside (`_ASKS_AGAIN`), so
+#: "How many people have no access ..." keeps its "how many".
+_TAKE_BACK = r"no|sorry|rather|i mean|make that|wait|actually|instead|um+|uh|er|oops"
+_RETRACT = re.compile(rf"\b({_TAKE_BACK})\b", re.I)
+_ASKS_AGAIN = re.compile(rf"(?:\s|,|\b(?:{_TAKE_BACK}|oh|shoot|like)\b)*"
+                         r"\b(when|what|who|whom|whose|which|where|how|why)\b", re.I)
 
 
 def answer_type(question: str) -> str | None:
     """What kind of value the question asks for: "when", "number", "name", or None. A question that
-    takes back its start is typed by what follows the taking back (`_RETRACT`), when that names a kind."""
-    marks = list(_RETRACT.finditer(question))
-    if marks:
-        tail = question[marks[-1].end():]
-        kind = _kind(tail)
+    takes back its start is typed by what follows its last taking back (`_RETRACT`, `_ASKS_AGAIN`), when
+    that names a kind."""
+    tails = [question[m.end():] for m in _RETRACT.finditer(question)]
+    asked_again = [t for t in tails if _ASKS_AGAIN.match(t)]
+    if asked_again:
+        kind = _kind(asked_again[-1].lstrip(" ,"))
         if kind is not None:
             return kind
     return _kind(question)
 
 
 def _kind(question: str) -> str | None:
-    if _WHEN.search(question):
+    if _WHEN.search(question) or _WHEN_OPENS.match(question):
         return "when"
     if _HOW_MANY.search(question):
         return "number"

@@ -96,7 +96,8 @@ def split_sentences(text: str) -> list[Sentence]:
 
 
 def stem(word: str) -> str:
-    """A light suffix strip so inflections meet (``defaults`` → ``default``, ``Kubo's`` → ``kubo``)."""
+    """A light suffix strip so inflections meet (``defaults`` → ``default``, ``Kubo's`` → ``kubo``), and a
+    doubled last consonant undoubled (`_undouble`)."""
     w = word.lower()
     if w.endswith(("'s", "’s")):  # a possessive: "Kubo's" meets "Kubo"
         w = w[:-2]
@@ -104,12 +105,23 @@ def stem(word: str) -> str:
         return w[:-3] + "y"
     for suffix in ("ing", "es", "ed", "s"):
         if len(w) > len(suffix) + 3 and w.endswith(suffix) and not w.endswith("ss"):
-            w = w[: -len(suffix)]
-            # a doubled last consonant: "starring", "stopped" meet "star", "stop" ("called" stays "call")
-            if suffix in ("ing", "ed") and len(w) > 3 and w[-1] == w[-2] and w[-1] not in "aeiouylsz":
-                w = w[:-1]
-            return w
+            return _undouble(w[: -len(suffix)], word)
     if len(w) == 4 and w.endswith("s") and not w.endswith(("ss", "us", "is")):  # a short plural: "kids", "cats"
+        return w[:-1]
+    return _undouble(w, word)
+
+
+#: Consonants whose doubling an inflection adds ("stopped", "starring", "running", "committed"); not
+#: f, l, s, z, which base words end doubled ("staff", "call", "pass", "jazz").
+_DOUBLED = re.compile(r"(?<=[^aeiouy][aeiou])([bdgmnprt])\1$")
+
+
+def _undouble(w: str, word: str) -> str:
+    """``w`` (``word`` stemmed) with a doubled last consonant of `_DOUBLED` after one vowel after a
+    consonant made single, base words and inflections alike ("stopped", "stop"; "butted", "butt" → "but"),
+    so they meet; a vowel pair before it ("earring") or a capitalised ``word`` (a name: "Manning",
+    "Redding") keeps it. A sentence's capitalised first word ("Starring ...") keeps it too."""
+    if len(w) > 3 and not word[:1].isupper() and _DOUBLED.search(w):
         return w[:-1]
     return w
 

@@ -10,13 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_verdict_question import verdict
 
 from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
-from slimrag.rag.attribution import attribute
 from slimrag.rag.evidence import answer_type
 from slimrag.rag.sentences import content_words, stem
-from slimrag.rag.verdict import answers, kind_of
+from slimrag.rag.verdict import answers
 
 DOCS = {
     "py/statistics.txt": "statistics.median(data) Return the median (middle value) of a list of numbers, using the "
@@ -46,12 +46,6 @@ def idx(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder) -> It
     index = Index.build(list(DOCS.items()), root / "m.slimrag", embedder=embedder, storage="flat")
     yield index
     index.close()
-
-
-def verdict(idx: Index, question: str, answer: str) -> tuple[str, list[bool]]:
-    hits = idx.search(question, k=3)
-    check = attribute(question, answer, hits, idx.embedder)  # type: ignore[arg-type]
-    return kind_of(question, check.support, hits), [s.supported for s in check.support]
 
 
 def test_a_backed_code_block_is_on_the_question_through_its_passages(idx: Index) -> None:

@@ -115,3 +115,40 @@ def test_an_ask_that_never_needs_the_model_exits_cleanly(tmp_path: Path) -> None
                              capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-2000:]
         assert "nothing in the indexed files" in run.stdout
+
+
+def test_the_main_threads_modules_of_an_onnx_ask_do_not_import_torch() -> None:
+    """What the main thread of an ``ask`` on an ONNX index imports leaves torch to the build's
+    thread (the audit hook above sees only a module's first import; this sees none at all)."""
+    code = ("import sys, slimrag.cli.asking, slimrag.rag.pipeline, slimrag.rag.session, slimrag.embed.local, "
+            "slimrag.llm.backends; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_an_exit_during_the_build_starts_no_load() -> None:
+    """The exit waits for a build under way, and the built generator is then not loaded."""
+    import threading
+    import time
+
+    release, loads = threading.Event(), []
+
+    class Built:
+        name = "built"
+
+        def load(self) -> None:
+            loads.append(1)
+
+    def build() -> Built:
+        release.wait(10)
+        return Built()
+
+    gen = Deferred(build, Declared())  # type: ignore[arg-type]
+    exiting = threading.Thread(target=gen._at_exit)
+    exiting.start()
+    deadline = time.monotonic() + 10
+    while not gen._exiting.is_set() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    release.set()
+    exiting.join(10)
+    assert not exiting.is_alive() and gen.generator().name == "built" and loads == []

@@ -203,7 +203,7 @@ def ask(index: str, question: str, k: int, source: str | None, mode: str, llm: s
     from slimrag.rag.wire import answer_json
 
     spec = llm_spec(llm, llm_model, api_key)
-    if spec["llm"] is None:  # one answer, then exit: the bf16 prefill's copy would cost more than it saves
+    if spec["llm"] in (None, "local"):  # one answer, then exit: the bf16 prefill's copy would cost more than it saves
         spec["bf16_prefill"] = False
     with answering(index, spec, max_tokens, mode, answer) as (rag, status):
         stream = rag.respond(question, k, source=source_filter(rag.index, source))

@@ -22,10 +22,12 @@ slimrag's layers import one way down (tests/test_layers.py) and tests/test_defer
 race in fresh processes.
 
 Exit: a process that ends while the thread runs (an answer below the relevance floor never calls
-the model) waits for it at exit (`atexit`): native runtimes torn down under a thread still
+the model; Ctrl-C) waits for it at exit (`atexit`): native runtimes torn down under a thread still
 importing torch or building the model's ONNX sessions abort the process ("terminate called
 without an active exception", exit status 134: 2 of 2 such asks with the build on the thread,
-1 of 4 before, when only the load ran there). The answer is out by then; only the exit waits.
+1 of 4 before, when only the load ran there). The answer is out by then; only the exit waits, and
+not for long: a build that is done starts no load once the process exits, and the wait ends after
+`EXIT_WAIT_S` (10 s) whatever the thread does (a hung import then risks the abort, not a hang).
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("slimrag.llm")
 
+#: The longest the exit waits for the thread (module header, "Exit").
+EXIT_WAIT_S = 10.0
+
 
 class Deferred(Generator):
     """The generator ``build`` makes, built on a daemon thread started here and loaded after it;
@@ -62,9 +67,17 @@ class Deferred(Generator):
         self._built: Generator | None = None
         self._error: BaseException | None = None
         self._done = threading.Event()
-        thread = threading.Thread(target=self._run, args=(build,), name="slimrag-deferred", daemon=True)
-        thread.start()
-        atexit.register(thread.join)  # module header, "Exit"
+        self._exiting = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(build,), name="slimrag-deferred", daemon=True)
+        self._thread.start()
+        atexit.register(self._at_exit)
+
+    def _at_exit(self) -> None:
+        """Wait for the thread a bounded while, and let a finished build start no load (module header)."""
+        self._exiting.set()
+        self._thread.join(EXIT_WAIT_S)
+        if self._thread.is_alive():
+            log.warning("the model's build did not finish within %.0f s of exit; exiting anyway", EXIT_WAIT_S)
 
     def _run(self, build: Callable[[], Generator]) -> None:
         try:
@@ -75,10 +88,12 @@ class Deferred(Generator):
             return
         self._built, self.name = built, built.name
         self._done.set()
+        if self._exiting.is_set():  # the process is ending: nothing will use the model
+            return
         try:
             built.load()
         except Exception as e:  # noqa: BLE001  (raised again by the answer's own load; module header)
-            log.debug("background load of %s failed: %s", built.name, e)
+            log.info("background load of %s failed (the answer's own load tries again): %s", built.name, e)
 
     def generator(self) -> Generator:
         """The built generator, once its build is done (its load may still run); raises the

@@ -1,7 +1,7 @@
 """The fourth pass's rules mended (issue 29, review of the session of 2026-11-29): a backed code block
-is on the question through the passages that back it, a bare backed value answers whatever its backing
-sentence words, a ':' lead-in that already holds the asked value answers, "when" opening a question asks
-for a time, ordinary words are no take-back, and the stemmer's undoubling leaves names and '-ff' words
+is on the question through the passages that back it, every sentence backing an answer counts, a ':'
+lead-in that already holds the asked value answers, "when" opening a question asks for a time, ordinary
+words are no take-back, and the stemmer's undoubling leaves names and '-ff' words
 alone. Passages are real (held-out disfl_qa #32, the Python docs), in an index built by the real embedder."""
 
 from __future__ import annotations
@@ -53,12 +53,14 @@ def test_a_backed_code_block_is_on_the_question_through_its_passages(idx: Index)
     assert verdict(idx, q, "```python\nstatistics.median([2, 3, 4, 5])\n```") == ("supported", [True])
 
 
-def test_a_bare_backed_value_answers_a_question_its_backing_sentence_rewords(idx: Index) -> None:
-    assert verdict(idx, "Who played the lead?", "Harrison Ford.") == ("supported", [True])
-    # held-out disfl_qa #32, grounded: labelled right, was withheld by on_question
+def test_every_backing_sentence_counts_for_the_question(idx: Index) -> None:
+    # held-out disfl_qa #32, grounded: labelled right, was withheld when only the first backing
+    # sentence was read
     q = "Which country ' s arms purchase from the US became 4 oops 5 times more than Afghanistan no Israel ?"
     assert verdict(idx, q, "The answer is: Saudi Arabia.") == ("supported", [True])
-    # a backed sentence on something else is still withheld (the rule's own case)
+    # a bare value is not exempt (three wrong backed values held-out for one right): what backs it must
+    # be on the question, and "starred as Richard Kimble" does not say who played the lead
+    assert verdict(idx, "Who played the lead?", "Harrison Ford.") == ("not_backed", [True])
     assert verdict(idx, "Who played the lead?", "The Fugitive is a 1993 American action thriller film .")[0] == "not_backed"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import pydoc
+import re
 from pathlib import Path
 
 #: Modules whose documentation makes the demo corpus: common, self-contained, moderate in size.
@@ -21,6 +22,11 @@ MODULES = (
     "sqlite3", "zipfile", "gzip", "argparse", "subprocess", "queue", "contextlib", "dataclasses",
     "copy", "pprint", "timeit", "html",
 )
+
+#: A default value's memory address in pydoc's text (``<built-in method match of re.Pattern object at
+#: 0x7f91fd969630>``): removed, because it changes every run and its token count moves the chunk
+#: boundaries after it, so two fresh demos indexed different chunks and answered differently.
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 QUESTIONS = (
     "How do I parse a JSON string into a Python object?",
@@ -47,6 +53,7 @@ def write_corpus(folder: Path) -> int:
         except ImportError:
             continue  # a Python built without this module (e.g. no sqlite3): the demo still works
         text = pydoc.render_doc(module, title="Python Library Documentation: %s", renderer=pydoc.plaintext)
+        text = ADDRESS.sub("", text)
         tmp = target.with_suffix(".tmp")
         tmp.write_text(text, encoding="utf-8")
         tmp.rename(target)

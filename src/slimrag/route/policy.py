@@ -159,10 +159,10 @@ class Replica:
         """:meth:`report_load` from ``/healthz``'s ``load`` object (``{"chats": n, "waiting": m}``);
         anything else (absent, not an object, not numbers) reports nothing seen."""
         try:
-            assert isinstance(load, dict)
-            self.report_load(int(load.get("chats", 0)), int(load.get("waiting", 0)))
-        except (AssertionError, TypeError, ValueError):
-            self.report_load(0, 0)
+            chats, waiting = (int(load.get("chats", 0)), int(load.get("waiting", 0))) if isinstance(load, dict) else (0, 0)
+        except (TypeError, ValueError):  # not numbers
+            chats, waiting = 0, 0
+        self.report_load(chats, waiting)
 
     def exact(self) -> bool:
         """Whether the router holds an exact view of this replica's cache (its events, complete)."""

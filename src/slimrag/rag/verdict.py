@@ -139,8 +139,12 @@ def on_topic(question: str, s: Support, hits: Sequence[Hit]) -> bool:
     asked = content_words(question)
     if not hits or not asked:
         return True
-    held = set().union(*(content_words(h.text) for h in hits if h.label in s.labels))
-    return len(asked & held) >= ON_TOPIC * len(asked)
+    return len(asked & _passage_words(s, hits)) >= ON_TOPIC * len(asked)
+
+
+def _passage_words(s: Support, hits: Sequence[Hit]) -> set[str]:
+    """The content words of the retrieved passages that back ``s``."""
+    return set().union(*(content_words(h.text) for h in hits if h.label in s.labels))
 
 
 def on_question(question: str, s: Support, hits: Sequence[Hit] = ()) -> bool:
@@ -154,7 +158,7 @@ def on_question(question: str, s: Support, hits: Sequence[Hit] = ()) -> bool:
         return True
     held = content_words(s.sentence).union(*(content_words(e.text) for e in s.evidence))
     if not s.evidence:
-        held |= set().union(*(content_words(h.text) for h in hits if h.label in s.labels))
+        held |= _passage_words(s, hits)
     return len(asked & held) >= ON_QUESTION * len(asked)
 
 

@@ -14,11 +14,11 @@ output head is not this: it multiplies on the same blocks through
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from slimrag.llm.engine.gguf import dequantize_rows
 
 
 class DenseTable:
@@ -39,11 +39,12 @@ class DenseTable:
 
 class BlockTable:
     """A float32 CPU model's table left in the file's blocks: ``raw`` is ``uint8 [vocab, row_bytes]``
-    (a view of the map), ``dequantize`` turns a block-aligned ``[n, row_bytes]`` array into float32
-    ``[n, width]``. Ids outside ``[0, vocab)`` are an IndexError, as in ``F.embedding``."""
+    (a view of the map) of ``ggml_type``, rows of ``width`` weights, dequantized by
+    :func:`~slimrag.llm.engine.gguf.dequantize_rows`. Ids outside ``[0, vocab)`` are an IndexError,
+    as in ``F.embedding``."""
 
-    def __init__(self, raw: np.ndarray, width: int, dequantize: Callable[[np.ndarray], np.ndarray]) -> None:
-        self.raw, self.width, self._dequantize = raw, width, dequantize
+    def __init__(self, raw: np.ndarray, ggml_type: int, width: int) -> None:
+        self.raw, self.ggml_type, self.width = raw, ggml_type, width
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """The rows of ``ids`` (any shape of long ids; the result adds a last dim of ``width``)."""
@@ -51,13 +52,13 @@ class BlockTable:
         if flat.size == 0:
             return torch.zeros(*ids.shape, self.width)
         self._check(int(flat.min()), int(flat.max()))
-        out = torch.from_numpy(np.ascontiguousarray(self._dequantize(np.ascontiguousarray(self.raw[flat]))))
+        out = torch.from_numpy(dequantize_rows(np.ascontiguousarray(self.raw[flat]), self.ggml_type))
         return out.reshape(*ids.shape, self.width)
 
     def row(self, token: int) -> np.ndarray:
         """One token's row as float32 numpy."""
         self._check(token, token)
-        return self._dequantize(np.ascontiguousarray(self.raw[token:token + 1])).reshape(-1)
+        return dequantize_rows(np.ascontiguousarray(self.raw[token:token + 1]), self.ggml_type).reshape(-1)
 
     def _check(self, low: int, high: int) -> None:
         if low < 0 or high >= self.raw.shape[0]:

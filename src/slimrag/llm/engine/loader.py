@@ -31,7 +31,6 @@ from slimrag.llm.engine.config import ModelConfig
 from slimrag.llm.engine.embedding import BlockTable
 from slimrag.llm.engine.gguf import (
     GGUFFile,
-    dequantize_rows,
     hf_name,
     raw_rows,
     read_tensors,
@@ -91,7 +90,7 @@ def load_gguf(path: Path, *, device: str = "cpu", dtype: torch.dtype = torch.flo
     if keep and embed is not None and quantizable(embed.ggml_type):
         # The lookup dequantizes the rows it reads; a tied model's head multiplies on the same blocks.
         raw, kind = gguf.raw(embed), embed.ggml_type
-        lookup["model.embed_tokens.weight"] = BlockTable(raw, embed.shape[-1], lambda rows: dequantize_rows(rows, kind))
+        lookup["model.embed_tokens.weight"] = BlockTable(raw, kind, embed.shape[-1])
         if config.tie_embeddings:
             parts["lm_head.weight"] = QuantPart(raw, kind, embed.shape[-1])
     skip = frozenset(n for n, info in gguf.tensors.items() if hf_name(n) in parts or hf_name(n) in lookup)
@@ -102,7 +101,7 @@ def load_gguf(path: Path, *, device: str = "cpu", dtype: torch.dtype = torch.flo
     tensors.update(lookup)
     model = Decoder.from_state_dict(config, tensors, dtype=dtype, device=device, dense_rows=dense_rows)
     if bf16 is False or bf16_fits(model):  # settled now: every forward of the model computes one way
-        model.settled_mode = prefill_mode(model, bf16=bf16)  # the bfloat16 copy held where its rows check out
+        model.settled_mode = prefill_mode(model, bf16=bf16 is not False)  # the copy held where its rows check out
     tokenizer = Tokenizer.from_gguf(meta)
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in config.eos_ids:
         config = dataclasses.replace(config, eos_ids=(*config.eos_ids, tokenizer.eos_token_id))

@@ -62,8 +62,6 @@ from slimrag.prompt import Prompt, Segment, root_key
 from slimrag.types import Usage
 
 DEFAULT_NAME = "smollm2-135m-instruct"
-#: Repetition penalty for local models (why 1.1: `slimrag.llm.declared.LOCAL`).
-LOCAL_REPETITION_PENALTY = LOCAL.default_repetition_penalty
 
 CacheSpec = CacheConfig | KVTree | KVReuse | None
 
@@ -89,8 +87,9 @@ class LocalGenerator(Generator):
     each stream owns its model cache; concurrent streams share decode steps (see the module header).
     """
 
-    thread_safe, default_answer_mode = LOCAL.thread_safe, LOCAL.default_answer_mode  # declared: declared.LOCAL
-    default_repetition_penalty = LOCAL_REPETITION_PENALTY
+    # what the embedded engine's generators declare, and why: `slimrag.llm.declared.LOCAL`
+    thread_safe, default_answer_mode = LOCAL.thread_safe, LOCAL.default_answer_mode
+    default_repetition_penalty = LOCAL.default_repetition_penalty
 
     def __init__(
         self,

@@ -200,11 +200,13 @@ def ask(index: str, question: str, k: int, source: str | None, mode: str, llm: s
     if no_llm:
         evidence_only(index, question, k, source, mode, as_json)
         return
+    from slimrag.llm.backends import declared_for
     from slimrag.rag.wire import answer_json
 
     spec = llm_spec(llm, llm_model, api_key)
-    if spec["llm"] in (None, "local"):  # one answer, then exit: the bf16 prefill's copy would cost more than it saves
-        spec["bf16_prefill"] = False
+    declared = declared_for(spec["llm"])
+    if declared is not None and "bf16_prefill" in declared.options:
+        spec["bf16_prefill"] = False  # one answer, then exit: the bf16 prefill's copy would cost more than it saves
     with answering(index, spec, max_tokens, mode, answer) as (rag, status):
         stream = rag.respond(question, k, source=source_filter(rag.index, source))
         for piece in until_first_piece(stream, status):

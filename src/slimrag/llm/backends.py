@@ -121,13 +121,19 @@ def make_generator(llm: Generator | str | None, *, model: str | None = None,
     return factory(llm, **options)
 
 
+def declared_for(llm: str | None) -> Declared | None:
+    """What the backend of a spec declares (None: the embedded model's), or None where it declares
+    nothing (module header, "Deferred builds")."""
+    kind = "local" if llm is None else backend_kind(llm)
+    return DECLARED.get(kind) if kind in BACKENDS else None
+
+
 def make_deferred(llm: str | None, **options: Any) -> Generator:
     """The generator of a spec, as :func:`make_generator` makes it with ``options``, but built on a
     background thread (a `Deferred`, returned at once) where its backend declares its capabilities
     and takes every option given; otherwise built here, so an unknown spec or option raises now."""
-    kind = "local" if llm is None else backend_kind(llm)
-    declared = DECLARED.get(kind)
+    declared = declared_for(llm)
     given = {name for name, value in options.items() if value is not None}  # None: not given
-    if declared is None or not given <= declared.options or kind not in BACKENDS:
+    if declared is None or not given <= declared.options:
         return make_generator(llm, **options)
-    return Deferred(lambda: make_generator(llm, **options), declared, name=kind)
+    return Deferred(lambda: make_generator(llm, **options), declared, name="local" if llm is None else backend_kind(llm))

@@ -28,7 +28,9 @@ requests/s, and how often the chosen replica held the longest real cached prefix
 passages at send time, among the requests for which the replicas differ (every replica holds the
 system segment soon, which would make ties of most choices). "Real" is read from the bench's own mirror of every replica's tree (its own
 `EventStream` per replica, checked equal to the trees in tests/test_kv_events.py) and the
-replicas' own planner replayed on it (`KVView.plan`).
+replicas' own planner replayed on it (`KVView.plan`). Beside them, the direct client's own: its
+prompt tokens reused on replica 0 and its TTFT p50/p90 (what the routed chats' placement costs the
+clients that do not come through the router).
 
 Faults (``--faults``, a fourth run with the events policy): replica 0 publishes nothing (started
 without ``--kv-events``; routed by its approximate tree), replica 2 is killed (SIGKILL) a third of
@@ -488,6 +490,14 @@ def longest_share(records: list[dict[str, Any]]) -> dict[str, Any]:
     return {"chose_longest": f"{best}/{len(judged)}", "chose_longest_share": round(best / len(judged), 3) if judged else None}
 
 
+def direct_ttft(direct: list[dict[str, Any]]) -> dict[str, float | None]:
+    """TTFT p50/p90 of the chats the direct client sent to replica 0 (None when it sent none): what
+    the routed chats' placement costs the clients that do not come through the router."""
+    ttfts = [r["ttft"] for r in direct]
+    return {"direct_ttft_p50_s": round(statistics.median(ttfts), 3) if ttfts else None,
+            "direct_ttft_p90_s": round(pct(ttfts, 0.9), 3) if ttfts else None}
+
+
 def summarize(policy: str, records: list[dict[str, Any]], direct: list[dict[str, Any]], wall: float) -> dict[str, Any]:
     ttfts = [r["ttft"] for r in records]
     return {"policy": policy, "requests": len(records), "prompt_tokens": sum(r["prompt"] for r in records),
@@ -496,6 +506,7 @@ def summarize(policy: str, records: list[dict[str, Any]], direct: list[dict[str,
             "req_per_s": round(len(records) / wall, 3), "wall_s": round(wall, 1),
             **longest_share(records),
             "direct_requests": len(direct), "direct_cached_tokens": sum(r["cached"] for r in direct),
+            **direct_ttft(direct),
             "per_replica": [sum(r["chosen"] == i for r in records) for i in range(3)],
             "records": [{k: v for k, v in r.items() if k != "replica"} for r in records]}
 
@@ -665,13 +676,18 @@ def ratios(pol: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def table_row(s: dict[str, Any]) -> str:
+    def sec(x: float | None) -> str:
+        return "-" if x is None else f"{x:.2f}"
+
+    direct = f"{sec(s.get('direct_ttft_p50_s'))}/{sec(s.get('direct_ttft_p90_s'))}"
     return (f"{s.get('label', s['policy']):<9} {s['cached_tokens']:>8}/{s['prompt_tokens']:<8} {s['ttft_p50_s']:>7.2f} "
             f"{s['ttft_p90_s']:>7.2f} {s['req_per_s']:>6.3f} {s['chose_longest']:>8} {s['direct_cached_tokens']:>8} "
-            f"{s['per_replica']} load {s.get('load_avg', {}).get('mean', '-')}")
+            f"{direct:>11} {s['per_replica']} load {s.get('load_avg', {}).get('mean', '-')}")
 
 
 def report(out: dict[str, Any]) -> str:
-    lines = ["policy    reused/prompt tokens  p50 s   p90 s  req/s  longest  direct-reused  per-replica  load"]
+    lines = ["policy    reused/prompt tokens  p50 s   p90 s  req/s  longest  direct-reused  direct p50/p90 s  "
+             "per-replica  load"]
     lines += [table_row(s) for s in out["policies"].values()]
     lines += ratios(out["policies"])
     if "bound" in out:

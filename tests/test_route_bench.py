@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,3 +64,24 @@ def test_a_budget_below_the_hot_set_lowers_what_one_replica_can_reuse() -> None:
     assert reuse_bound([], plans, budget=SYSTEM_TOKENS + 200) == unlimited  # the cold ones go first
     assert reuse_bound([], plans, budget=SYSTEM_TOKENS + 100) < unlimited  # the hot passage does not fit
     assert working_set(plans) == (SYSTEM_TOKENS + 200 + 4 * 300, SYSTEM_TOKENS + 200)
+
+
+def test_the_direct_clients_ttft_is_reported_beside_the_routed_chats() -> None:
+    """Each part's summary carries the direct client's TTFT p50/p90 (its own chats to replica 0),
+    and the table prints them; a part without direct chats reports none rather than failing."""
+    from bench.route import report, summarize
+
+    def rec(ttft: float, chosen: int = 1) -> dict[str, Any]:
+        return {"ttft": ttft, "total": ttft + 1, "replica": "r", "prompt": 100, "cached": 10, "before": None,
+                "chosen": chosen}
+
+    routed = [rec(t) for t in (1.0, 2.0, 3.0)]
+    direct = [rec(t, 0) for t in (0.5, 0.7, 0.9, 1.1, 4.0)]
+    s = summarize("approx", routed, direct, wall=10.0)
+    assert (s["ttft_p50_s"], s["ttft_p90_s"]) == (2.0, 3.0)
+    assert (s["direct_ttft_p50_s"], s["direct_ttft_p90_s"]) == (0.9, 4.0)
+    assert s["direct_cached_tokens"] == 50
+    row = report({"policies": {"approx": s}}).splitlines()[1]
+    assert "0.90/4.00" in row
+    none = summarize("approx", routed, [], wall=10.0)
+    assert none["direct_ttft_p50_s"] is None and "-/-" in report({"policies": {"approx": none}})

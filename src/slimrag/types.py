@@ -47,13 +47,22 @@ class Chunk:
 
 @dataclass(frozen=True, slots=True)
 class Hit:
-    """One search result. ``score`` is cosine similarity for vector search, fused score for hybrid."""
+    """One search result. ``score`` ranks the hits of one search: the cosine in vector mode, the
+    BM25 score in keyword mode, the fused score in hybrid (`slimrag.index.fusion`: no absolute scale).
+
+    ``similarity``: the cosine between the query's embedding and the chunk's, where the search
+    computed it: every hit of a vector search (equal to ``score``), and every hybrid hit that was
+    among the vector candidates (``SearchConfig.candidates``, 50) or was embedded by the search
+    itself (a chunk awaiting its vector, `slimrag.index.query`). None for a hybrid hit that only
+    the keyword search found and for every keyword-mode hit (no query vector there). The relevance
+    floor reads it (`slimrag.rag.guards`): it is the one score with an absolute scale."""
 
     chunk_id: int
     score: float
     text: str
     source: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    similarity: float | None = None
 
     @property
     def label(self) -> str:

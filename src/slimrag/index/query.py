@@ -8,6 +8,14 @@
   `slimrag.index.fusion.fuse` (score-aware: min-max normalised scores, weighted, and a decisive
   keyword match stays first; the strategies and their measurements are in its header), cut to ``k``.
 
+Every hit carries `Hit.similarity`, the query's cosine with the chunk where the search computed
+it: a vector hit's score; in hybrid, the cosine of each fused hit that was among the vector
+candidates (filled ones included, below), None for one only the keyword list held (and for every
+keyword-mode hit). The relevance floor (`slimrag.rag.guards`) reads it, so it never searches again.
+A keyword-only hit's cosine is not computed: free on a flat store (its row is read), it costs a
+slim store one chunk embedding per such hit (its rows are recomputed from text), and on disfl_qa
+no floor decision needed it (``bench/floor.py``; docs/benchmarks.md, "Relevance floor").
+
 The default mode is ``SearchConfig.mode`` (hybrid, chosen by `bench.retrieval`; see
 docs/benchmarks.md), the one default `RAG`, the CLI and the HTTP server read too.
 
@@ -23,8 +31,8 @@ Chunks awaiting vectors (progressive indexing, `slimrag.index.coverage`): while 
 after an interrupted one, some live chunks have no vector row. Vector and hybrid search then use
 the vectors that exist, keyword search covers the rest, and the best `FILL` (default 8) keyword
 candidates (of ``SearchConfig.candidates``) that await vectors are embedded by the search itself
-and scored exactly, as if they had their rows, so the vector list (and the relevance floor's
-one-hit vector probe of `slimrag.rag.guards`) sees them. That costs `FILL` chunk embeddings per
+and scored exactly, as if they had their rows, so the vector list (and the similarity the
+relevance floor of `slimrag.rag.guards` reads) sees them. That costs `FILL` chunk embeddings per
 query at most (~0.7 s on two CPU cores for MiniLM at 256 tokens; nothing once every chunk has its
 vector), and they are kept for later queries of this handle (`FILL_CACHE` vectors, 4,096 by
 default, ~6 MB at d=384). Each search records what it covered in `IndexQuery.last_coverage`
@@ -92,26 +100,27 @@ class IndexQuery:
             cfg = replace(cfg, mode=mode)  # validated again: an unknown mode raises ValueError
         q = None if cfg.mode == "keyword" else self.state.embedder.embed([query])  # before the hold
         with self.state.guard.reading():
-            ranked, cov = self._search(query, q, cfg, source)
+            ranked, vector, cov = self._search(query, q, cfg, source)
         self._mine.coverage = cov
-        return self._hits(ranked)
+        return self._hits(ranked, dict(vector))
 
     def _search(self, query: str, q: np.ndarray | None, cfg: SearchConfig,
-                source: str | None) -> tuple[Ranked, Coverage]:
+                source: str | None) -> tuple[Ranked, Ranked, Coverage]:
+        """(the ranked result, the vector candidates with their cosines, coverage). The vector
+        candidates (filled ones included) are what `Hit.similarity` is read from; none in keyword mode."""
         catalog = self.state.catalog
         cov = self.state.coverage()
         if q is None:
-            ranked = catalog.keyword_search(query, cfg.k, source)
-        else:
-            n = max(cfg.candidates, cfg.k)
-            kv = cfg.k if cfg.mode == "vector" else n
-            vector = self._ranked(q, kv, source, cfg)[0]
-            keyword = catalog.keyword_search(query, n, source) if cfg.mode == "hybrid" or not cov.complete else []
-            if not cov.complete:
-                vector, filled = self._fill(q[0], vector, keyword, kv)
-                cov = Coverage(cov.chunks, cov.embedded, filled)
-            ranked = vector if cfg.mode == "vector" else fuse(vector, keyword, cfg.rrf_k)[: cfg.k]
-        return ranked, cov
+            return catalog.keyword_search(query, cfg.k, source), [], cov
+        n = max(cfg.candidates, cfg.k)
+        kv = cfg.k if cfg.mode == "vector" else n
+        vector = self._ranked(q, kv, source, cfg)[0]
+        keyword = catalog.keyword_search(query, n, source) if cfg.mode == "hybrid" or not cov.complete else []
+        if not cov.complete:
+            vector, filled = self._fill(q[0], vector, keyword, kv)
+            cov = Coverage(cov.chunks, cov.embedded, filled)
+        ranked = vector if cfg.mode == "vector" else fuse(vector, keyword, cfg.rrf_k)[: cfg.k]
+        return ranked, vector, cov
 
     def _fill(self, q: np.ndarray, vector: Ranked, keyword: Ranked, n: int) -> tuple[Ranked, int]:
         """``vector`` with the best `FILL` ``keyword`` candidates that await vectors scored
@@ -152,7 +161,7 @@ class IndexQuery:
         q = self.state.embedder.embed(list(queries))
         with self.state.guard.reading():
             ranked = self._ranked(q, cfg.k, source, cfg)
-        return [self._hits(r) for r in ranked]
+        return [self._hits(r, dict(r)) for r in ranked]
 
     def _ranked(self, q: np.ndarray, k: int, source: str | None, cfg: SearchConfig) -> list[Ranked]:
         """The vector store's top ``k`` for each embedded query (rows awaiting vectors have none)."""
@@ -164,9 +173,11 @@ class IndexQuery:
         ids, scores = store.search(q, k, allow, cfg)
         return [[(int(i), float(s)) for i, s in zip(ids[r], scores[r], strict=True)] for r in range(len(q))]
 
-    def _hits(self, ranked: list[tuple[int, float]]) -> list[Hit]:
+    def _hits(self, ranked: Ranked, cosines: dict[int, float]) -> list[Hit]:
+        """``ranked`` as hits, each with its ``cosines`` entry as `Hit.similarity` (None if absent)."""
         chunks = self.state.catalog.chunks([i for i, _ in ranked])
-        return [Hit(i, s, chunks[i].text, chunks[i].source, chunks[i].metadata) for i, s in ranked if i in chunks]
+        return [Hit(i, s, chunks[i].text, chunks[i].source, chunks[i].metadata, cosines.get(i))
+                for i, s in ranked if i in chunks]
 
 
 def _check_query(query: str) -> None:

@@ -26,7 +26,9 @@ from slimrag.types import Answer, Document, Excerpt, Hit
 
 @dataclass(frozen=True)
 class PassageHit:
-    """One retrieved passage: where it is, how well it matched, and its text."""
+    """One retrieved passage: where it is, how well it matched, and its text. ``score`` ranks it
+    within its search; ``similarity`` is its cosine with the query where the search computed one
+    (None for a passage only keyword search found; `Hit.similarity`)."""
 
     chunk_id: int
     label: str
@@ -34,14 +36,17 @@ class PassageHit:
     page: int | None
     heading: str | None
     score: float
+    similarity: float | None
     text: str
 
     @classmethod
     def from_hit(cls, hit: Hit) -> PassageHit:
         h = hit_json(hit)
         heading = h["metadata"].get("heading")
+        sim = h["similarity"]
         return cls(h["chunk_id"], h["label"], h["source"], h["page"],
-                   heading if isinstance(heading, str) and heading else None, round(float(h["score"]), 6), h["text"])
+                   heading if isinstance(heading, str) and heading else None, round(float(h["score"]), 6),
+                   None if sim is None else round(float(sim), 6), h["text"])
 
 
 @dataclass(frozen=True)

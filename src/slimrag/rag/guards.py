@@ -8,19 +8,28 @@ Relevance floor (before the model is called)
     still answers, from its own memory or from the unrelated passages, and the answer looks as
     sourced as a real one. So when no passage reaches the floor the pipeline returns the fixed
     reply :data:`NO_ANSWER` and never calls the model. The floor is an embedding cosine, because
-    only the embedder's scores have an absolute scale:
+    only the embedder's scores have an absolute scale (BM25 grows with query length and corpus
+    statistics; a fused score is a function of ranks or of min-max normalised lists):
 
     ======== =========================================================================
     mode     the question is answerable when ...
     ======== =========================================================================
-    vector   the best hit's score (a cosine) reaches ``floor``
-    keyword  keyword search found something and a one-hit vector search of the same
-             question (same ``source`` filter) reaches ``floor``: BM25 scores grow with
-             query length and corpus statistics, so no fixed BM25 floor means the same
-             thing across questions or corpora
-    hybrid   as keyword: the fused RRF score is a function of ranks only (every list's
-             first hit scores 1/61 whatever it is), so it cannot say "unrelated"
+    vector   some retrieved hit's `Hit.similarity` (its cosine, = its score) reaches ``floor``
+    hybrid   some retrieved hit's `Hit.similarity` reaches ``floor``: the search carries
+             the cosine of every hit that was among its vector candidates (a hit only
+             the keyword search found has None and does not count), so no second search
+    keyword  keyword search found something and a one-hit vector search of each query
+             (same ``source`` filter) reaches ``floor``: keyword mode has no query
+             vector, and keeping this probe there costs keyword mode what it cost before
+             (an embedding and a vector search) while vector and hybrid pay nothing
     ======== =========================================================================
+
+    In vector and hybrid mode the floor so compares the best cosine among the passages the
+    model would be shown, against the query retrieval ran (a follow-up's condensed query,
+    `slimrag.rag.condense`). Until issue 29 hybrid ran the keyword mode's probe, whose cosine is
+    the best of the whole index; the two decisions agree on the test corpus's answerable and
+    unrelated questions (tests/test_floor.py) and on disfl_qa (``python -m bench.guards
+    --floor``; docs/benchmarks.md, "Relevance floor").
 
     ``floor`` 0.28 is measured for all-MiniLM-L6-v2 (the default embedder): on the test corpus
     (tests/conftest.py's DOCS) twelve unrelated questions ("What is the capital of France?",
@@ -85,7 +94,7 @@ class Guards:
 
 # -- relevance floor ------------------------------------------------------------------------------
 class Searcher(Protocol):
-    """What the floor reads of an index: `Index.search`."""
+    """What the floor reads of an index in keyword mode (its probe): `Index.search`."""
 
     def search(self, query: str, k: int = 5, mode: str = "vector",
                source: str | None = None) -> list[Hit]: ...
@@ -95,9 +104,15 @@ class Searcher(Protocol):
 FloorCheck = Callable[[Searcher, Sequence[str], Sequence[Hit], float, "str | None"], bool]
 
 
-def _vector_floor(index: Searcher, queries: Sequence[str], hits: Sequence[Hit], floor: float,
-                  source: str | None) -> bool:
-    return any(h.score >= floor for h in hits)
+def best_similarity(hits: Sequence[Hit]) -> float | None:
+    """The highest `Hit.similarity` among ``hits``, None when none carries one."""
+    return max((h.similarity for h in hits if h.similarity is not None), default=None)
+
+
+def _similarity_floor(index: Searcher, queries: Sequence[str], hits: Sequence[Hit], floor: float,
+                      source: str | None) -> bool:
+    best = best_similarity(hits)
+    return best is not None and best >= floor
 
 
 def _cosine_probe(index: Searcher, queries: Sequence[str], hits: Sequence[Hit], floor: float,
@@ -108,13 +123,15 @@ def _cosine_probe(index: Searcher, queries: Sequence[str], hits: Sequence[Hit], 
 
 
 #: search mode -> how the floor is checked in it (module header).
-FLOORS: dict[str, FloorCheck] = {"vector": _vector_floor, "keyword": _cosine_probe, "hybrid": _cosine_probe}
+FLOORS: dict[str, FloorCheck] = {"vector": _similarity_floor, "hybrid": _similarity_floor, "keyword": _cosine_probe}
 
 
 def answerable(index: Searcher, mode: str, queries: Sequence[str], hits: Sequence[Hit],
                floor: float | None, source: str | None = None) -> bool:
     """Whether ``hits`` (retrieved in ``mode`` for ``queries``, the question and maybe the
-    question in its chat context) hold something about the question. No floor: any hit will do."""
+    question in its chat context, the last one retrieved with) hold something about the question
+    (module header: vector and hybrid read the hits' `Hit.similarity`, keyword probes the index
+    once per query). No floor: any hit will do."""
     if floor is None:
         return bool(hits)
     check = FLOORS.get(mode)

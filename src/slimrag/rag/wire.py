@@ -2,6 +2,9 @@
 
 A hit's or a chunk's ``label`` is `Hit.label` / `Chunk.label` (``source#ordinal``) and its ``page``
 `Hit.page` / `Chunk.page`: this module never derives either again, and no shell derives them itself.
+A hit's ``score`` ranks it within its search (cosine, BM25 or fused, by mode); its ``similarity`` is
+`Hit.similarity`, the query's cosine against the chunk where the search computed one (``null`` for a
+hit only keyword search found): the one score comparable across queries.
 `checked_json` is what the check decided (issue 29): ``mode`` (free or grounded), ``verdict``
 (supported, partial, not_backed, or "" when no check ran), ``shown`` (the text to present: cited and
 marked, or the not-backed notice with the passages quoted), with the evidence, each sentence's support,
@@ -26,8 +29,8 @@ from slimrag.types import Answer, Chunk, Evidence, Excerpt, Hit, Support
 def hit_json(h: Hit, snippet: int | None = None) -> dict[str, Any]:
     """A hit as JSON; ``text`` cut to ``snippet`` characters (with "…") when given."""
     text = h.text if snippet is None or len(h.text) <= snippet else h.text[:snippet] + "…"
-    return {"chunk_id": h.chunk_id, "source": h.source, "label": h.label, "score": h.score, "text": text,
-            "metadata": h.metadata, "page": h.page}
+    return {"chunk_id": h.chunk_id, "source": h.source, "label": h.label, "score": h.score,
+            "similarity": h.similarity, "text": text, "metadata": h.metadata, "page": h.page}
 
 
 def chunk_json(c: Chunk) -> dict[str, Any]:

@@ -4,9 +4,9 @@ Why a separate script: issue 28 asks for the prefill of a 1,000-token RAG prompt
 before it, *in the same run*. The engine before lives in another commit, so each tree runs this file
 in its own process, alternately (a worktree of the old commit, ``PYTHONPATH=WT/src``), and the table
 is the printed JSON lines side by side. It uses only the API both trees have (``weights.load_model``,
-``LocalGenerator.greedy_ids``, ``Prompt``/``Passage``).
+``slimrag.llm.reference.greedy_ids``, the ``LocalGenerator.greedy_ids`` method before it, ``Prompt``/``Passage``).
 
-What it times: ``greedy_ids(prompt, 1)`` with no KV reuse (``cache=None``) on one torch thread:
+What it times: ``greedy_ids(gen, prompt, 1)`` with no KV reuse (``cache=None``) on one torch thread:
 tokenization, the prefill forward(s) and the first token; one warm-up, then the median of
 ``REPEAT``. ``--threads N`` runs on N torch threads instead. The prompt: the system segment, four passages of 160 words cut from the words file
 (``--words``, e.g. ``docs/architecture.md``), and a question. ``DENSE_ROWS=N`` in the environment
@@ -37,6 +37,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from slimrag.llm import weights
     from slimrag.llm.local import LocalGenerator
+    try:
+        from slimrag.llm.reference import greedy_ids
+    except ImportError:  # a source tree from before slimrag.llm.reference (the old engine this bench compares)
+        def greedy_ids(gen: LocalGenerator, prompt: Prompt, n: int) -> tuple[list[int], int]:
+            return gen.greedy_ids(prompt, n)  # type: ignore[attr-defined, no-any-return]
     from slimrag.prompt import Passage, Prompt
 
     words = args.words.read_text().split()
@@ -47,11 +52,11 @@ def main() -> None:
     loaded = weights.load_model(device="cpu", **({"dense_rows": dense} if dense else {}))
     gen = LocalGenerator(loaded=loaded, cache=None)
     n = sum(len(s) for s in gen.encode_segments(prompt))
-    gen.greedy_ids(prompt, 1)  # warm-up
+    greedy_ids(gen, prompt, 1)  # warm-up
     times = []
     for _ in range(args.repeat):
         t = time.perf_counter()
-        gen.greedy_ids(prompt, 1)
+        greedy_ids(gen, prompt, 1)
         times.append(time.perf_counter() - t)
     med = statistics.median(times)
     print(json.dumps({"tree": args.label, "dense_rows": dense, "threads": args.threads, "prompt_tokens": n,

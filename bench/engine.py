@@ -15,7 +15,7 @@ fresh process:
 - the engine: a child process loads the model (``load_model``; ``import_s`` and ``load_s`` are
   its import and load times; ``step_s`` the time to make the fused decode step ready, loaded from
   ``$SLIMRAG_HOME/steps`` or built and saved there, ``step_loaded`` which), then through
-  ``LocalGenerator.generate_ids``: prefill tok/s = ``PROMPT / t(1 token)`` on a ``PROMPT``-token
+  ``slimrag.llm.reference.generate_ids``: prefill tok/s = ``PROMPT / t(1 token)`` on a ``PROMPT``-token
   prompt, and per depth, after a ``DEPTH``-token prompt (1 token for depth 0), decode tok/s =
   ``NEW / (t(NEW + 1 tokens) - t(1 token))``, each time the median of 3 (greedy may stop at an EOS
   early; the count of tokens actually made is used). Rows: ``quantized`` (the default load) and
@@ -56,6 +56,7 @@ import torch
 torch.set_num_threads({threads})
 from slimrag.llm import weights
 from slimrag.llm.local import LocalGenerator
+from slimrag.llm.reference import generate_ids
 t1 = time.perf_counter()
 loaded = weights.load_model({gguf!r}, device="cpu", **{kwargs!r})
 t2 = time.perf_counter()
@@ -65,14 +66,14 @@ gen = LocalGenerator(loaded=loaded, cache=None, device="cpu")
 words = "river stone cat moon paper green seven blue house tree light harbour lamp tower".split()
 text = " ".join(words[(i * 7) % len(words)] for i in range(4 * max({prompt}, *{depths})))
 ids = gen.encode_texts([text])[0]
-gen.generate_ids(ids[: {prompt}], 2)  # warm-up: first touch of the weights
+generate_ids(gen, ids[: {prompt}], 2)  # warm-up: first touch of the weights
 
 
 def timed(n):  # medians of 3: t(1 token), t(NEW + 1 tokens) and the tokens made after an n-token prompt
     one, many = [], []
     for _ in range(3):
-        a = time.perf_counter(); gen.generate_ids(ids[:n], 1); one.append(time.perf_counter() - a)
-        a = time.perf_counter(); toks = gen.generate_ids(ids[:n], {new} + 1); many.append(time.perf_counter() - a)
+        a = time.perf_counter(); generate_ids(gen, ids[:n], 1); one.append(time.perf_counter() - a)
+        a = time.perf_counter(); toks = generate_ids(gen, ids[:n], {new} + 1); many.append(time.perf_counter() - a)
     return sorted(one)[1], sorted(many)[1], len(toks) - 1
 
 

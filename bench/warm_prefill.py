@@ -3,7 +3,7 @@
 What it measures (issue 28, items 2 and 4), in one process, medians of ``--repeat`` runs:
 
 - ``prefill``: a cold prompt ([system][4 passages][question], ~1,000 tokens) through
-  ``LocalGenerator.greedy_ids(max_new_tokens=1)`` with no KV reuse: tokenization, the prefill
+  ``slimrag.llm.reference.greedy_ids(gen, prompt, 1)`` with no KV reuse: tokenization, the prefill
   forward(s) and the choice of the first token; reported as prompt tokens per second, for the
   engine's one-pass prefill and for one forward per segment (the engine before), alternating.
 - ``decode``: a lone stream's decode steps through the batcher (the default, ``BatchConfig()``)
@@ -25,6 +25,7 @@ import torch
 from slimrag.llm import weights
 from slimrag.llm.batcher import BatchConfig
 from slimrag.llm.local import LocalGenerator
+from slimrag.llm.reference import greedy_ids
 from slimrag.prompt import Passage, Prompt
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -67,28 +68,28 @@ def main() -> None:
     loaded = weights.load_model(device="cpu", **form)
     gen = LocalGenerator(loaded=loaded, cache=None)
     seg = LocalGenerator(loaded=loaded, cache=None)
-    seg.prefiller._mode = "segments"  # the engine before issue 28: one forward per segment
+    seg.runner._mode = "segments"  # the engine before issue 28: one forward per segment
     prompt = Prompt("Which parts does the engine keep, and what does a cold answer wait for?",
                     passages=passages(gen))
     n = sum(len(s) for s in gen.encode_segments(prompt))
     row = {"form": args.form, "threads": args.threads, "prompt_tokens": n, "segments": len(prompt.segments()),
-           "one_pass_mode": gen.prefiller.mode}
+           "one_pass_mode": gen.runner.mode}
     for g in (gen, seg):
-        g.greedy_ids(prompt, 1)  # warm-up (first-call allocations, the kernels' first use, dense copies)
+        greedy_ids(g, prompt, 1)  # warm-up (first-call allocations, the kernels' first use, dense copies)
     times: dict[str, list[float]] = {"one_pass": [], "segments": []}
     for _ in range(args.repeat):  # alternating, so load changes hit both alike
         for name, g in (("one_pass", gen), ("segments", seg)):
-            times[name].append(timed(lambda g=g: g.greedy_ids(prompt, 1), 1))
+            times[name].append(timed(lambda g=g: greedy_ids(g, prompt, 1), 1))
     for name, ts in times.items():
         row[f"prefill_{name}_s"] = round(statistics.median(ts), 3)
         row[f"prefill_{name}_tok_s"] = round(n / statistics.median(ts), 1)
     short = Prompt("What does the engine keep?", passages=prompt.passages[:1])
     for name, batch in (("batched", BatchConfig()), ("width1", BatchConfig(width=1))):
         g = LocalGenerator(loaded=loaded, cache=None, batch=batch)
-        g.greedy_ids(short, 3)
-        one = timed(lambda g=g: g.greedy_ids(short, 1), args.repeat)
-        ids, _ = g.greedy_ids(short, 1 + args.decode)
-        many = timed(lambda g=g: g.greedy_ids(short, 1 + args.decode), args.repeat)
+        greedy_ids(g, short, 3)
+        one = timed(lambda g=g: greedy_ids(g, short, 1), args.repeat)
+        ids, _ = greedy_ids(g, short, 1 + args.decode)
+        many = timed(lambda g=g: greedy_ids(g, short, 1 + args.decode), args.repeat)
         steps = len(ids) - 1
         row[f"decode_{name}_ms"] = round(1000 * (many - one) / max(steps, 1), 2)
         row[f"decode_{name}_steps"] = steps

@@ -24,6 +24,7 @@ from slimrag.llm.kv.recompute import Span, parse_recompute
 from slimrag.llm.kv.strategies import REUSE_STRATEGIES
 from slimrag.llm.kv.tree import KVTree
 from slimrag.llm.local import LocalGenerator
+from slimrag.llm.reference import greedy_ids
 from slimrag.prompt import Prompt
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -137,8 +138,8 @@ def test_blend_recomputing_every_placed_token_equals_exact(which: str, request: 
     passages = word_passages(rng, 5)
     for case in range(5):
         prompt = Prompt("Which word comes after river?", tuple(rng.sample(passages, 3)))
-        want, _ = cold.greedy_ids(prompt, 5)
-        got, _ = blend.greedy_ids(prompt, 5)
+        want, _ = greedy_ids(cold, prompt, 5)
+        got, _ = greedy_ids(blend, prompt, 5)
         assert got == want, f"case {case}"
     # The last prompt's passages all have entries now: the first is an exact match, the other
     # two are placed and (recompute="all") computed again.

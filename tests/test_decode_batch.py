@@ -29,6 +29,7 @@ from slimrag.llm.batcher import BatchConfig
 from slimrag.llm.engine import KVCache
 from slimrag.llm.engine.batch import decode_step, rows_are_exact
 from slimrag.llm.local import LocalGenerator
+from slimrag.llm.reference import greedy_ids
 from slimrag.prompt import Passage, Prompt
 from slimrag.serve import app as serve_app
 
@@ -95,7 +96,7 @@ def _copy(cache: KVCache, n: int) -> KVCache:
 def test_concurrent_greedy_streams_give_each_prompt_its_tokens_alone(smollm: weights.LoadedModel) -> None:
     gen = LocalGenerator(loaded=smollm, cache=None, batch=BatchConfig(width=8, wait_s=0.02))
     prompts = _prompts()
-    alone = [gen.greedy_ids(p, NEW_TOKENS)[0] for p in prompts]
+    alone = [greedy_ids(gen, p, NEW_TOKENS)[0] for p in prompts]
     before = gen.batch_stats()
     assert before is not None and before.rows == before.steps  # one request at a time: one row a step
     threads_before = threading.active_count()
@@ -103,7 +104,7 @@ def test_concurrent_greedy_streams_give_each_prompt_its_tokens_alone(smollm: wei
 
     def run(p: Prompt) -> list[int]:
         start.wait()
-        return gen.greedy_ids(p, NEW_TOKENS)[0]
+        return greedy_ids(gen, p, NEW_TOKENS)[0]
 
     with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
         together = list(pool.map(run, prompts))
@@ -128,20 +129,20 @@ def test_streams_with_sampling_and_the_unbatched_path_agree_with_their_own_runs(
         assert list(pool.map(lambda p: batched.generate(p, cfg).text, prompts)) == alone
     off = LocalGenerator(loaded=smollm, cache=None, batch=BatchConfig(width=1))
     assert off.batch_stats() is None
-    first = off.greedy_ids(prompts[0], 6)[0]
-    assert off.greedy_ids(prompts[0], 6)[0] == first
+    first = greedy_ids(off, prompts[0], 6)[0]
+    assert greedy_ids(off, prompts[0], 6)[0] == first
     assert [off.generate(p, cfg).text for p in prompts] == alone  # batched and unbatched: one set of tokens
 
 
 def test_a_stalled_stream_delays_but_does_not_stop_the_others(smollm: weights.LoadedModel) -> None:
     gen = LocalGenerator(loaded=smollm, cache=None, batch=BatchConfig(width=8, wait_s=0.01))
     a, b = _prompts()[:2]
-    want = gen.greedy_ids(b, NEW_TOKENS)[0]
+    want = greedy_ids(gen, b, NEW_TOKENS)[0]
     stalled = gen.stream(a, GenerationConfig(max_new_tokens=NEW_TOKENS))
     next(stalled)  # decoding, then its caller stops asking
     batcher = gen.decoding.batcher
     assert batcher is not None and batcher.active == 1
-    assert gen.greedy_ids(b, NEW_TOKENS)[0] == want
+    assert greedy_ids(gen, b, NEW_TOKENS)[0] == want
     stalled.close()
     assert batcher.active == 0
 

@@ -29,6 +29,7 @@ from slimrag.llm.engine.config import ModelConfig
 from slimrag.llm.engine.rope import inverse_frequencies
 from slimrag.llm.kv.config import CacheConfig
 from slimrag.llm.local import LocalGenerator
+from slimrag.llm.reference import generate_ids, greedy_ids
 from slimrag.prompt import Prompt
 
 ATOL = 1e-4
@@ -93,10 +94,10 @@ def test_greedy_tokens_equal_transformers_cached_uncached_and_evicted(pair: tupl
             out = ref.generate(torch.tensor([ids]), max_new_tokens=6, do_sample=False,
                                attention_mask=torch.ones(1, len(ids), dtype=torch.long))
         want = out[0, len(ids):].tolist()
-        assert cold.generate_ids(ids, 6)[: len(want)] == want
-        assert cold.greedy_ids(prompt, 6)[0][: len(want)] == want
-        assert warm.greedy_ids(prompt, 6)[0][: len(want)] == want
-        assert tight.greedy_ids(prompt, 6)[0][: len(want)] == want
+        assert generate_ids(cold, ids, 6)[: len(want)] == want
+        assert greedy_ids(cold, prompt, 6)[0][: len(want)] == want
+        assert greedy_ids(warm, prompt, 6)[0][: len(want)] == want
+        assert greedy_ids(tight, prompt, 6)[0][: len(want)] == want
     stats = tight.cache_stats()
     assert stats is not None and stats.demotions > 0
     tight.close()

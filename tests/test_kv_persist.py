@@ -133,12 +133,13 @@ CHILD = textwrap.dedent("""
     import torch
     torch.set_num_threads(1)
     from slimrag.llm.backends import make_generator
+    from slimrag.llm.reference import greedy_ids
     from slimrag.prompt import Passage, Prompt
     gen = make_generator(None)  # the default embedded generator: persistent disk tier
     passages = (Passage("c0", "notes/cats.md#0", "The cat's name is Whiskers and she sleeps on the piano."),
                 Passage("d0", "notes/dogs.md#0", "The dog is called Rex and likes long walks by the river."))
     prompt = Prompt("What is the cat's name?", passages=passages)
-    ids, cached = gen.greedy_ids(prompt, 8)
+    ids, cached = greedy_ids(gen, prompt, 8)
     seg = gen.encode_segments(prompt)
     print(json.dumps({"ids": ids, "cached": cached, "prompt": sum(map(len, seg)), "question": len(seg[-1])}))
 """)

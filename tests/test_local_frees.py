@@ -17,6 +17,7 @@ from test_index_state import _held  # descriptors and mappings under a folder, a
 
 from slimrag.llm import weights
 from slimrag.llm.local import LocalGenerator
+from slimrag.llm.reference import greedy_ids
 from slimrag.prompt import Passage, Prompt
 
 
@@ -33,7 +34,7 @@ def test_a_dropped_generator_unmaps_its_model_without_the_collector(tmp_path: Pa
     gc.disable()
     try:
         gen = LocalGenerator(path, device="cpu")
-        ids, _ = gen.greedy_ids(prompt, 3)
+        ids, _ = greedy_ids(gen, prompt, 3)
         assert ids and _held(models), "the loaded generator maps its model file"
         gen.close()
         del gen

@@ -59,8 +59,8 @@ def test_a_one_shot_load_keeps_the_quantized_rows_and_holds_no_copy() -> None:
 
     gen = LocalGenerator(bf16_prefill=False, cache=None)
     model = gen.load().model
-    assert model.settled_mode == gen.prefiller.mode == "rows" and model._bf16 is None
-    assert PREFILL_SCHEDULES["rows"] in gen.prefiller.namespace(gen.load().path)
+    assert model.settled_mode == gen.runner.mode == "rows" and model._bf16 is None
+    assert PREFILL_SCHEDULES["rows"] in gen.runner.namespace(gen.load().path)
 
 
 @pytest.mark.skipif(not bf16_units(), reason="the bf16 prefill is chosen only on a CPU with AMX (elsewhere unchecked)")

@@ -18,6 +18,7 @@ from conftest import word_passages
 from slimrag.llm import weights
 from slimrag.llm.engine.prefill import CHUNK, CHUNKS, SEGMENTS, prefill_mode
 from slimrag.llm.local import LocalGenerator
+from slimrag.llm.reference import greedy_ids
 from slimrag.prompt import Prompt
 
 
@@ -32,7 +33,7 @@ def test_every_mode_computes_a_segment_the_same_with_or_without_its_prefix_cache
     rng = random.Random(3)
     seg_ids = [[rng.randrange(100, 20000) for _ in range(n)] for n in (45, CHUNK + 9, 7, 130, 12)]
     for mode in sorted({prefill_mode(smollm.model), CHUNKS, SEGMENTS}):
-        gen.prefiller._mode = mode  # the engine's choice, forced so each mode is checked here
+        gen.runner._mode = mode  # the engine's choice, forced so each mode is checked here
         cold = gen.new_cache()
         logits = gen.prefill_segments(seg_ids, cold, 0)
         for first in (1, 2, 4):
@@ -46,12 +47,12 @@ def test_every_mode_computes_a_segment_the_same_with_or_without_its_prefix_cache
 
 def test_the_default_mode_is_one_pass_and_the_engine_stays_exact(smollm: weights.LoadedModel) -> None:
     gen = LocalGenerator(loaded=smollm)
-    assert gen.prefiller.one_pass and gen.prefiller.mode != SEGMENTS
+    assert gen.runner.one_pass and gen.runner.mode != SEGMENTS
     rng = random.Random(5)
     prompt = Prompt("Which stone is it?", tuple(word_passages(rng, 4)))
-    first, cached = gen.greedy_ids(prompt, 6)
-    again, cached_again = gen.greedy_ids(prompt, 6)
-    cold, _ = LocalGenerator(loaded=smollm, cache=None).greedy_ids(prompt, 6)
+    first, cached = greedy_ids(gen, prompt, 6)
+    again, cached_again = greedy_ids(gen, prompt, 6)
+    cold, _ = greedy_ids(LocalGenerator(loaded=smollm, cache=None), prompt, 6)
     assert cached == 0 and cached_again > 0 and first == again == cold
 
 

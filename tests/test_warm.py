@@ -20,6 +20,7 @@ from slimrag.llm import weights
 from slimrag.llm.base import Delta
 from slimrag.llm.kv.config import CacheConfig
 from slimrag.llm.local import LocalGenerator
+from slimrag.llm.reference import greedy_ids
 from slimrag.prompt import Prompt
 from slimrag.rag.plan import plan_prompt
 
@@ -47,12 +48,12 @@ def test_cached_tokens_equal_uncached_over_random_passage_sets(smollm: weights.L
         if case % 3 == 2:  # a permutation of an earlier set: the tree must not serve its KV out of order
             chosen = tuple(rng.sample(chosen, len(chosen)))
         prompt = Prompt(f"Which word comes after {rng.choice(WORDS)}?", chosen)
-        got, cached = warm.greedy_ids(prompt, NEW_TOKENS)
-        want, none = cold.greedy_ids(prompt, NEW_TOKENS)
+        got, cached = greedy_ids(warm, prompt, NEW_TOKENS)
+        want, none = greedy_ids(cold, prompt, NEW_TOKENS)
         assert got == want, f"case {case}: cached {cached} tokens changed the output"
         assert none == 0
         served += cached
-        again, cached_again = warm.greedy_ids(prompt, NEW_TOKENS)  # the whole passage path is cached now
+        again, cached_again = greedy_ids(warm, prompt, NEW_TOKENS)  # the whole passage path is cached now
         assert again == want
         assert cached_again == sum(len(s) for s in warm.encode_segments(prompt)[:-1])
     assert served > 0
@@ -71,8 +72,8 @@ def test_exact_through_eviction_and_the_disk_tier(smollm: weights.LoadedModel, c
                                                           disk_dir=str(tmp_path)))
     prompts = [Prompt("Which colour is named?", tuple(rng.sample(passages, 2))) for _ in range(6)]
     for prompt in prompts + prompts:
-        got, _ = warm.greedy_ids(prompt, 4)
-        assert got == cold.greedy_ids(prompt, 4)[0]
+        got, _ = greedy_ids(warm, prompt, 4)
+        assert got == greedy_ids(cold, prompt, 4)[0]
     stats = warm.cache_stats()
     assert stats is not None
     host, disk = stats.tiers
@@ -160,9 +161,9 @@ def test_chat_turn_two_is_served_from_turn_one_and_its_answer_exactly(
     assert second.usage.cached_tokens == sum(len(s) for s in segments[: len(kept)])
     reference = cold.generate(p2, cfg)
     assert (second.text, second.usage.completion_tokens) == (reference.text.strip(), reference.usage.completion_tokens)
-    warm_ids, cached = gen.greedy_ids(p2, NEW_TOKENS)  # now everything but the question is cached
+    warm_ids, cached = greedy_ids(gen, p2, NEW_TOKENS)  # now everything but the question is cached
     assert cached == sum(len(s) for s in segments[:-1])
-    assert warm_ids == cold.greedy_ids(p2, NEW_TOKENS)[0]
+    assert warm_ids == greedy_ids(cold, p2, NEW_TOKENS)[0]
 
 
 @pytest.fixture()

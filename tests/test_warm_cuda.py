@@ -24,6 +24,7 @@ if not torch.cuda.is_available():
 from slimrag.llm import weights  # noqa: E402
 from slimrag.llm.kv.config import CacheConfig  # noqa: E402
 from slimrag.llm.local import LocalGenerator  # noqa: E402
+from slimrag.llm.reference import greedy_ids  # noqa: E402
 from slimrag.prompt import Prompt  # noqa: E402
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -59,8 +60,8 @@ def test_cached_tokens_equal_uncached_through_device_host_and_disk(model: weight
     for case in range(40):
         chosen = tuple(rng.sample(passages, rng.randint(1, 4)))
         prompt = Prompt(f"Which word comes after {rng.choice(WORDS)}?", chosen)
-        got, cached = warm.greedy_ids(prompt, 8)
-        want, none = cold.greedy_ids(prompt, 8)
+        got, cached = greedy_ids(warm, prompt, 8)
+        want, none = greedy_ids(cold, prompt, 8)
         assert got == want, f"case {case}: {cached} cached tokens changed the output"
         assert none == 0
         served += cached

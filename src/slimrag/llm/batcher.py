@@ -226,9 +226,8 @@ class DecodeLoop:
 
     def __init__(self, model: Callable[[], Decoder], forward: ForwardFn, lock: AbstractContextManager[object],
                  config: BatchConfig) -> None:
-        self.config, self._model, self._forward = config, model, forward
-        self._batcher = DecodeBatcher(self._step_rows, lock, config) if config.enabled else None
-        self._together: bool | None = None
+        self.config, self._forward = config, forward
+        self._batcher = DecodeBatcher(_SharedStep(model, config.width), lock, config) if config.enabled else None
 
     @property
     def batcher(self) -> DecodeBatcher | None:
@@ -258,10 +257,21 @@ class DecodeLoop:
                 logits = slot.step(token, pos, cache)
                 pos += 1
 
-    def _step_rows(self, tokens: Sequence[int], positions: Sequence[int], caches: Sequence[KVCache]) -> torch.Tensor:
-        """One batched step (the batcher's ``run``, called holding the model lock)."""
+
+
+class _SharedStep:
+    """One batched step of the decoder that ``model`` returns (a :class:`DecodeBatcher`'s ``run``,
+    called holding the model lock). Its own object, not a method of :class:`DecodeLoop`: the
+    batcher holds it, and a loop that the batcher held back would be a cycle keeping the model
+    mapped until a collection ran."""
+
+    def __init__(self, model: Callable[[], Decoder], width: int) -> None:
+        self._model, self._width = model, width
+        self._together: bool | None = None
+
+    def __call__(self, tokens: Sequence[int], positions: Sequence[int], caches: Sequence[KVCache]) -> torch.Tensor:
         model = self._model()
         if self._together is None and len(tokens) > 1:  # checked once, at the first shared step
             self._together = rows_are_exact(model)
         with torch.inference_mode():
-            return decode_step(model, tokens, positions, caches, self.config.width, together=bool(self._together))
+            return decode_step(model, tokens, positions, caches, self._width, together=bool(self._together))

@@ -1,29 +1,27 @@
-"""The embedded generator: the engine's decoder (:mod:`slimrag.llm.engine`) driven by an explicit prefill/decode loop.
+"""The embedded generator: the engine's decoder (:mod:`slimrag.llm.engine`) behind the `Generator` interface.
 
 Warm generation (DESIGN.md) hands the model a key/value cache that already holds a prefix of the
 prompt (the system segment and some passages, computed by an earlier request) and prefills only
 the rest; the engine's :class:`~slimrag.llm.engine.KVCache` has the layout the knowledge tree
-stores, so seeding and storing are slices and copies, nothing more. One request:
+stores, so seeding and storing are slices and copies, nothing more.
 
-1. Tokenize each segment of :meth:`Prompt.segments` on its own (``add_special_tokens=False``) and
-   join the ids: a passage's tokens never depend on its neighbours, so its KV after a given prefix
-   are reusable (the joined ids differ from tokenizing the whole text at once, deliberately).
-2. Wait for the prefill gate (:mod:`slimrag.llm.scheduler`: one prefill at a time, longest cached
-   prefix first, with an age bound).
-3. Lease the cached prefix from the KV reuse strategy (:mod:`slimrag.llm.kv.reuse`; the knowledge
-   tree by default), seed a ``KVCache`` with it, and prefill the remaining segments
-   (:mod:`slimrag.llm.runner`: one forward, attention per segment, where exact), keeping only the
-   last position's logits. A segment's K/V are the same with or without a cache, which makes
-   cached output bitwise equal to uncached output. The lease runs this prefill, so blend reuse
-   (:mod:`slimrag.llm.kv.blend`) can place passages and prefill only its recompute set.
-4. Store the segments this request computed, release the lease and the gate, then decode:
-   :meth:`_decode` picks a token, yields it, and only when asked for the next one feeds it back,
-   so a caller that stops (EOS, limit, stop string) never pays for a forward it does not use.
+The parts, one module each, in nano-vllm's shape (this class builds them and hands each its state):
 
-Concurrent streams share decode steps (continuous batching, :mod:`slimrag.llm.batcher`, up to
-``batch.width`` = 8 rows a step, between the prefills the scheduler admits). Each row of a step is
-the one-token forward of its request alone (:mod:`slimrag.llm.engine.batch`), so tokens do not
-depend on who else is served, and a lone request's step *is* that forward (no batching tax).
+- :mod:`slimrag.llm.runner`: the model, loaded on first use, and every forward under the model
+  lock; what the KV lease calls back through (``kv.reuse.PrefillEngine``).
+- :mod:`slimrag.llm.scheduler`: the prefill gate (one prefill at a time, longest cached prefix
+  first, with an age bound).
+- :mod:`slimrag.llm.batcher`: concurrent streams share decode steps (continuous batching, up to
+  ``batch.width`` = 8 rows a step, between the prefills the scheduler admits). Each row of a step is
+  the one-token forward of its request alone (:mod:`slimrag.llm.engine.batch`), so tokens do not
+  depend on who else is served, and a lone request's step *is* that forward (no batching tax).
+- :mod:`slimrag.llm.request` and :mod:`slimrag.llm.lifecycle`: one :class:`Request` carried
+  through prefill, decode and store; :mod:`slimrag.llm.keys`: where its segments are filed.
+
+What stays here is tokenization: each segment of :meth:`Prompt.segments` is tokenized on its own
+(``add_special_tokens=False``) and the ids joined, so a passage's tokens never depend on its
+neighbours and its KV after a given prefix are reusable (the joined ids differ from tokenizing the
+whole text at once, deliberately).
 
 Usage: ``prompt_tokens`` is the joined segment ids; ``cached_tokens`` those served from the
 cache; ``completion_tokens`` every token produced, the EOS included (as vLLM does); ``ttft_s``
@@ -33,33 +31,31 @@ the last; both start after the model is loaded (generation, not the one-time loa
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator, Sequence
-from collections.abc import Generator as Gen
 from pathlib import Path
 
 import torch
 
 from slimrag.config import GenerationConfig
-from slimrag.errors import RequestError
+from slimrag.llm import lifecycle
 from slimrag.llm.base import Delta, Generator
 from slimrag.llm.batcher import BatchConfig, BatchStats, DecodeLoop
 from slimrag.llm.declared import LOCAL
-from slimrag.llm.decoding import Chooser, chooser, eos_ids, find_stop, greedy, safe_len
+from slimrag.llm.decoding import Chooser, chooser
 from slimrag.llm.engine import Decoder, KVCache
+from slimrag.llm.keys import cache_path, tree_path
 from slimrag.llm.kv.config import CacheConfig
 from slimrag.llm.kv.events import KVEvent
-from slimrag.llm.kv.reuse import KVReuse, Lease, PlanningView
+from slimrag.llm.kv.reuse import KVReuse, Layers, PlanningView
 from slimrag.llm.kv.strategies import make_reuse
 from slimrag.llm.kv.tree import KVTree, KVTreeStats
-from slimrag.llm.runner import PrefillRunner
+from slimrag.llm.request import Request
+from slimrag.llm.runner import ModelRunner
 from slimrag.llm.scheduler import PrefillScheduler, SchedulerConfig
-from slimrag.llm.weights import LoadedModel, load_model
-from slimrag.prompt import Prompt, Segment, root_key
-from slimrag.types import Usage
+from slimrag.llm.weights import LoadedModel
+from slimrag.prompt import Prompt, Segment
 
 DEFAULT_NAME = "smollm2-135m-instruct"
 
@@ -111,31 +107,27 @@ class LocalGenerator(Generator):
         self.name = (
             DEFAULT_NAME if model_path is None else Path(model_path).name.removesuffix(".gguf").lower()
         )
+        self.bf16_prefill = bf16_prefill
         self.scheduler = PrefillScheduler(scheduler)
+        self.batch = batch or BatchConfig()
+        # the parts hold the runner, never this generator: no cycle, so a dropped generator
+        # unmaps its model at once
+        runner = ModelRunner(model_path, device, dtype=dtype, bf16_prefill=bf16_prefill, loaded=loaded)
+        self.runner = runner  # its model, its forwards and its prefills
+        self.decoding = DecodeLoop(lambda: runner.model, runner.forward_ids, runner.lock, self.batch)  # its decode steps
         self._cache_spec: CacheSpec = cache
         self._reuse: KVReuse | None = None
-        self._lock, self._tok_lock = threading.RLock(), threading.Lock()
-        self._loaded: LoadedModel | None = loaded
-        self._eos: frozenset[int] = eos_ids(loaded) if loaded is not None else frozenset()
-        self.batch = batch or BatchConfig()
-        self.bf16_prefill = bf16_prefill
-        me = weakref.ref(self)  # held weakly: no cycle, so a dropped generator unmaps its model at once
-        model, forward = (lambda: _live(me).load().model), (lambda *a: _live(me)._forward(*a))
-        self.decoding = DecodeLoop(model, forward, self._lock, self.batch)  # its decode steps
-        self.prefiller = PrefillRunner(model, self._lock, forward)  # its prefills
+        self._lock, self._tok_lock = runner.lock, threading.Lock()
 
-    # -- loading -------------------------------------------------------------------------------
+    # -- loading and the KV reuse --------------------------------------------------------------
 
     def load(self) -> LoadedModel:
         """Load the model now (idempotent) and return it; also settle the prefill mode and open the
         KV reuse (a persistent tier restores its files), off the first request's path."""
         with self._lock:
-            if self._loaded is None:
-                loaded = load_model(self.model_path, device=self.device, dtype=self.dtype, bf16_prefill=self.bf16_prefill)
-                self._eos = eos_ids(loaded)
-                self._loaded = loaded
-                _ = self.prefiller.mode, self.reuse
-            return self._loaded
+            loaded = self.runner.load()
+            _ = self.reuse
+            return loaded
 
     @property
     def cache_spec(self) -> CacheSpec:
@@ -147,10 +139,10 @@ class LocalGenerator(Generator):
         """The KV reuse strategy (built on first use, on the model's device)."""
         with self._lock:
             if self._reuse is None:
-                loaded = self.load()  # a persistent disk tier keys its files by the engine's namespace
-                prefiller, path = self.prefiller, loaded.path  # not self: the strategy must not hold it
+                runner = self.runner
+                loaded = runner.load()  # a persistent disk tier keys its files by the engine's namespace
                 self._reuse = make_reuse(self._cache_spec, str(loaded.model.device),
-                                         lambda: prefiller.namespace(path))
+                                         lambda: runner.namespace(loaded.path))
             return self._reuse
 
     def planning_cache(self) -> PlanningView | None:
@@ -196,9 +188,31 @@ class LocalGenerator(Generator):
 
     def cache_path(self, segments: list[Segment]) -> tuple[str, list[str]]:
         """The tree root and passage keys of a prompt's cacheable segments (all but the last)."""
-        head, *middle = segments[:-1]
-        assert head.key is not None and all(s.key is not None for s in middle), "uncacheable segment"
-        return root_key(self.name, head.key), [str(s.key) for s in middle]
+        return cache_path(self.name, segments)
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def start(self, prompt: Prompt, config: GenerationConfig, choose: Chooser, t0: float | None = None) -> Request:
+        """A request for ``prompt``, prefilled on its longest cached prefix (through the prefill
+        gate and the KV lease: :func:`slimrag.llm.lifecycle.prefill`) and ready to decode.
+        ``config.max_new_tokens`` is capped by the model's context (a `RequestError` when the
+        prompt alone fills it); ``t0``: when the request started (default: now)."""
+        segments = prompt.segments()
+        seg_ids = self.encode_texts([s.text for s in segments])
+        max_new = self.runner.room(sum(len(s) for s in seg_ids), config.max_new_tokens, self.name)
+        root, path = cache_path(self.name, segments)
+        request = Request(seg_ids, config, max_new, choose, root, path,
+                          time.perf_counter() if t0 is None else t0)
+        lifecycle.prefill(request, self.scheduler, self.reuse, self.runner)
+        return request
+
+    def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:
+        """Yield text pieces of the answer; the last delta carries usage and finish reason."""
+        config = config or GenerationConfig()
+        self.load()
+        t0 = time.perf_counter()
+        request = self.start(prompt, config, chooser(config, self.seed), t0)
+        yield from lifecycle.stream(request, self.decoding, self.runner.eos, self.decode)
 
     def keep(self, segments: Sequence[Segment]) -> int:
         """Compute and store the KV of the prompt prefix ``segments`` (each with a key) on top of its
@@ -208,212 +222,38 @@ class LocalGenerator(Generator):
         reuse = self.reuse
         if not reuse.keeps_paths or not segments:
             return 0
-        head, *rest = segments
-        if head.key is None or any(s.key is None for s in rest):
-            raise ValueError("keep() takes cacheable segments only (each with a key)")
-        root, path = root_key(self.name, head.key), [str(s.key) for s in rest]
+        try:
+            root, path = tree_path(self.name, segments)
+        except ValueError as exc:
+            raise ValueError("keep() takes cacheable segments only (each with a key)") from exc
         seg_ids = self.encode_texts([s.text for s in segments])
-        if sum(len(s) for s in seg_ids) >= self.load().model.config.max_positions:
-            return 0  # no request can start with it (``_room`` refuses the prompt)
+        runner = self.runner
+        if sum(len(s) for s in seg_ids) >= runner.model.config.max_positions:
+            return 0  # no request can start with it (``ModelRunner.room`` refuses the prompt)
         with self.scheduler.turn(lambda: reuse.cached_tokens(root, path)), reuse.lease(root, path) as lease:
             if lease.segments == len(seg_ids):
                 return 0  # all cached already
-            cache = self.new_cache(lease.past())
-            self.prefill_segments(seg_ids, cache, lease.segments)
+            cache = runner.new_cache(lease.past())
+            runner.prefill_segments(seg_ids, cache, lease.segments)
             lease.store(cache.layers(), [len(s) for s in seg_ids])
             return sum(len(s) for s in seg_ids[lease.segments :])
 
-    # -- generation ----------------------------------------------------------------------------
-
-    def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:
-        """Yield text pieces of the answer; the last delta carries usage and finish reason."""
-        config = config or GenerationConfig()
-        self.load()
-        t0 = time.perf_counter()
-        segments = prompt.segments()
-        seg_ids = self.encode_texts([s.text for s in segments])
-        ids = [i for seg in seg_ids for i in seg]
-        max_new = self._room(len(ids), config.max_new_tokens)
-        cache, logits, lease, store = self._warm_prefill(segments, seg_ids)
-        steps = self._decode(logits, cache, len(ids), chooser(config, self.seed))
-        try:
-            first = next(steps)
-            ttft = time.perf_counter() - t0
-            # The tree insert (and any demotion to disk it causes) runs once the first piece is
-            # out, before the second token's forward grows the cache past the prompt.
-            yield from self._emit(first, _after(store, steps), config, max_new, len(ids), lease, t0, ttft)
-            store()  # generation ended at the first token (EOS, stop string, max_new_tokens=1)
-        finally:
-            steps.close()  # leave the decode batcher now, not when the generator is collected
-
-    def _emit(self, first: int, steps: Iterator[int], config: GenerationConfig, max_new: int,
-              prompt_tokens: int, lease: Lease, t0: float, ttft: float) -> Iterator[Delta]:
-        """The decode loop of :meth:`stream` from its first token: stop handling, streaming
-        detokenization and the final usage delta."""
-        out: list[int] = []
-        emitted = ""
-        reason = "length"
-        stop_string = False
-        for token in itertools.chain([first], steps):
-            out.append(token)
-            if token in self._eos:
-                reason = "stop"
-                break
-            text = self.decode(out)
-            cut = find_stop(text, config.stop)
-            if cut is not None:
-                if cut > len(emitted):
-                    yield Delta(text[len(emitted) : cut])
-                emitted = text[:cut]
-                reason, stop_string = "stop", True
-                break
-            safe = safe_len(text, config.stop)
-            if safe > len(emitted):
-                yield Delta(text[len(emitted) : safe])
-                emitted = text[:safe]
-            if len(out) >= max_new:
-                break
-        if not stop_string:
-            # Flush what was held back: a stop-string prefix that never completed, or a trailing
-            # partial character. decode() drops the EOS token.
-            tail = self.decode(out)
-            if len(tail) > len(emitted) and tail.startswith(emitted):
-                yield Delta(tail[len(emitted) :])
-        usage = Usage(
-            prompt_tokens=prompt_tokens,
-            completion_tokens=len(out),
-            cached_tokens=lease.tokens,
-            ttft_s=ttft,
-            total_s=time.perf_counter() - t0,
-            recomputed_tokens=lease.recomputed,
-            reuse=lease.reuse,
-        )
-        yield Delta("", usage=usage, finish_reason=reason)
-
-    def greedy_ids(self, prompt: Prompt, max_new_tokens: int = 64) -> tuple[list[int], int]:
-        """Greedy token ids for ``prompt`` through the warm path (cache reused and extended, as
-        :meth:`stream` does), ending with the EOS id when one ended generation, and the number of
-        prompt tokens served from the cache. What the exactness tests compare."""
-        if max_new_tokens <= 0:
-            raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
-        segments = prompt.segments()
-        seg_ids = self.encode_texts([s.text for s in segments])
-        n = sum(len(s) for s in seg_ids)
-        max_new = self._room(n, max_new_tokens)
-        cache, logits, lease, store = self._warm_prefill(segments, seg_ids)
-        return self._greedy(logits, cache, n, max_new, store), lease.tokens
-
-    def generate_ids(self, prompt_ids: list[int], max_new_tokens: int = 64) -> list[int]:
-        """Greedy continuation of ``prompt_ids`` with one whole-prompt forward and no KV reuse:
-        the generated ids, ending with the EOS id when one ended generation (as
-        ``model.generate`` returns them). The reference against ``model.generate``."""
-        if max_new_tokens <= 0:
-            raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
-        self.load()
-        max_new = self._room(len(prompt_ids), max_new_tokens)
-        cache = self.new_cache()
-        return self._greedy(self._forward(list(prompt_ids), cache, 0), cache, len(prompt_ids), max_new)
-
-    def _greedy(self, logits: torch.Tensor, cache: KVCache, pos: int, max_new: int,
-                after_first: Callable[[], None] | None = None) -> list[int]:
-        """Greedy ids from ``logits`` on (``after_first`` called once the first is chosen), up to
-        ``max_new`` or the EOS id, which ends the list."""
-        steps = self._decode(logits, cache, pos, greedy)
-        try:
-            out = [next(steps)]
-            if after_first is not None:
-                after_first()
-            while out[-1] not in self._eos and len(out) < max_new:
-                out.append(next(steps))
-        finally:
-            steps.close()
-        return out
-
-    # -- the loop, in pieces -------------------------------------------------------------------
-
-    def _warm_prefill(self, segments: list[Segment], seg_ids: list[list[int]],
-                      ) -> tuple[KVCache, torch.Tensor, Lease, Callable[[], None]]:
-        """Prefill a prompt, reusing the cached prefix of its segments. Returns the model cache
-        (holding the whole prompt), the last position's logits, the lease (which ran the prefill;
-        cached and recomputed tokens) and ``store``, which adds the newly computed segments to the
-        tree; call it (it runs once) before the cache grows past the prompt.
-
-        The match is taken once the scheduler admits the request, so a request that waited
-        sees what earlier ones stored meanwhile; its nodes are pinned only during the prefill.
-        ``store`` needs no pins: ``KVTree.insert`` walks and pins the path itself and adds
-        nothing when the prefix was evicted in between (a lost chance to cache, never a wrong
-        KV)."""
-        root, path = self.cache_path(segments)
-        reuse = self.reuse
-        with self.scheduler.turn(lambda: reuse.cached_tokens(root, path)), reuse.lease(root, path) as lease:
-            cache, logits = lease.prefill(self, seg_ids)
-        lengths = [len(s) for s in seg_ids[:-1]]
-        stored = False
-
-        def store() -> None:
-            nonlocal stored
-            if not stored:
-                stored = True
-                lease.store(cache.layers(), lengths)
-
-        return cache, logits, lease, store
+    # -- the model runner's calls, for callers that hold the generator ---------------------------
 
     @property
     def model(self) -> Decoder:
-        """The loaded decoder (this and the next three: ``kv.reuse.PrefillEngine``)."""
-        return self.load().model
+        """The loaded decoder."""
+        return self.runner.model
+
+    def new_cache(self, past: Layers | None = None) -> KVCache:
+        """A cache seeded with per-layer (K, V) (copied), or empty (:meth:`ModelRunner.new_cache`)."""
+        return self.runner.new_cache(past)
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, *,
                 mask: torch.Tensor | None = None, stop_after: int | None = None) -> torch.Tensor | None:
-        """One :meth:`Decoder.forward` (last position's logits) under the lock and inference mode."""
-        model = self.model
-        with self._lock, torch.inference_mode():
-            return model.forward(ids.to(model.device), positions.to(model.device), cache, mask=mask,
-                                 stop_after=stop_after)
-
-    def new_cache(self, past: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> KVCache:
-        """A cache seeded with per-layer (K, V) (copied), or empty."""
-        model = self.model
-        return model.new_cache() if past is None else KVCache.seeded(past, dtype=model.dtype, device=model.device)
+        """One :meth:`Decoder.forward` under the model lock (:meth:`ModelRunner.forward`)."""
+        return self.runner.forward(ids, positions, cache, mask=mask, stop_after=stop_after)
 
     def prefill_segments(self, seg_ids: list[list[int]], cache: KVCache, first: int) -> torch.Tensor:
-        """Run segments ``seg_ids[first:]`` through the model on top of ``cache`` (which must hold
-        exactly the segments before ``first``), each segment's K/V exact
-        (:class:`~slimrag.llm.runner.PrefillRunner`); the logits of the last prompt position."""
-        return self.prefiller.segments(seg_ids, cache, first)
-
-    def _decode(self, logits: torch.Tensor, cache: KVCache, pos: int, choose: Chooser) -> Gen[int, None, None]:
-        """:meth:`DecodeLoop.tokens` from position ``pos`` (callers close the iterator when done)."""
-        return self.decoding.tokens(logits, cache, pos, choose)
-
-    def _forward(self, ids: list[int], cache: KVCache, start_pos: int) -> torch.Tensor:
-        model = self.model
-        input_ids = torch.tensor(ids, dtype=torch.long, device=model.device)
-        positions = torch.arange(start_pos, start_pos + len(ids), device=model.device)
-        with self._lock, torch.inference_mode():
-            logits = model.forward(input_ids, positions, cache)
-        assert logits is not None
-        return logits
-
-    def _room(self, prompt_len: int, max_new: int) -> int:
-        """``max_new`` capped by the model's context length; a `RequestError` when the prompt alone
-        fills it."""
-        limit = self.load().model.config.max_positions
-        if prompt_len >= limit:
-            raise RequestError(
-                f"The prompt has {prompt_len} tokens but {self.name} holds {limit}. "
-                "Ask with fewer passages (smaller k) or build the index with smaller chunks."
-            )
-        return min(max_new, limit - prompt_len)
-
-
-def _live(ref: weakref.ReferenceType[LocalGenerator]) -> LocalGenerator:
-    if (gen := ref()) is None:
-        raise ReferenceError("the LocalGenerator this decode loop or prefill runner served was dropped")
-    return gen
-
-
-def _after(first: Callable[[], None], steps: Iterator[int]) -> Iterator[int]:
-    """``steps``, calling ``first()`` just before the first item is asked for."""
-    first()
-    yield from steps
+        """Run segments ``seg_ids[first:]`` on top of ``cache`` (:meth:`ModelRunner.prefill_segments`)."""
+        return self.runner.prefill_segments(seg_ids, cache, first)

@@ -55,21 +55,26 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slimrag.llm.kv.payload import SegmentKV, assemble_kv
 from slimrag.llm.kv.recompute import DEVIATION_LAYER, RecomputePolicy, Span, parse_recompute
 from slimrag.llm.kv.reuse import Layers, Lease, PrefillEngine, TreeReuse
 from slimrag.llm.kv.tree import KVTree, Match
 
+if TYPE_CHECKING:
+    import torch
+
+    from slimrag.llm.engine import Decoder, KVCache
+
 
 class Rotary:
     """Re-rotates RoPE keys by a position offset with the decoder's own RoPE (``model.rope``)."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Decoder) -> None:
         self.rope = model.rope
 
-    def shift(self, k: Any, deltas: Any) -> Any:
+    def shift(self, k: torch.Tensor, deltas: torch.Tensor) -> torch.Tensor:
         """``k`` (``[1, heads, n, head_dim]``) with token i rotated further by ``deltas[i]``
         positions (a long tensor of n offsets), computed in float32."""
         return self.rope.shift(k, deltas)
@@ -107,7 +112,7 @@ class _BlendLease(Lease):
         self._pending = []
         return added
 
-    def prefill(self, engine: PrefillEngine, seg_ids: list[list[int]]) -> tuple[Any, Any]:
+    def prefill(self, engine: PrefillEngine, seg_ids: list[list[int]]) -> tuple[KVCache, torch.Tensor]:
         import torch
 
         rotary = Rotary(engine.model)
@@ -194,6 +199,7 @@ class _BlendLease(Lease):
             logits = engine.forward(torch.tensor([flat[p] for p in group], device=device), qpos, cache, mask=seen)
         order = torch.argsort(kpos)
         sorted_cache = engine.new_cache([(k[:, :, order], v[:, :, order]) for k, v in cache.layers()])
+        assert logits is not None, "the question group is never empty"
         return sorted_cache, logits
 
 

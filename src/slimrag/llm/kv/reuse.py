@@ -39,37 +39,56 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any, Protocol
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Protocol
 
 from slimrag.llm.kv.events import KVEvent
 from slimrag.llm.kv.payload import assemble_kv, split_kv
 from slimrag.llm.kv.tree import KVTree, KVTreeStats, Match
 from slimrag.prompt import CachedSegment, Prompt, root_key
 
-Layers = list[tuple[Any, Any]]
+if TYPE_CHECKING:  # types only: the tree stays free of torch and of the engine at run time
+    import torch
+
+    from slimrag.llm.engine import Decoder, KVCache
+
+#: Per-layer (K, V) of a run of positions, each ``[1, kv_heads, tokens, head_dim]`` (the engine's
+#: :class:`~slimrag.llm.engine.KVCache` layout, which the tree stores as is).
+Layers = list[tuple["torch.Tensor", "torch.Tensor"]]
 
 
 class PrefillEngine(Protocol):
-    """What a lease prefills with: the engine's cache factory, its segment-exact prefill, and one
-    forward under the engine's lock (``LocalGenerator`` provides them)."""
+    """What a lease prefills with: the engine's model, its cache factory, its segment-exact
+    prefill and one forward under the engine's lock (:class:`slimrag.llm.runner.ModelRunner`
+    implements it). Every call may load the model first; every forward holds the engine's model
+    lock, so a lease may call them while decode steps of other requests run."""
 
     @property
-    def model(self) -> Any:
-        """The decoder (:class:`slimrag.llm.engine.Decoder`: its config and its ``rope``)."""
+    def model(self) -> Decoder:
+        """The loaded decoder: blend reads its ``config`` (layers, heads) and its ``rope``."""
+        ...
 
-    def new_cache(self, past: Layers | None = None) -> Any:
-        """An engine ``KVCache`` seeded with per-layer (K, V) (copied), or empty."""
+    def new_cache(self, past: Layers | None = None) -> KVCache:
+        """A model cache on the model's device and dtype: empty, or seeded with ``past`` (copied,
+        so the tree's tensors are never aliased), its length ``past``'s token count."""
+        ...
 
-    def prefill_segments(self, seg_ids: list[list[int]], cache: Any, first: int) -> Any:
-        """Prefill ``seg_ids[first:]`` on top of ``cache``, each segment's K/V as if computed by a
-        forward of its own (``LocalGenerator.prefill_segments``); the last
-        position's logits."""
+    def prefill_segments(self, seg_ids: list[list[int]], cache: KVCache, first: int) -> torch.Tensor:
+        """Prefill ``seg_ids[first:]`` on top of ``cache``, which must hold exactly the segments
+        before ``first``; the last segment must be non-empty (a ValueError otherwise). Returns the
+        last prompt position's logits ``[vocab]``; ``cache`` then holds the whole prompt.
+        Guarantee: each segment's K/V are bitwise those of a run that computed the same segments
+        before it, whether they came from a cache or were prefilled here (exact reuse rests on it)."""
+        ...
 
-    def forward(self, ids: Any, positions: Any, cache: Any, *, mask: Any = None,
-                stop_after: int | None = None) -> Any:
-        """``Decoder.forward`` (last position's logits) under the engine's lock and
-        ``torch.inference_mode``."""
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, *,
+                mask: torch.Tensor | None = None, stop_after: int | None = None) -> torch.Tensor | None:
+        """:meth:`Decoder.forward` of ``ids`` at ``positions`` on ``cache`` (their K/V appended),
+        under the engine's lock and ``torch.inference_mode``: the last position's logits, or None
+        when ``stop_after`` ends the forward after that layer (blend's deviation probe).
+        ``mask``: ``[len(ids), cache length + len(ids)]`` booleans (True = seen, keys in cache
+        order) replacing the causal rule; None is causal."""
+        ...
 
 
 class Lease:
@@ -87,7 +106,7 @@ class Lease:
         """Per-layer (K, V) of the cached prefix, on the engine's device; None when nothing is."""
         return None
 
-    def prefill(self, engine: PrefillEngine, seg_ids: list[list[int]]) -> tuple[Any, Any]:
+    def prefill(self, engine: PrefillEngine, seg_ids: list[list[int]]) -> tuple[KVCache, torch.Tensor]:
         """Prefill the prompt ``seg_ids`` (one list per segment, the question last) on top of what
         this lease serves; returns the model cache holding the whole prompt in position order and
         the last position's logits. Exact reuse: seed the cache with :meth:`past` and prefill the
@@ -106,8 +125,21 @@ class KVReuse(ABC):
     """A strategy for reusing passage KV across requests (see the module header)."""
 
     @abstractmethod
-    def lease(self, root_key: str, path: Sequence[str]) -> Any:
-        """A context manager yielding the :class:`Lease` of ``[root_key, *path]``."""
+    def lease(self, root_key: str, path: Sequence[str]) -> AbstractContextManager[Lease]:
+        """The cached prefix of ``[root_key, *path]``, held for the ``with`` block.
+
+        Yields a :class:`Lease`: ``segments`` leading segments (0 to ``1 + len(path)``; the root,
+        the system segment, first) served from the cache, holding ``tokens`` prompt tokens, whose
+        K/V :meth:`Lease.past` hands joined (new tensors on the engine's device); the lease's
+        :meth:`Lease.prefill` computes the rest and :meth:`Lease.store` keeps it. The root key is
+        the namespace (the model name and the system segment, :func:`slimrag.prompt.root_key`):
+        keys are compared exactly, so two models never share entries.
+
+        Side effects (the knowledge tree's; :meth:`KVTree.match`): the matched nodes are pinned
+        until the block exits (never moved or evicted meanwhile: leave it before decoding), their
+        hit counts and eviction priorities are refreshed, and they may be promoted to a faster
+        tier, demoting or dropping other, unpinned nodes; a node that lives only on disk and fits
+        no memory tier ends the match there. Nothing is inserted here."""
 
     def cached_tokens(self, root_key: str, path: Sequence[str]) -> int:
         """Tokens of the longest cached prefix of the path, without side effects (the scheduler's

@@ -68,7 +68,7 @@ import asyncio
 import base64
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -76,6 +76,7 @@ import numpy as np
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
 
 from slimrag.api.disconnect import ClientGone, until_gone
 from slimrag.api.errors import APIError, install_handlers
@@ -127,13 +128,29 @@ class ChatLoad:
     def __init__(self) -> None:
         self.chats = self.waiting = 0
 
-    async def counted(self, chunks: AsyncIterator[str]) -> AsyncIterator[str]:
-        """``chunks`` relayed; the chat counted in flight until they end."""
+    def streamed(self, chunks: AsyncGenerator[str, None], source: AsyncGenerator[Any, None]) -> StreamingResponse:
+        """A chat's server-sent ``chunks`` (read from ``source``, the worker's pieces) as the response;
+        the chat stays counted in flight until the response ends, however it ends (see `_CountedStream`)."""
+        return _CountedStream(self, chunks, source)
+
+
+class _CountedStream(StreamingResponse):
+    """A streamed chat that leaves `ChatLoad` and stops its worker when the response ends, whatever
+    the client did. Not in the chunks' own ``finally``: a client that leaves before the body starts
+    (the disconnect seen as the response begins) has the body cancelled before its first step, so
+    that ``finally`` never runs and ``/healthz`` would count the chat for ever."""
+
+    def __init__(self, load: ChatLoad, chunks: AsyncGenerator[str, None], source: AsyncGenerator[Any, None]) -> None:
+        super().__init__(chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self._load, self._chunks, self._source = load, chunks, source
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            async for chunk in chunks:
-                yield chunk
+            await super().__call__(scope, receive, send)
         finally:
-            self.chats -= 1
+            self._load.chats -= 1
+            await self._chunks.aclose()  # a started body closes its source itself ...
+            await self._source.aclose()  # ... one never started has not: the worker stops here
 
 
 def warm_up(rag: RAG) -> None:
@@ -228,9 +245,8 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
             head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": model_name}
             if req.stream:
                 include_usage = req.stream_options is not None and req.stream_options.include_usage
-                chunks = load.counted(sse_chunks(head, first, events, include_usage, metrics))
-                streamed = True  # counted until the stream ends
-                return StreamingResponse(chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+                streamed = True  # counted until the response ends
+                return load.streamed(sse_chunks(head, first, events, include_usage, metrics), events)
             final = await until_gone(request, _last(events, first))
         except ClientGone:
             await events.aclose()

@@ -59,8 +59,9 @@ def test_every_backing_sentence_counts_for_the_question(idx: Index) -> None:
     q = "Which country ' s arms purchase from the US became 4 oops 5 times more than Afghanistan no Israel ?"
     assert verdict(idx, q, "The answer is: Saudi Arabia.") == ("supported", [True])
     # a bare value is not exempt (three wrong backed values held-out for one right): what backs it must
-    # be on the question, and "starred as Richard Kimble" does not say who played the lead
-    assert verdict(idx, "Who played the lead?", "Harrison Ford.") == ("not_backed", [True])
+    # be on the question, here through the sentence before "starred as Richard Kimble" (fifth pass:
+    # `test_verdict_fifth`), which names the lead role
+    assert verdict(idx, "Who played the lead?", "Harrison Ford.") == ("supported", [True])
     assert verdict(idx, "Who played the lead?", "The Fugitive is a 1993 American action thriller film .")[0] == "not_backed"
 
 

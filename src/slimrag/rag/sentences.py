@@ -5,14 +5,14 @@ highlights by offset). Rules, in order: a blank line, a Markdown heading or list
 block; inside a block a sentence ends at ``.``, ``!`` or ``?`` (and closing quotes or brackets)
 followed by white space and an upper-case letter, a digit, a quote or a bracket, unless the word
 before the stop is a known abbreviation (``e.g.``, ``Dr.``, ``U.S.``) or a single letter (an
-initial). Decimals (``1.5``) and version numbers never split: no white space follows the stop.
+initial; a title before a name, ``Gen.``, ``Gov.``, is one). Decimals (``1.5``) and version numbers never split: no white space follows the stop.
 A "sentence" longer than `MAX_WORDS` words (a table or code flattened to one line) is cut into
 windows of that many words, so one huge block cannot win on overlap alone.
 
 `content_words` keeps the words that carry meaning: lower-cased, stop words dropped, a light
 suffix strip (plural ``s``/``es``, ``ing``, ``ed``, ``ies``/``ied`` for ``y``, a doubled consonant
 before ``ing``/``ed`` undoubled) so "defaults" meets "default", "kids" "kid", "starring" "star" and
-"stories" "story". `key_terms` are the numbers and names: tokens holding a digit, and capitalised
+"stories" "story"; a dropped final g is written back ("Thinkin'" meets "thinking"). `key_terms` are the numbers and names: tokens holding a digit, and capitalised
 words that do not start a sentence; they are what an answer must not invent (`slimrag.rag.attribution`).
 """
 
@@ -26,7 +26,10 @@ MAX_WORDS = 60
 
 _BLOCK = re.compile(r"\n\s*\n|\n(?=\s*(?:#{1,6}\s|[-*+]\s|\d+[.)]\s))")
 _STOP = re.compile(r"[.!?][\"')\]]*\s+(?=[A-Z0-9\"'(\[`])")
-_ABBREV = frozenset("e.g i.e etc vs cf mr mrs ms dr prof st no fig approx al jr sr inc ltd co".split())
+#: Words a full stop abbreviates rather than ends a sentence at: "e.g.", "Dr.", and titles before a name
+#: ("The role of Gen. Eisenhower went to ...": cut there, the sentence lost the role it names).
+_ABBREV = frozenset("""e.g i.e etc vs cf mr mrs ms dr prof st no fig approx al jr sr inc ltd co gen col lt sgt capt
+cmdr adm maj gov sen rep rev hon pres supt mt ft""".split())
 _WORD = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9'_\-.]|,(?=\d{3}))*[A-Za-z0-9]|[A-Za-z0-9]")
 STOPWORDS = frozenset("""
 a about above after again against all also am an and any are as at be because been before being below
@@ -143,8 +146,20 @@ know think let please thank thanks note great certainly course here""".split())
 CHATTER_STEMS = frozenset(stem(w) for w in CHATTER)
 
 
+#: A word whose final "g" a song title or speech drops ("Thinkin'", tokenized "Thinkin '"): the "'" is no
+#: possessive ("Berlin ' s") and closes no quote opened before it ("my 'cousin'": `_OPEN_QUOTE`).
+_DROPPED_G = re.compile(r"\b([A-Za-z]{3,}in) ?'(?! ?s\b)")
+_OPEN_QUOTE = re.compile(r"(?:^|\s)'\w")
+
+
+def _restore_g(text: str) -> str:
+    """``text`` with each dropped final "g" (`_DROPPED_G`) written back: "Thinkin '" -> "Thinking"."""
+    return _DROPPED_G.sub(lambda m: m.group(0) if _OPEN_QUOTE.search(text, 0, m.start() + 1) else m.group(1) + "g", text)
+
+
 def content_words(text: str) -> set[str]:
-    """Stemmed words of ``text`` that are not stop words."""
+    """Stemmed words of ``text`` that are not stop words ("Thinkin'" read as "thinking": `_DROPPED_G`)."""
+    text = _restore_g(text) if "'" in text else text
     return {stem(w) for w in words(text) if w.lower().removesuffix("'s") not in STOPWORDS and len(w) > 1
             or w.isdigit()}
 

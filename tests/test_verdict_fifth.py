@@ -1,0 +1,96 @@
+"""The check's fifth pass (issue 29): a sentence cut off mid-phrase answers nothing, a "when" answer may
+name a period, a bare value's backing sentence may leave the question's words to the sentences before
+it, "Gen." ends no sentence, and a dropped final "g" ("Thinkin'") meets its word. Passages and answers
+are the tuning slices' and the folder set's (`bench.answers --recheck`), in a real index built by the
+real embedder."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_verdict_question import verdict
+
+from slimrag.embed.local import LocalEmbedder
+from slimrag.index.core import Index
+from slimrag.rag.sentences import content_words, split_sentences, stem
+from slimrag.rag.verdict import answers, unfinished
+
+DOCS = {
+    "nq/1254.txt": "Former US President Dwight D. Eisenhower was considered for the role of himself in the film , and "
+                   "he indicated his willingness . However , it was decided that makeup artists could n't make him "
+                   "appear young enough to play his World War II self . The role of Gen. Eisenhower went to Tony "
+                   "Jeffries , a set decorator with no acting experience but who had been in the film industry since "
+                   "the mid-1930s . He was a dead ringer for the younger Eisenhower , though his voice differed .",
+    "nq/0482.txt": "`` What Was I Thinkin ' '' is a song co-written and recorded by American country music artist "
+                   "Hema Malini . It was released in October 2003 as the first single from the album .",
+    "nq/1200.txt": "`` It Is Well With My Soul '' is a hymn penned by hymnist Clarence Thomas and composed by "
+                   "Philip Bliss . First published in Gospel Songs No. 2 by Ira Sankey and Bliss ( 1876 ) , it is "
+                   "possibly the most influential and enduring in the Bliss repertoire .",
+}
+
+
+@pytest.fixture(scope="module")
+def idx(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder) -> Iterator[Index]:
+    root: Path = tmp_path_factory.mktemp("fifth")
+    index = Index.build(list(DOCS.items()), root / "f.slimrag", embedder=embedder, storage="flat")
+    yield index
+    index.close()
+
+
+def test_a_cut_off_sentence_answers_nothing() -> None:
+    # the folder set's free answer to "How do I call a method defined in a base class ...?", cut at the
+    # token limit; its only backed sentence made the answer partial, presented as backed
+    q = "How do I call a method defined in a base class from a derived class?"
+    assert unfinished("For example, if you have a class with methods like `")
+    assert not answers(q, "For example, if you have a class with methods like `")
+    assert unfinished("This means it will not be able to access any other handlers defined by")
+    # whole sentences, and a bare value without a stop, are finished
+    for done in ("The default precision of the decimal module is 28.", "The answer is: Tony Jeffries",
+                 "Use `super()` in the derived class", "Here's how:"):
+        assert not unfinished(done), done
+    assert answers(q, "Use `super()` in the derived class")
+
+
+def test_a_when_answer_may_name_a_period() -> None:
+    q = ("When is the oldest recorded incident of civil disobedience or rather when did the earliest examples of "
+         "civil disobedience as a whole occur ?")
+    assert answers(q, "The earliest recorded incidents of civil disobedience occurred during the Roman Empire.")
+    assert not answers(q, "The earliest recorded incidents of civil disobedience occurred in the streets.")
+    assert not answers(q, "The earliest recorded incidents of civil disobedience occurred during protests.")
+
+
+def test_a_title_abbreviation_ends_no_sentence() -> None:
+    text = DOCS["nq/1254.txt"]
+    sents = [s.text for s in split_sentences(text)]
+    assert "The role of Gen. Eisenhower went to Tony Jeffries , a set decorator" in " ".join(sents)
+    assert not any(s.startswith("Eisenhower went") for s in sents)
+    assert [s.text for s in split_sentences("He met Dr. Smith. Then he left.")] == ["He met Dr. Smith.", "Then he left."]
+
+
+def test_a_dropped_g_meets_its_word() -> None:
+    assert stem("thinking") in content_words("`` What Was I Thinkin ' '' is a song")
+    assert stem("rocking") in content_words("Rockin' Robin")
+    # a possessive and a closing quote are no dropped g
+    assert content_words("Berlin ' s wall") == {"berlin", "wall"}
+    assert content_words("my 'cousin'") == {"cousin"}
+
+
+def test_a_bare_value_reads_the_sentences_before_its_backing(idx: Index) -> None:
+    # tuning slice, nq_conflicts free: labelled a wrong flag before (the backing sentence names only
+    # Eisenhower of "who plays dwight eisenhower in the longest day?"; "play" and "Dwight" are before it)
+    q = "who plays dwight eisenhower in the longest day?"
+    assert verdict(idx, q, "The answer is: Tony Jeffries.") == ("supported", [True])
+    # a sentence that says more than a name does not borrow the sentences before its backing: copied
+    # from the right page, it says who published the hymn, not who wrote it
+    q = "who wrote it is well with my soul hymn?"
+    assert verdict(idx, q, "It was first published in Gospel Songs No. 2 by Ira Sankey and Bliss .")[0] == "not_backed"
+
+
+def test_a_dropped_g_keeps_a_backed_answer_on_topic(idx: Index) -> None:
+    # tuning slice, nq_conflicts free: "Thinkin '" did not meet "thinking", so the passage held too
+    # little of the question and the right answer was withheld
+    q = "who sings the song what was i thinking?"
+    a = "The song \"What Was I Thinkin ' '' is a song by American country music artist Hema Malini."
+    assert verdict(idx, q, a) == ("supported", [True])

@@ -44,7 +44,8 @@ mode (vector, keyword, hybrid):
 - ``--labels FILE`` (`LABELS`): hand labels of flagged answers whose model text holds the gold string,
   keyed ``set|mode|question``: ``right`` (what is withheld or marked states something no passage
   says: a wrong director beside the right actor) or ``wrong`` (the text is backed and answers: the
-  check erred). Labels are read, never written, by the benchmark.
+  check erred), alone or as ``{"label": ..., "reason": ...}`` with what the reader found (`label_of`).
+  Labels are read, never written, by the benchmark.
 
 ``--tune`` chooses the evidence weights instead: it computes the features once for the questions
 of the first set (disfl_qa) in hybrid mode, scores every weight vector of a small grid (cosine
@@ -312,7 +313,7 @@ def reader_rows(idx: Any, items: list[Item], k: int, n: int, llm: str | None = N
     return {"summary": summarize(records), "records": records}
 
 
-def recheck(path: Path, labels: dict[str, str] | None = None) -> dict[str, Any]:
+def recheck(path: Path, labels: dict[str, Any] | None = None) -> dict[str, Any]:
     """The reader-view figures of a saved ``--reader`` run with today's check: each recorded model
     text (greedy, so what the model writes again) is attributed and judged again against its
     recorded passages (`slimrag.rag.attribution`, `slimrag.rag.verdict`); timings stay the run's."""
@@ -366,7 +367,7 @@ def _misses(flagged: list[tuple[dict[str, Any], dict[str, Any]]], key: str) -> i
     return sum(x.get(key, x["model_gold"]) for _, x in flagged)
 
 
-def summarize(records: list[dict[str, Any]], labels: dict[str, str] | None = None, name: str = "") -> dict[str, Any]:
+def summarize(records: list[dict[str, Any]], labels: dict[str, Any] | None = None, name: str = "") -> dict[str, Any]:
     """The reader-view figures of each mode over ``records`` (module header); ``labels``: the hand
     labels of `LABELS` for ``read_precision``, set ``name``'s."""
     out: dict[str, Any] = {}
@@ -375,7 +376,7 @@ def summarize(records: list[dict[str, Any]], labels: dict[str, str] | None = Non
         rows = [(r["retrieved"], r[v]) for r in records]
         ret = [x for got, x in rows if got]
         flagged = [(r, r[v]) for r in records if r[v]["verdict"] in ("not_backed", "partial") and not r[v]["abstained"]]
-        right = sum(x["model_gold"] and (labels or {}).get(f"{name}|{_LABELLED.get(v, v)}|{r['question']}") == "right"
+        right = sum(x["model_gold"] and label_of(labels, f"{name}|{_LABELLED.get(v, v)}|{r['question']}") == "right"
                     for r, x in flagged)
         out[v] = {
             "n": len(rows), "retrieved": len(ret),
@@ -392,6 +393,13 @@ def summarize(records: list[dict[str, Any]], labels: dict[str, str] | None = Non
             "ttfb_s": _median([x["ttfb_s"] for _, x in rows]), "total_s": _median([x["total_s"] for _, x in rows]),
         }
     return out
+
+
+def label_of(labels: dict[str, Any] | None, key: str) -> str | None:
+    """The hand label (``right`` or ``wrong``) of flag ``key`` in `LABELS`: a bare string, or a
+    ``{"label": ..., "reason": ...}`` object saying what the reader found in the passages."""
+    got = (labels or {}).get(key)
+    return got.get("label") if isinstance(got, dict) else got
 
 
 #: The view whose labels a view reads: extract-then-phrase shows the grounded run's model sentence.

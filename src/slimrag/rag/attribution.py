@@ -43,9 +43,12 @@ Algorithm
       the `CONTEXT_BACK` (2) sentences before ``s`` in its passage, when ``s`` names nothing but
       the answer's and the question's names ("Austin Reed is a character ... The role was played by
       actor Ali Campbell");
-    - code in place: each identifier of ``a`` must be shown by ``s``, its neighbours or its
-      passage's source name, not only somewhere in the passages ("use `heapq.nlargest`" for the
-      n smallest elements is not backed by a sentence about ``max`` and ``min``);
+    - code in place: each identifier of ``a`` must be shown by ``s``, its neighbours (a line too
+      short to be a candidate counts: the signature ".. function:: getrecursionlimit()" before the
+      sentence documenting it) or its passage's source name, not only somewhere in the passages
+      ("use `heapq.nlargest`" for the n smallest elements is not backed by a sentence about ``max``
+      and ``min``); an identifier shown there counts as held by ``s`` for what ``a`` adds, and a
+      Sphinx role (":func:", ":const:") is markup, not something ``a`` adds;
     - the corpus's vocabulary (``common``, `slimrag.rag.vocabulary`: a word in half the index's
       documents, "Python" in the Python docs) is no claim: it need not be in ``s``, nor anywhere;
     - a hyphenated name is found where tokenized text spaces its parts ("Lieutenant - Governor").
@@ -248,7 +251,11 @@ class _Passages:
         passage's source name, its text and its neighbours'. Built only when a sentence names code."""
         if j not in self._code:
             texts = self.cands.texts
-            self._code[j] = "\n".join([self.hits[self.cands.at[j][0]].source, texts[j],
+            rank, at = self.cands.at[j][0], self.cands.pos[j]
+            # the lines just around it too when too short to be candidates: a signature line
+            # (".. function:: getrecursionlimit()") before the sentence that documents it
+            around = [x.text for x in split_sentences(self.hits[rank].text)[max(0, at - 1) : at + 2]]
+            self._code[j] = "\n".join([self.hits[rank].source, texts[j], *around,
                                        *(texts[k] for k in self.cands.neighbours(j))])
         return self._code[j]
 
@@ -322,7 +329,8 @@ def _support(s: Sentence, cos: np.ndarray, ps: _Passages, asked: set[str], q_wor
     backing: list[tuple[float, int]] = []
     subject = {t for t in terms if t in asked}
     topic = words_a & q_words
-    new = {w for w in words_a - q_words - CHATTER_STEMS - general if "." not in w}  # code: `identifiers`
+    new = {w for w in words_a - q_words - CHATTER_STEMS - general - _roles(s.text) if "." not in w}  # code: `identifiers`
+    code_words = {i: content_words(i) for i in idents}
     allowed = terms | asked | general  # what a passage sentence may name to leave its subject to the one before
     allowed_cores = {_core(x) for x in allowed}
     for j in range(len(ps.cands.at)):
@@ -338,7 +346,8 @@ def _support(s: Sentence, cos: np.ndarray, ps: _Passages, asked: set[str], q_wor
             near = ps.own[j] | (ps.around[j] if _PRONOUN.match(text) else set()) | (ps.before[j] if alone else set())
             if 2 * len(topic & near) < len(topic):
                 continue  # the sentence is about something else the passage names (Kubo's father, not its monkey)
-        if new and _held(new, ps.own[j], ps.around[j]) < NEW_SHARE:
+        shown = set().union(*(w for i, w in code_words.items() if _shown(i, ps.code(j)))) if idents else set()
+        if new and _held(new, ps.own[j] | shown, ps.around[j]) < NEW_SHARE:
             continue  # what the answer adds to the question is not what this sentence says
         if not all(_shown(x, ps.code(j)) for x in idents):
             continue  # the code it names is not what this sentence (or the next) documents
@@ -353,6 +362,15 @@ def _support(s: Sentence, cos: np.ndarray, ps: _Passages, asked: set[str], q_wor
         evidence.append(Evidence(sent.text, h.label, h.chunk_id, sent.start, sent.end, round(score, 4)))
     labels = tuple(dict.fromkeys(e.label for e in evidence))
     return Support(s.text, labels, tuple(evidence), bool(backing) and not unknown, unknown)
+
+
+#: A Sphinx role before a code span (":func:`getrecursionlimit`", ":const:`NOTSET`"): markup, not a word.
+_ROLE = re.compile(r":(\w+):(?=`)")
+
+
+def _roles(text: str) -> set[str]:
+    """The Sphinx roles of ``text`` (`_ROLE`) as content words: markup, no claim."""
+    return content_words(" ".join(_ROLE.findall(text))) if ":`" in text else set()
 
 
 def _names_nothing_else(names: set[str], allowed: set[str], cores: set[str]) -> bool:

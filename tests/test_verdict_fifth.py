@@ -25,6 +25,11 @@ DOCS = {
                    "the mid-1930s . He was a dead ringer for the younger Eisenhower , though his voice differed .",
     "nq/0482.txt": "`` What Was I Thinkin ' '' is a song co-written and recorded by American country music artist "
                    "Hema Malini . It was released in October 2003 as the first single from the album .",
+    "library/copy.rst.txt": (".. function:: deepcopy(x[, memo])\n\n   Return a deep copy of *x*.\n\n"
+                             "* A *shallow copy* constructs a new compound object and then (to the extent\n"
+                             "  possible) inserts *references* into it to the objects found in the original.\n\n"
+                             "* A *deep copy* constructs a new compound object and then, recursively, inserts\n"
+                             "  *copies* into it of the objects found in the original."),
     "nq/1200.txt": "`` It Is Well With My Soul '' is a hymn penned by hymnist Clarence Thomas and composed by "
                    "Philip Bliss . First published in Gospel Songs No. 2 by Ira Sankey and Bliss ( 1876 ) , it is "
                    "possibly the most influential and enduring in the Bliss repertoire .",
@@ -94,3 +99,13 @@ def test_a_dropped_g_keeps_a_backed_answer_on_topic(idx: Index) -> None:
     q = "who sings the song what was i thinking?"
     a = "The song \"What Was I Thinkin ' '' is a song by American country music artist Hema Malini."
     assert verdict(idx, q, a) == ("supported", [True])
+
+
+def test_a_sentence_after_an_unbacked_one_answers_nothing_by_referring_back(idx: Index) -> None:
+    # the folder set's free answer: "This method ..." after an invented function is backed, and its
+    # subject is the invented function
+    q = "How do I make a deep copy of an object?"
+    it = ("It constructs a new compound object and then, recursively, inserts copies into it of the objects "
+          "found in the original.")
+    assert verdict(idx, q, "Use the `deep_copy()` function. " + it) == ("not_backed", [False, True])
+    assert verdict(idx, q, "Use the `copy.deepcopy()` function. " + it) == ("supported", [True, True])

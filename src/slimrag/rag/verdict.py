@@ -48,6 +48,10 @@ sentence adds is names: "Harrison Ford.", "The answer is: Tony Jeffries.") count
 Jeffries" names the question's role two sentences after its "play" and "Dwight". A sentence that adds
 more than names does not: on the tuning slices that passed two wrong answers for one right.
 
+A sentence that refers back (opening with "It", "This", "They") right after a sentence no passage backs
+answers nothing either: its subject is the unbacked one's ("... use the `deep_copy()` function. This
+method creates a deep copy of the given object." is backed by the passage's `copy.deepcopy`).
+
 What counts as flagged is what the reader sees: an answer is withheld (``not_backed``) or marked
 (``partial``, at least one `UNSUPPORTED_MARK` in what is shown) or neither (``supported``), and
 `bench.answers` measures the check's precision over the first two together.
@@ -111,6 +115,10 @@ _PERIOD = re.compile(r"\bduring (?:the )?[A-Z]")
 #: The end of a sentence cut off mid-phrase (an answer stopped at its token limit): no stop, and a last
 #: word that ends nothing ("... with methods like `", "... defined by").
 _TRAILING = re.compile(r"(\w+)\W*$")
+
+#: A sentence whose subject is the sentence before it ("This method creates a deep copy ..."): after a
+#: sentence no passage backs, its subject is what no passage says, and it answers nothing.
+_REFERS = re.compile(r"(it|its|this|these|that|they|their)\b", re.I)
 
 #: The verdicts, in order from best to worst.
 VERDICTS = ("supported", "partial", "not_backed")
@@ -222,8 +230,9 @@ def _before(evidence: Sequence[Evidence], hits: Sequence[Hit]) -> list[str]:
 def kind_of(question: str, support: Sequence[Support], hits: Sequence[Hit] = ()) -> str:
     """``supported``, ``partial`` or ``not_backed`` for an answer whose sentences are ``support``,
     checked against ``hits`` (the retrieved passages; none: the topic rule is skipped)."""
-    responsive = [s for s in support if s.supported and answers(question, s.sentence) and on_topic(question, s, hits)
-                  and on_question(question, s, hits)]
+    responsive = [s for i, s in enumerate(support) if s.supported and answers(question, s.sentence)
+                  and on_topic(question, s, hits) and on_question(question, s, hits)
+                  and not (i and not support[i - 1].supported and _REFERS.match(s.sentence))]
     if not responsive:
         return "not_backed"
     return "supported" if all(s.supported for s in support) else "partial"

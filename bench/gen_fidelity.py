@@ -56,13 +56,13 @@ def prompt_logprobs(gen: LocalGenerator, prompt: Prompt, forced: list[int] | Non
     seg_ids = gen.encode_texts([s.text for s in segments])
     root, path = gen.cache_path(segments)
     with gen.reuse.lease(root, path) as lease:
-        cache, logits = lease.prefill(gen, seg_ids)
+        cache, logits = lease.prefill(gen.runner, seg_ids)
     lease.store(cache_layers(cache), [len(s) for s in seg_ids[:-1]])
     pos = sum(len(s) for s in seg_ids)
     rows = [torch.log_softmax(logits, dim=-1)]
     if forced is not None:
         if len(forced) > 1:
-            model = gen.model
+            model = gen.runner.model
             with torch.inference_mode():
                 out = model.forward(torch.tensor(forced[:-1]), torch.arange(pos, pos + len(forced) - 1), cache,
                                     logits="all")
@@ -73,7 +73,7 @@ def prompt_logprobs(gen: LocalGenerator, prompt: Prompt, forced: list[int] | Non
         ids.append(int(torch.argmax(rows[-1]).item()))
         if ids[-1] in eos or len(ids) >= max_new or "\n" in gen.decode(ids):
             return ids, torch.stack(rows)
-        out = gen.forward(torch.tensor([ids[-1]]), torch.tensor([pos]), cache)
+        out = gen.runner.forward(torch.tensor([ids[-1]]), torch.tensor([pos]), cache)
         rows.append(torch.log_softmax(out, dim=-1))
         pos += 1
 

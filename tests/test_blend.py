@@ -117,8 +117,8 @@ def test_rerotated_keys_equal_keys_computed_later(which: str, request: pytest.Fi
     for delta in (57, 700):
         keys = []
         for start in (0, delta):
-            cache = gen.new_cache()
-            gen.forward(torch.tensor(ids), torch.arange(start, start + len(ids)), cache)
+            cache = gen.runner.new_cache()
+            gen.runner.forward(torch.tensor(ids), torch.arange(start, start + len(ids)), cache)
             keys.append([k for k, _ in cache_layers(cache)])
         for k0, kd in zip(*keys, strict=True):
             shifted = rotary.shift(k0, torch.full((len(ids),), delta))
@@ -210,7 +210,7 @@ def test_unseen_passages_are_computed_once_before_the_first_token(smollm: weight
 
     monkeypatch.setattr(runner, "prefill", counting_pass)
     with gen.reuse.lease(root, path) as lease:
-        cache, _ = lease.prefill(gen, seg_ids)
+        cache, _ = lease.prefill(gen.runner, seg_ids)
     prefilled = sum(seen)
     added = lease.store(cache_layers(cache), [len(s) for s in seg_ids[:-1]])
     monkeypatch.undo()
@@ -218,8 +218,8 @@ def test_unseen_passages_are_computed_once_before_the_first_token(smollm: weight
     assert added == 4 and sum(seen) == prefilled + sum(len(s) for s in seg_ids[1:-1])  # system + 3 entries
     entry = gen.reuse.tree.entries(root, path[2:])  # type: ignore[attr-defined]
     try:
-        alone = gen.new_cache()
-        gen.prefill_segments([seg_ids[0], seg_ids[3]], alone, 0)
+        alone = gen.runner.new_cache()
+        gen.runner.prefill_segments([seg_ids[0], seg_ids[3]], alone, 0)
         n = len(seg_ids[0])
         for (k, v), (ek, ev) in zip(cache_layers(alone), entry.nodes[0].kv.layers, strict=True):
             assert k[:, :, n:].equal(ek) and v[:, :, n:].equal(ev)

@@ -34,14 +34,14 @@ def test_every_mode_computes_a_segment_the_same_with_or_without_its_prefix_cache
     seg_ids = [[rng.randrange(100, 20000) for _ in range(n)] for n in (45, CHUNK + 9, 7, 130, 12)]
     for mode in sorted({prefill_mode(smollm.model), CHUNKS, SEGMENTS}):
         gen.runner._mode = mode  # the engine's choice, forced so each mode is checked here
-        cold = gen.new_cache()
-        logits = gen.prefill_segments(seg_ids, cold, 0)
+        cold = gen.runner.new_cache()
+        logits = gen.runner.prefill_segments(seg_ids, cold, 0)
         for first in (1, 2, 4):
-            head = gen.new_cache()
-            gen.prefill_segments(seg_ids[:first] + [[1]], head, 0)
+            head = gen.runner.new_cache()
+            gen.runner.prefill_segments(seg_ids[:first] + [[1]], head, 0)
             head.truncate(sum(len(s) for s in seg_ids[:first]))
-            warm = gen.new_cache([(k.clone(), v.clone()) for k, v in head.layers()])
-            assert torch.equal(gen.prefill_segments(seg_ids, warm, first), logits), (mode, first)
+            warm = gen.runner.new_cache([(k.clone(), v.clone()) for k, v in head.layers()])
+            assert torch.equal(gen.runner.prefill_segments(seg_ids, warm, first), logits), (mode, first)
             assert _layers_equal(warm, cold), (mode, first)
 
 

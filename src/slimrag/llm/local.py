@@ -44,11 +44,10 @@ from slimrag.llm.base import Delta, Generator
 from slimrag.llm.batcher import BatchConfig, BatchStats, DecodeLoop
 from slimrag.llm.declared import LOCAL
 from slimrag.llm.decoding import Chooser, chooser
-from slimrag.llm.engine import Decoder, KVCache
 from slimrag.llm.keys import cache_path, tree_path
 from slimrag.llm.kv.config import CacheConfig
 from slimrag.llm.kv.events import KVEvent
-from slimrag.llm.kv.reuse import KVReuse, Layers, PlanningView
+from slimrag.llm.kv.reuse import KVReuse, PlanningView
 from slimrag.llm.kv.strategies import make_reuse
 from slimrag.llm.kv.tree import KVTree, KVTreeStats
 from slimrag.llm.request import Request
@@ -237,23 +236,3 @@ class LocalGenerator(Generator):
             runner.prefill_segments(seg_ids, cache, lease.segments)
             lease.store(cache.layers(), [len(s) for s in seg_ids])
             return sum(len(s) for s in seg_ids[lease.segments :])
-
-    # -- the model runner's calls, for callers that hold the generator ---------------------------
-
-    @property
-    def model(self) -> Decoder:
-        """The loaded decoder."""
-        return self.runner.model
-
-    def new_cache(self, past: Layers | None = None) -> KVCache:
-        """A cache seeded with per-layer (K, V) (copied), or empty (:meth:`ModelRunner.new_cache`)."""
-        return self.runner.new_cache(past)
-
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, *,
-                mask: torch.Tensor | None = None, stop_after: int | None = None) -> torch.Tensor | None:
-        """One :meth:`Decoder.forward` under the model lock (:meth:`ModelRunner.forward`)."""
-        return self.runner.forward(ids, positions, cache, mask=mask, stop_after=stop_after)
-
-    def prefill_segments(self, seg_ids: list[list[int]], cache: KVCache, first: int) -> torch.Tensor:
-        """Run segments ``seg_ids[first:]`` on top of ``cache`` (:meth:`ModelRunner.prefill_segments`)."""
-        return self.runner.prefill_segments(seg_ids, cache, first)

@@ -30,6 +30,10 @@ DOCS = {
                              "  possible) inserts *references* into it to the objects found in the original.\n\n"
                              "* A *deep copy* constructs a new compound object and then, recursively, inserts\n"
                              "  *copies* into it of the objects found in the original."),
+    "library/logging.rst.txt": ("When a logger is created, the level is set to NOTSET (which causes all messages "
+                                "to be processed when the logger is the root logger, or delegation to the parent "
+                                "when the logger is a non-root logger). Note that the root logger is created with "
+                                "level WARNING by default."),
     "nq/1200.txt": "`` It Is Well With My Soul '' is a hymn penned by hymnist Clarence Thomas and composed by "
                    "Philip Bliss . First published in Gospel Songs No. 2 by Ira Sankey and Bliss ( 1876 ) , it is "
                    "possibly the most influential and enduring in the Bliss repertoire .",
@@ -109,3 +113,11 @@ def test_a_sentence_after_an_unbacked_one_answers_nothing_by_referring_back(idx:
           "found in the original.")
     assert verdict(idx, q, "Use the `deep_copy()` function. " + it) == ("not_backed", [False, True])
     assert verdict(idx, q, "Use the `copy.deepcopy()` function. " + it) == ("supported", [True, True])
+
+
+def test_a_qualifier_of_the_question_must_be_in_the_backing(idx: Index) -> None:
+    # the folder set's free answer: NOTSET is the level of a logger when created, not the root logger's
+    # default
+    q = "What is the default level of the root logger?"
+    assert verdict(idx, q, "The default level of the root logger is NOTSET.") == ("not_backed", [True])
+    assert verdict(idx, q, "The default level of the root logger is WARNING.") == ("supported", [True])

@@ -52,6 +52,11 @@ A sentence that refers back (opening with "It", "This", "They") right after a se
 answers nothing either: its subject is the unbacked one's ("... use the `deep_copy()` function. This
 method creates a deep copy of the given object." is backed by the passage's `copy.deepcopy`).
 
+A question's qualifier ("default", "oldest", "maximum": `QUALIFIERS`, each with the words that say the
+same) must be held by the backing sentences or the sentences before them (`qualified`): "The default
+level of the root logger is NOTSET." is backed by "When a logger is created, the level is set to
+NOTSET", a value for another case than the one asked.
+
 What counts as flagged is what the reader sees: an answer is withheld (``not_backed``) or marked
 (``partial``, at least one `UNSUPPORTED_MARK` in what is shown) or neither (``supported``), and
 `bench.answers` measures the check's precision over the first two together.
@@ -119,6 +124,12 @@ _TRAILING = re.compile(r"(\w+)\W*$")
 #: A sentence whose subject is the sentence before it ("This method creates a deep copy ..."): after a
 #: sentence no passage backs, its subject is what no passage says, and it answers nothing.
 _REFERS = re.compile(r"(it|its|this|these|that|they|their)\b", re.I)
+
+#: Words that qualify what a question asks for (the default value, the oldest event), each with the words
+#: that say the same: the sentence backing an answer must hold one of them (`qualified`).
+QUALIFIERS = (frozenset({"default", "defaults"}), frozenset({"oldest", "earliest", "first"}),
+              frozenset({"latest", "newest", "last"}), frozenset({"maximum", "max", "largest", "highest"}),
+              frozenset({"minimum", "min", "smallest", "lowest"}))
 
 #: The verdicts, in order from best to worst.
 VERDICTS = ("supported", "partial", "not_backed")
@@ -227,12 +238,25 @@ def _before(evidence: Sequence[Evidence], hits: Sequence[Hit]) -> list[str]:
     return out
 
 
+def qualified(question: str, s: Support, hits: Sequence[Hit] = ()) -> bool:
+    """Whether each qualifier of ``question`` (`QUALIFIERS`: "default", "oldest") is held, in one of
+    its words, by ``s``'s backing sentences or the sentences before them (`_before`): a value stated
+    for another case than the one asked ("When a logger is created, the level is set to NOTSET" for
+    the root logger's default level) answers nothing. True for a sentence with no backing sentence."""
+    asked = [group for group in QUALIFIERS if any(w.lower() in group for w in words(question))]
+    if not asked or not s.evidence:
+        return True
+    held = {w.lower() for t in [*(e.text for e in s.evidence), *_before(s.evidence, hits)] for w in words(t)}
+    return all(group & held for group in asked)
+
+
 def kind_of(question: str, support: Sequence[Support], hits: Sequence[Hit] = ()) -> str:
     """``supported``, ``partial`` or ``not_backed`` for an answer whose sentences are ``support``,
     checked against ``hits`` (the retrieved passages; none: the topic rule is skipped)."""
     responsive = [s for i, s in enumerate(support) if s.supported and answers(question, s.sentence)
                   and on_topic(question, s, hits) and on_question(question, s, hits)
-                  and not (i and not support[i - 1].supported and _REFERS.match(s.sentence))]
+                  and not (i and not support[i - 1].supported and _REFERS.match(s.sentence))
+                  and qualified(question, s, hits)]
     if not responsive:
         return "not_backed"
     return "supported" if all(s.supported for s in support) else "partial"

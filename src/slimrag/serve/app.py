@@ -36,7 +36,8 @@ KV events and routed plans (issue 31)
     second search (`slimrag.serve.planned`). Without either, nothing changes.
     ``GET /healthz`` also reports the chats being answered (``load``: ``chats`` in flight, and
     ``waiting``, those not past their first piece: queued or prefilling), so a router can weigh
-    the load of clients that come here directly (`slimrag.route.kv_policy`).
+    the load of clients that come here directly (`slimrag.route.kv_policy`). A streamed chat is
+    counted until its response ends, however the client leaves (`ChatLoad.streamed`).
 
 Errors and limits
     Connections are guarded before any of this runs (`slimrag.api.connections`: a request head

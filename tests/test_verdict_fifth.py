@@ -34,6 +34,14 @@ DOCS = {
                                 "to be processed when the logger is the root logger, or delegation to the parent "
                                 "when the logger is a non-root logger). Note that the root logger is created with "
                                 "level WARNING by default."),
+    "library/socket.rst.txt": (".. function:: getdefaulttimeout()\n\n   Return the default timeout in seconds (float) "
+                               "for new socket objects. A value of ``None`` indicates that new socket objects have "
+                               "no timeout.\n\n.. function:: setdefaulttimeout(timeout)\n\n   Set the default "
+                               "timeout in seconds (float) for new socket objects."),
+    "library/datetime.rst.txt": (".. classmethod:: date.fromisoformat(date_string)\n\n   Return a :class:`date` "
+                                 "corresponding to a *date_string* given in any valid ISO 8601 format.\n\n"
+                                 "If date is a :class:`.datetime` object, its time components and "
+                                 ":attr:`.tzinfo` attributes are ignored."),
     "nq/1200.txt": "`` It Is Well With My Soul '' is a hymn penned by hymnist Clarence Thomas and composed by "
                    "Philip Bliss . First published in Gospel Songs No. 2 by Ira Sankey and Bliss ( 1876 ) , it is "
                    "possibly the most influential and enduring in the Bliss repertoire .",
@@ -121,3 +129,22 @@ def test_a_qualifier_of_the_question_must_be_in_the_backing(idx: Index) -> None:
     q = "What is the default level of the root logger?"
     assert verdict(idx, q, "The default level of the root logger is NOTSET.") == ("not_backed", [True])
     assert verdict(idx, q, "The default level of the root logger is WARNING.") == ("supported", [True])
+
+
+def test_code_answering_which_function_does_what_is_asked(idx: Index) -> None:
+    # the folder set's free answer named setdefaulttimeout, whose passage says "Set", for "returns"
+    q = "Which function returns the default timeout for new socket objects?"
+    right = "The :func:`getdefaulttimeout` function returns the default timeout in seconds for new socket objects."
+    assert verdict(idx, q, right) == ("supported", [True])
+    wrong = "The :func:`setdefaulttimeout` function returns the default timeout in seconds for new socket objects."
+    assert verdict(idx, q, wrong) == ("not_backed", [True])
+
+
+def test_a_way_is_answered_by_its_verb_or_by_code() -> None:
+    # the folder set's free answer: a backed definition that says nothing of parsing
+    q = "How do I parse an ISO 8601 date string into a date object?"
+    assert not answers(q, "The `date` class in Python is a built-in datetime object.")
+    assert answers(q, "Use `date.fromisoformat()` on the string.")
+    assert answers(q, "You parse it with the date class's ISO 8601 constructor.")
+    # a light verb asks for nothing ("make" need not be repeated)
+    assert answers("How do I make a deep copy of an object?", "A deep copy constructs a new compound object.")

@@ -57,6 +57,13 @@ same) must be held by the backing sentences or the sentences before them (`quali
 level of the root logger is NOTSET." is backed by "When a logger is created, the level is set to
 NOTSET", a value for another case than the one asked.
 
+A question for a way ("How do I parse an ISO 8601 date string ...?", `_HOW_TO`) is answered by a
+sentence that says the asked verb or names code the question does not ("The `date` class in Python is
+a built-in datetime object." does neither), and one for code that does something ("Which function
+returns the default timeout ...?", `_WHICH_CODE`) by code whose backing says that verb
+(`does_what_asked`: `setdefaulttimeout`'s passage says "Set the default timeout"); light verbs
+("makes", "does") ask for nothing.
+
 What counts as flagged is what the reader sees: an answer is withheld (``not_backed``) or marked
 (``partial``, at least one `UNSUPPORTED_MARK` in what is shown) or neither (``supported``), and
 `bench.answers` measures the check's precision over the first two together.
@@ -131,6 +138,17 @@ QUALIFIERS = (frozenset({"default", "defaults"}), frozenset({"oldest", "earliest
               frozenset({"latest", "newest", "last"}), frozenset({"maximum", "max", "largest", "highest"}),
               frozenset({"minimum", "min", "smallest", "lowest"}))
 
+#: Verbs that say little of an action: a question's "how do I make ...", "which flag makes ..." asks
+#: for no verb the answer must repeat (`_light`).
+_LIGHT_VERBS = frozenset("make makes do does get gets have has give gives let lets use uses take takes".split())
+
+#: "How do I <verb> ...?": a way to do something, which an answer states by the verb or by code it names.
+_HOW_TO = re.compile(r"^\W*how (?:do|can|should|would|could) (?:i|you|we|one) (?:\w+ly )?(\w+)", re.I)
+
+#: "Which function returns ...?": the verb after a kind of code is what the code must be documented doing.
+_WHICH_CODE = re.compile(r"\bwhich (?:[\w.-]+ ){0,2}?(?:function|method|class|module|exception|attribute|"
+                         r"decorator|parameter|argument|flag|option|action|constant|variable)s? (\w+)", re.I)
+
 #: The verdicts, in order from best to worst.
 VERDICTS = ("supported", "partial", "not_backed")
 
@@ -171,6 +189,10 @@ def answers(question: str, sentence: str) -> bool:
         # it introduces what follows (a list, code): it answers by the code it names, unless it already
         # states the date or number asked ("Stage 3 has 4 parts, as follows:")
         return _new_code(question, sentence, asked)
+    way = _HOW_TO.search(question)
+    if way and not _light(way.group(1)) and stem(way.group(1)) not in content_words(sentence) \
+            and not _new_code(question, sentence, asked):
+        return False  # "How do I parse ...?" is not answered by "The `date` class is a built-in object."
     if kind not in TYPED or typed:
         return True
     if kind != "name":
@@ -250,13 +272,31 @@ def qualified(question: str, s: Support, hits: Sequence[Hit] = ()) -> bool:
     return all(group & held for group in asked)
 
 
+def _light(verb: str) -> bool:
+    """Whether ``verb`` says little of an action ("makes", "does", "use"; `_LIGHT_VERBS`, stop words)."""
+    return verb.lower() in _LIGHT_VERBS or verb.lower() in STOPWORDS
+
+
+def does_what_asked(question: str, s: Support) -> bool:
+    """Whether the code a "which function returns ..." question asks for is documented by what backs
+    ``s`` as doing what is asked: the verb after the kind of code (`_WHICH_CODE`; "returns", a light verb
+    aside) is in a backing sentence, not only before it (the function documented before is another). ".. function::
+    setdefaulttimeout(timeout)" is backed, and its passage says "Set the default timeout ...", not
+    "Return". True for other questions and for a sentence with no backing sentence."""
+    m = _WHICH_CODE.search(question)
+    if m is None or _light(m.group(1)) or not s.evidence:
+        return True
+    verb = stem(m.group(1))
+    return any(verb in content_words(e.text) for e in s.evidence)
+
+
 def kind_of(question: str, support: Sequence[Support], hits: Sequence[Hit] = ()) -> str:
     """``supported``, ``partial`` or ``not_backed`` for an answer whose sentences are ``support``,
     checked against ``hits`` (the retrieved passages; none: the topic rule is skipped)."""
     responsive = [s for i, s in enumerate(support) if s.supported and answers(question, s.sentence)
                   and on_topic(question, s, hits) and on_question(question, s, hits)
                   and not (i and not support[i - 1].supported and _REFERS.match(s.sentence))
-                  and qualified(question, s, hits)]
+                  and qualified(question, s, hits) and does_what_asked(question, s)]
     if not responsive:
         return "not_backed"
     return "supported" if all(s.supported for s in support) else "partial"

@@ -46,7 +46,7 @@ from slimrag.llm.weights import LoadedModel, load_model
 #: process reads K/V another schedule computed.
 PREFILL_SCHEDULES = {"segments": "prefill=segment-forwards", "rows": "prefill=one-pass-rows-v1",
                      "chunks": "prefill=one-pass-chunks64-v1",
-                     "bf16": f"prefill=one-pass-bf16-chunks{bf16.CHUNK}-v1"}
+                     "bf16": f"prefill=one-pass-{bf16.SCHEDULE}"}
 
 
 class ModelRunner:

@@ -9,14 +9,31 @@ a 1,300-token prompt); the residual stream, the norms and the K/V the cache stor
 
 Exactness. The KV tree's contract (same passages in the same order: tokens with the cache equal
 tokens without it) needs a row's product to be independent of the rows sharing its call. oneDNN's
-bfloat16 GEMM is checked to be so at one call shape (:mod:`slimrag.llm.engine.prefill`), so every
-product call takes exactly :data:`CHUNK` rows (the last padded with zeros), as float32's
-``chunks`` mode does.
+bfloat16 GEMM is so at a fixed call shape, not across shapes in general: at 2 threads here a
+256-row call of the ``down`` product and a 512-row call of ``qkv`` sum some rows otherwise than
+128-row calls do, while 64-, 256- and 512-row calls of the other products give every row bitwise
+the 128-row result (at 1 thread every size from 64 to 512 does; below 64 another kernel runs).
+So each product call takes one of a few fixed sizes, padded with zeros: a pass's rows run in
+:data:`WIDE`-row calls where the product's check allowed that size, the rest in :data:`CHUNK`-row
+calls, and a last remainder of at most :data:`SHORT` rows in one :data:`SHORT`-row call where
+allowed. The load checks every size against :data:`CHUNK` on layer 0's own weights at the
+process's thread count (:func:`sizes`, :mod:`slimrag.llm.engine.prefill`), every layer takes
+layer 0's answer (the kernel is chosen by shape, checked on all layers in
+``tests/test_bf16_calls.py``), and a product called at another thread count than its check's
+falls back to :data:`CHUNK`-row calls. A row's K/V are then the same whichever pass computed it.
+
+Prepacked. Each copy is held in oneDNN's blocked layout for the tile kernel
+(``torch.ops.mkldnn._reorder_linear_weight``), multiplied by ``_linear_pointwise``: a plain
+matrix is reordered into that layout inside every call, which at 128 rows cost ~25% of the
+product (``docs/benchmarks.md``). The packed product of a row equals ``torch.mm``'s at the
+same call size (checked), so packing changes no number.
 
 Knobs (defaults):
 
-- :data:`CHUNK` = 128 rows per call: 64 ran the products ~1.4x slower here, 256 ~1.15x faster
-  but pads a lone question (~20 tokens) to 256 rows.
+- :data:`CHUNK` = 128 rows: the reference call size (64 ran the products ~1.4x slower here).
+- :data:`WIDE` = (512, 256): larger calls for long passes, tried widest first; 512-row calls ran
+  the 1,345-token prompt's products ~1.5x faster than 128-row ones at 2 threads.
+- :data:`SHORT` = 64: a warm question (~20 tokens) pads to 64 rows, not 128.
 - :data:`SHARE` = 0.25 of the machine's memory for the copy (2 bytes per weight of the layers'
   four products: 212 MB for SmolLM2-135M, ~2.4 GB for a 1.2B model, 13 GB for a 7B one, which
   then keeps the quantized ``rows`` prefill).
@@ -24,7 +41,9 @@ Knobs (defaults):
 
 from __future__ import annotations
 
+import itertools
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -33,8 +52,15 @@ from slimrag.cpu import bf16_units
 from slimrag.llm.engine.gguf import dequantize_rows
 from slimrag.llm.engine.qlinear import QuantLinear, QuantPart
 
-#: Rows per bfloat16 product call (module header).
+#: Rows per bfloat16 product call, the reference size every other size is checked against (module header).
 CHUNK = 128
+#: Larger call sizes for a long pass, widest first, each used only where its check allowed it (module header).
+WIDE = (512, 256)
+#: The call size for a pass's last remainder of at most this many rows, where allowed (module header).
+SHORT = 64
+#: The schedule's name in the KV namespace (``ModelRunner.namespace``): a new one whenever the
+#: products' call sizes or kernels change, so no process reads K/V another schedule computed.
+SCHEDULE = f"bf16-packed-chunks{CHUNK}-wide-short{SHORT}-v2"
 #: The share of the machine's memory the bfloat16 copy may take (module header).
 SHARE = 0.25
 
@@ -68,12 +94,42 @@ def fits(copy_bytes: int, device: torch.device, dtype: torch.dtype) -> bool:
             and copy_bytes <= SHARE * memory_bytes())
 
 
-def copy(w: torch.Tensor | QuantLinear) -> torch.Tensor:
-    """``w`` as a contiguous bfloat16 matrix (a quantized one dequantized one stored part at a time,
-    never held in float32)."""
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """One product's bfloat16 weights, prepacked for oneDNN (module header), and the call sizes
+    its rows may run in besides :data:`CHUNK`: ``wide`` (0: none) and ``short`` (whether
+    :data:`SHORT`-row calls are allowed), both checked at ``threads`` torch threads."""
+
+    packed: torch.Tensor
+    wide: int = 0
+    short: bool = False
+    threads: int = 0
+
+    @property
+    def shape(self) -> torch.Size:
+        """``[out_features, in_features]``, as the weight's."""
+        return self.packed.shape
+
+    def dense(self) -> torch.Tensor:
+        """The bfloat16 matrix itself (plain layout): for tests and checks."""
+        return self.packed.to_dense()
+
+    def allowing(self, wide: int, short: bool) -> Copy:
+        """The same weights, allowed ``wide``- and (``short``) :data:`SHORT`-row calls at this
+        process's thread count."""
+        return Copy(self.packed, wide, short, torch.get_num_threads())
+
+
+def copy(w: torch.Tensor | QuantLinear, like: Copy | None = None) -> Copy:
+    """``w`` as a prepacked bfloat16 :class:`Copy` (a quantized one dequantized one stored part at
+    a time, never held in float32), allowed :data:`CHUNK`-row calls only, or the call sizes of
+    ``like`` (the same product of layer 0, already checked: :func:`sizes`)."""
     if isinstance(w, torch.Tensor):
-        return w.to(torch.bfloat16).contiguous()
-    return torch.cat([_dequantized(p).to(torch.bfloat16) for p in w.parts])
+        plain = w.to(torch.bfloat16).contiguous()
+    else:
+        plain = torch.cat([_dequantized(p).to(torch.bfloat16) for p in w.parts])
+    packed = Copy(torch.ops.mkldnn._reorder_linear_weight(plain, CHUNK))
+    return packed if like is None else Copy(packed.packed, like.wide, like.short, like.threads)
 
 
 def _dequantized(part: QuantPart) -> torch.Tensor:
@@ -83,16 +139,55 @@ def _dequantized(part: QuantPart) -> torch.Tensor:
     return torch.from_numpy(dequantize_rows(part.raw, part.ggml_type))
 
 
-def linear(x: torch.Tensor, w16: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``x @ w16.T``: ``x`` rounded to bfloat16, in calls of exactly :data:`CHUNK` rows (the last
+def calls(n: int, w: Copy) -> list[int]:
+    """The call sizes, in order, that ``n`` rows run in through ``w`` (module header): ``w.wide``
+    while that many rows remain, then :data:`CHUNK`, the last remainder of at most
+    :data:`SHORT` rows in one :data:`SHORT`-row call where allowed; the last call padded. At
+    another thread count than ``w``'s check, :data:`CHUNK` only."""
+    checked = w.threads == torch.get_num_threads()
+    wide = w.wide if checked else 0
+    out = [wide] * (n // wide) if wide else []
+    rest = n - sum(out)
+    while rest > 0:
+        size = SHORT if checked and w.short and rest <= SHORT else CHUNK
+        out.append(size)
+        rest -= size
+    return out
+
+
+def product(x: torch.Tensor, w: Copy) -> torch.Tensor:
+    """``x`` (bfloat16, rows exactly one allowed call size) times ``w``: one oneDNN call."""
+    return torch.ops.mkldnn._linear_pointwise(x, w.packed, None, "none", [], "")
+
+
+def linear(x: torch.Tensor, w16: Copy, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ w16.T``: ``x`` rounded to bfloat16, in the calls :func:`calls` gives (the last
     padded with zeros); bfloat16 out, or float32 with ``bias`` added."""
     n, k = x.shape
-    m = n + (-n % CHUNK)
+    sizes = calls(n, w16)
+    m = sum(sizes)
     xb = torch.empty(m, k, dtype=torch.bfloat16, device=x.device)
     xb[:n] = x
     xb[n:] = 0
-    y = torch.empty(m, w16.shape[0], dtype=torch.bfloat16, device=x.device)
-    wt = w16.t()
-    for i in range(0, m, CHUNK):
-        torch.mm(xb[i : i + CHUNK], wt, out=y[i : i + CHUNK])
+    if len(sizes) == 1:
+        y = product(xb, w16)
+    else:
+        starts = [0, *itertools.accumulate(sizes)][:-1]
+        y = torch.cat([product(xb[s : s + size], w16) for s, size in zip(starts, sizes, strict=True)])
     return y[:n] if bias is None else y[:n].float() + bias
+
+
+def sizes(w: Copy, seed: int = 0) -> Copy:
+    """``w`` allowed the widest of :data:`WIDE` and :data:`SHORT` whose calls give random rows
+    bitwise the result of :data:`CHUNK`-row calls, at this process's thread count (neither where
+    none does)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    rows = max(WIDE)
+    x = torch.randn(rows, w.shape[1], generator=gen).to(torch.bfloat16)
+
+    def through(size: int) -> torch.Tensor:
+        return torch.cat([product(x[i : i + size], w) for i in range(0, rows, size)])
+
+    ref = through(CHUNK)
+    wide = next((s for s in WIDE if rows % s == 0 and torch.equal(through(s), ref)), 0)
+    return w.allowing(wide, torch.equal(through(SHORT), ref))

@@ -72,11 +72,12 @@ def _products(layer: LayerWeights) -> tuple[torch.Tensor | QuantLinear, ...]:
     return layer.attn.qkv, layer.attn.o, layer.gate_up, layer.down
 
 
-def _bf16_layer(layer: LayerWeights) -> tuple[torch.Tensor, ...]:
-    return tuple(bf16.copy(w) for w in _products(layer))
+def _bf16_layer(layer: LayerWeights, like: tuple[bf16.Copy, ...] | None = None) -> tuple[bf16.Copy, ...]:
+    """``layer``'s four bfloat16 copies, allowed the call sizes of ``like``'s (layer 0's, checked)."""
+    return tuple(bf16.copy(w, like[i] if like else None) for i, w in enumerate(_products(layer)))
 
 
-def _mul(x: torch.Tensor, w: torch.Tensor | QuantLinear, w16: torch.Tensor | None,
+def _mul(x: torch.Tensor, w: torch.Tensor | QuantLinear, w16: bf16.Copy | None,
          bias: torch.Tensor | None = None, dense: int | None = None) -> torch.Tensor:
     """``x @ w.T (+ bias)``: through the bfloat16 copy ``w16`` where one is held (bfloat16 out,
     float32 with a bias), else the weight's own product."""
@@ -110,7 +111,7 @@ class Decoder:
         self._warm_lock = threading.Lock()
         self.fused_step = step_supported(self)  # a quantized model's one-token forwards run fused
         self.saved_steps = saved_steps if saved_steps is not None else SavedSteps()
-        self._bf16: list[tuple[torch.Tensor, ...]] | None = None
+        self._bf16: list[tuple[bf16.Copy, ...]] | None = None
         self._bf16_lock = threading.Lock()
         #: How prompts are prefilled, where the loader settled it (``prefill_mode``'s answer): the
         #: runner then takes it as it is, so one decision rules every forward of the model.
@@ -121,7 +122,7 @@ class Decoder:
         return sum(2 * w.shape[0] * w.shape[1] for layer in self.layers for w in _products(layer))
 
     def bf16_weights(self, layers: int | None = None, *,
-                     first: tuple[torch.Tensor, ...] | None = None) -> list[tuple[torch.Tensor, ...]]:
+                     first: tuple[bf16.Copy, ...] | None = None) -> list[tuple[bf16.Copy, ...]]:
         """Each layer's ``(qkv, o, gate_up, down)`` as bfloat16 (a quantized weight dequantized one
         tensor at a time, never held in float32), built on the first call and then held: the
         products of a bfloat16 prefill (:mod:`slimrag.llm.engine.prefill`), :meth:`bf16_bytes` on
@@ -129,7 +130,8 @@ class Decoder:
         through them too (blend's and one-forward-per-segment prefills compute as the one-pass
         prefill does). ``layers``: the first ``layers`` only, built afresh and not held (the
         prefill's exactness check needs layer 0's). ``first``: layer 0's copy already built that
-        way, taken as is where the copy is not held yet."""
+        way (its call sizes settled: :func:`slimrag.llm.engine.bf16.sizes`), taken as is where the
+        copy is not held yet; every other layer's products are allowed its products' call sizes."""
         if layers is not None:
             return [_bf16_layer(layer) for layer in self.layers[:layers]]
         if first is not None and [t.shape for t in first] != [w.shape for w in _products(self.layers[0])]:
@@ -137,7 +139,7 @@ class Decoder:
         with self._bf16_lock:
             if self._bf16 is None:
                 built = [first] if first is not None else []
-                self._bf16 = built + [_bf16_layer(layer) for layer in self.layers[len(built):]]
+                self._bf16 = built + [_bf16_layer(layer, first) for layer in self.layers[len(built):]]
             return self._bf16
 
     def warm_step(self, *, wait: bool = True) -> None:

@@ -18,9 +18,9 @@ where the row sits. :func:`prefill_mode` checks it on the model's own matrices a
 
 - ``bf16`` (the default on a CPU with AMX bfloat16 tiles, where the copy fits: a quantized CPU
   model without ``dense_rows``, settled at load; :mod:`slimrag.llm.engine.bf16`): products and attention in
-  bfloat16 over a held bfloat16 copy of the layers' weights (212 MB for SmolLM2-135M), every
-  product call exactly :data:`slimrag.llm.engine.bf16.CHUNK` rows (padded), checked as for
-  ``chunks``; K/V, norms and the residual stream stay float32. ~2.6x the ``rows`` prefill's
+  bfloat16 over a held bfloat16 copy of the layers' weights (212 MB for SmolLM2-135M, prepacked), every
+  product call one of a few fixed sizes (padded: 512 or 256 rows for a long pass where that size
+  gives each row the 128-row result, 128, 64 for a short remainder), checked as for ``chunks``; K/V, norms and the residual stream stay float32. ~2.6x the ``rows`` prefill's
   tokens/s on a 1,345-token prompt here (``docs/benchmarks.md``). Against float32 it is another
   computation of the same weights (greedy agreement in ``bench/quant_agreement.py``);
 - ``rows`` (a quantized model without ``dense_rows``): each weight's kernel over all rows at
@@ -76,11 +76,12 @@ def bf16_fits(model: Decoder) -> bool:
 
 
 def _product(x: torch.Tensor, w: Any, bias: torch.Tensor | None, mode: str = ROWS,
-             w16: torch.Tensor | None = None) -> torch.Tensor:
+             w16: bf16.Copy | None = None) -> torch.Tensor:
     """``x @ w.T (+ bias)``: ``rows``: the weight's own product (a float ``F.linear`` or a
     quantized weight's kernel); ``chunks``: float32 (a quantized weight's dense copy) in calls of
     :data:`CHUNK` rows; ``bf16``: ``x`` rounded to bfloat16 times ``w16`` (the weight's bfloat16
-    copy) in calls of :data:`slimrag.llm.engine.bf16.CHUNK` rows, bfloat16 out (float32 with a bias)."""
+    copy) in the fixed-size calls :func:`slimrag.llm.engine.bf16.calls` gives, bfloat16 out (float32
+    with a bias)."""
     if mode == BF16:
         assert w16 is not None, "bf16 products need the weight's bfloat16 copy"
         return bf16.linear(x, w16, bias)
@@ -98,13 +99,13 @@ def _product(x: torch.Tensor, w: Any, bias: torch.Tensor | None, mode: str = ROW
 
 
 def _row_independent(model: Decoder, mode: str, seed: int,
-                     copies: tuple[torch.Tensor | None, ...] = (None,) * 4) -> bool:
+                     copies: tuple[bf16.Copy | None, ...] = (None,) * 4) -> bool:
     """Whether layer 0's four products give each row the same result whatever rows share its
     call, at several offsets and counts (random rows). ``copies``: layer 0's bfloat16 copy, for
-    ``bf16``."""
+    ``bf16``, its call sizes settled (the counts then reach its widest calls)."""
     layer = model.layers[0]
     mats = [layer.attn.qkv, layer.attn.o, layer.gate_up, layer.down]
-    chunk = bf16.CHUNK if mode == BF16 else CHUNK
+    chunk = max(bf16.WIDE) if mode == BF16 else CHUNK
     gen = torch.Generator(device="cpu").manual_seed(seed)
     rows = chunk + 24
     cuts = [(0, 1), (5, 7), (9, 12), (20, 27), (30, 47), (10, 10 + chunk + 3), (0, rows)]
@@ -117,17 +118,23 @@ def _row_independent(model: Decoder, mode: str, seed: int,
     return True
 
 
+def _first_copy(model: Decoder, seed: int) -> tuple[bf16.Copy, ...]:
+    """Layer 0's bfloat16 copy, each product allowed the call sizes :func:`bf16.sizes` checks."""
+    return tuple(bf16.sizes(w, seed) for w in model.bf16_weights(layers=1)[0])
+
+
 def prefill_mode(model: Decoder, *, seed: int = 0, bf16: bool | None = None) -> str:
     """How this model's prompts may be prefilled in one pass: ``bf16`` where :func:`bf16_fits`
-    (or ``bf16=True``) and a row's bfloat16 product in a :data:`slimrag.llm.engine.bf16.CHUNK`-row call does not
-    depend on its place in the call nor its neighbours (the bfloat16 copy is then built and held:
+    (or ``bf16=True``) and a row's bfloat16 product does not depend on its place in the call nor its
+    neighbours, in calls of the sizes :func:`slimrag.llm.engine.bf16.sizes` allowed each product
+    (each checked against :data:`slimrag.llm.engine.bf16.CHUNK`-row calls; the bfloat16 copy is then built and held:
     :meth:`Decoder.bf16_weights`); else ``rows`` for a quantized model without ``dense_rows``
     whose kernel's rows are independent; else ``chunks`` where the same holds for float32 in
     :data:`CHUNK`-row calls; else ``segments`` (one forward per segment). Each checked on layer
     0's projections with random rows at several offsets and counts (the output head multiplies
     one row per pass, so it needs no check; leaving it out keeps the check under ~0.1 s)."""
     if bf16_fits(model) if bf16 is None else bf16:
-        first = model.bf16_weights(layers=1)[0]
+        first = _first_copy(model, seed)
         if _row_independent(model, BF16, seed, first):
             model.bf16_weights(first=first)  # layer 0's copy is the check's, not built again
             return BF16

@@ -137,9 +137,10 @@ class ChatLoad:
 
 class _CountedStream(StreamingResponse):
     """A streamed chat that leaves `ChatLoad` and stops its worker when the response ends, whatever
-    the client did. Not in the chunks' own ``finally``: a client that leaves before the body starts
-    (the disconnect seen as the response begins) has the body cancelled before its first step, so
-    that ``finally`` never runs and ``/healthz`` would count the chat for ever."""
+    the client did. Not in the chunks' own ``finally``: under an ASGI 2.4 server, a client gone as
+    the response begins makes its first send raise before the body starts, so that ``finally``
+    never runs and ``/healthz`` would count the chat for ever; and a body cancelled while it waits
+    at a ``yield`` runs it only when garbage collected."""
 
     def __init__(self, load: ChatLoad, chunks: AsyncGenerator[str, None], source: AsyncGenerator[Any, None]) -> None:
         super().__init__(chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})

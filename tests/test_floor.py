@@ -1,5 +1,5 @@
-"""Search results carry their vector similarity (`Hit.similarity`), and the relevance floor reads it
-instead of searching again (`slimrag.rag.guards`, issue 29 item 5). Against a real index of the test
+"""Search results carry their vector similarity (`Hit.similarity`, and the search's best,
+`Hits.similarity`), and the relevance floor reads it instead of searching again (`slimrag.rag.guards`, issue 29 item 5). Against a real index of the test
 corpus with the real MiniLM embedder: the floor's decision equals the one-hit probe's that hybrid
 ran before on twelve answerable and twelve unrelated questions; each hit's similarity is the exact
 cosine where the search computed one; one turn embeds the question once."""
@@ -25,7 +25,7 @@ from slimrag.prompt import Prompt
 from slimrag.rag.guards import DEFAULT_FLOOR, FLOORS, answerable, best_similarity
 from slimrag.rag.pipeline import RAG
 from slimrag.rag.wire import hit_json
-from slimrag.types import Usage
+from slimrag.types import Hits, Usage
 
 #: Questions the test corpus answers (best cosine 0.51-0.82 with MiniLM)
 ANSWERABLE = ("What is the office cat called?", "Where does Whiskers sleep?", "How do I install slimrag?",
@@ -88,6 +88,19 @@ def test_the_floor_decides_as_the_probe_did(index: Index, mode: str) -> None:
         assert decided == probe(index, [question], hits, DEFAULT_FLOOR, None) == (question in ANSWERABLE), question
         # the best similarity carried is the index's best cosine (the probe's) on this corpus
         assert best_similarity(hits) == pytest.approx(max(cosines(index, question).values()), abs=1e-6)
+
+
+def test_a_search_carries_its_best_cosine_even_when_the_cut_drops_that_chunk(index: Index) -> None:
+    dropped = 0
+    for question in ANSWERABLE + UNRELATED:
+        exact = cosines(index, question)
+        for k in (1, 2):
+            hits = index.search(question, k=k)  # hybrid, the default
+            assert isinstance(hits, Hits) and hits.similarity == pytest.approx(max(exact.values()), abs=1e-6)
+            dropped += max(exact, key=exact.__getitem__) not in {h.chunk_id for h in hits}
+        assert index.search(question, k=2, mode="keyword").similarity is None
+    assert dropped >= 1  # a fused cut without the best vector candidate happened
+    assert best_similarity(list(index.search(ANSWERABLE[0], k=2))) is not None  # a plain list: the hits' own
 
 
 def test_similarity_is_the_exact_cosine_of_each_vector_candidate(index: Index) -> None:

@@ -1,10 +1,11 @@
-"""Plain data records passed between layers: documents, chunks, hits, excerpts, answers.
+"""Plain data records passed between layers: documents, chunks, hits (and a search's `Hits`), excerpts, answers.
 
 They are frozen dataclasses so they can be shared between threads and compared in tests.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,8 +55,8 @@ class Hit:
     computed it: every hit of a vector search (equal to ``score``), and every hybrid hit that was
     among the vector candidates (``SearchConfig.candidates``, 50) or was embedded by the search
     itself (a chunk awaiting its vector, `slimrag.index.query`). None for a hybrid hit that only
-    the keyword search found and for every keyword-mode hit (no query vector there). The relevance
-    floor reads it (`slimrag.rag.guards`): it is the one score with an absolute scale."""
+    the keyword search found and for every keyword-mode hit (no query vector there). Unlike
+    ``score`` it has an absolute scale, comparable across queries; the search's best is `Hits.similarity`."""
 
     chunk_id: int
     score: float
@@ -81,6 +82,23 @@ class Hit:
         """Where a passage is, as a citation shows it: ``guide.pdf#3 (p. 2)``, or the label alone."""
         page = self.page
         return self.label if page is None else f"{self.label} (p. {page})"
+
+
+class Hits(list[Hit]):
+    """The hits of one search, best first (a plain list of `Hit` to every caller), carrying
+    ``similarity``: the best cosine the search computed between the query and any chunk it scored
+    by vector (its vector candidates, filled ones included), None when it scored none (keyword
+    mode, an index without vectors). In hybrid mode that chunk need not be among the hits (the fused
+    cut keeps ``k`` of ``SearchConfig.candidates``), so it can exceed every `Hit.similarity`. The
+    relevance floor reads it (`slimrag.rag.guards`) instead of searching again, as hnswlib's
+    ``knn_query`` returns distances with the labels. A list made from hits (sorted, sliced, merged)
+    is a plain list again, without it."""
+
+    __slots__ = ("similarity",)
+
+    def __init__(self, hits: Iterable[Hit] = (), similarity: float | None = None) -> None:
+        super().__init__(hits)
+        self.similarity = similarity
 
 
 @dataclass(frozen=True, slots=True)

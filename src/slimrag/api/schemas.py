@@ -40,7 +40,9 @@ Responses
     recompute set) and ``reuse`` (``"exact"``: cached tokens are bitwise what a fresh prefill
     gives; ``"blend"``: passages were reused out of their first context, see
     `slimrag.llm.kv.blend`). OpenAI clients read ``cached_tokens`` and ignore the rest. Hits,
-    passages, evidence and support are sent in the shape every shell sends (`slimrag.rag.wire`).
+    passages, evidence and support are sent in the shape every shell sends (`slimrag.rag.wire`):
+    a hit's ``score`` ranks it within its search, its ``similarity`` is its cosine with the query
+    (``null`` for a hit only keyword search found; `slimrag.types.Hit.similarity`).
     `ErrorBody` is the error shape.
 """
 

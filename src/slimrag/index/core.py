@@ -60,7 +60,7 @@ from slimrag.index.sync import IndexSync, SyncReport
 from slimrag.index.writer import IndexWriter
 from slimrag.ingest.chunker import Chunker
 from slimrag.ingest.source import Inputs, PreparedDoc
-from slimrag.types import Chunk, Document, Excerpt, Hit
+from slimrag.types import Chunk, Document, Excerpt, Hits
 
 
 class Index:
@@ -331,12 +331,13 @@ class Index:
 
     # -- reading (IndexQuery, IndexBrowse) ------------------------------------------------------
     def search(self, query: str, k: int = 5, mode: str | None = None, source: str | None = None,
-               config: SearchConfig | None = None) -> list[Hit]:
-        """`IndexQuery.search`: top-k chunks for ``query``, best first."""
+               config: SearchConfig | None = None) -> Hits:
+        """`IndexQuery.search`: top-k chunks for ``query``, best first, with the search's best vector
+        similarity (`Hits.similarity`)."""
         return self._query.search(query, k, mode, source, config)
 
     def search_batch(self, queries: Sequence[str], k: int = 5, source: str | None = None,
-                     config: SearchConfig | None = None) -> list[list[Hit]]:
+                     config: SearchConfig | None = None) -> list[Hits]:
         """`IndexQuery.search_batch`: vector search for many queries at once."""
         return self._query.search_batch(queries, k, source, config)
 

@@ -8,13 +8,16 @@
   `slimrag.index.fusion.fuse` (score-aware: min-max normalised scores, weighted, and a decisive
   keyword match stays first; the strategies and their measurements are in its header), cut to ``k``.
 
-Every hit carries `Hit.similarity`, the query's cosine with the chunk where the search computed
-it: a vector hit's score; in hybrid, the cosine of each fused hit that was among the vector
-candidates (filled ones included, below), None for one only the keyword list held (and for every
-keyword-mode hit). The relevance floor (`slimrag.rag.guards`) reads it, so it never searches again.
-A keyword-only hit's cosine is not computed: free on a flat store (its row is read), it costs a
-slim store one chunk embedding per such hit (its rows are recomputed from text), and on disfl_qa
-no floor decision needed it (``bench/floor.py``; docs/benchmarks.md, "Relevance floor").
+Similarity: every hit carries `Hit.similarity`, the query's cosine with the chunk where the
+search computed it: a vector hit's score; in hybrid, the cosine of each fused hit that was among
+the vector candidates (filled ones included, below), None for one only the keyword list held (and
+for every keyword-mode hit). The result, a `Hits` list, also carries the best cosine of all the
+vector candidates (`Hits.similarity`), which the fused cut may have dropped: the relevance floor
+(`slimrag.rag.guards`) reads that, so it never searches again. A keyword-only hit's cosine is not
+computed: free on a flat store (its row is read), it costs a slim store one chunk embedding per
+such hit (its rows are recomputed from text; ~14% of disfl_qa questions have one among their 4
+hits), and no floor decision on disfl_qa needs it (``bench/floor.py``; docs/benchmarks.md,
+"Relevance floor").
 
 The default mode is ``SearchConfig.mode`` (hybrid, chosen by `bench.retrieval`; see
 docs/benchmarks.md), the one default `RAG`, the CLI and the HTTP server read too.
@@ -60,7 +63,7 @@ from slimrag.config import SearchConfig
 from slimrag.errors import RequestError
 from slimrag.index.coverage import Coverage
 from slimrag.index.fusion import Ranked, fuse
-from slimrag.types import Hit
+from slimrag.types import Hit, Hits
 
 if TYPE_CHECKING:
     from slimrag.index.state import IndexState
@@ -86,8 +89,9 @@ class IndexQuery:
         return getattr(self._mine, "coverage", None)
 
     def search(self, query: str, k: int = 5, mode: str | None = None, source: str | None = None,
-               config: SearchConfig | None = None) -> list[Hit]:
-        """Top-k chunks for ``query``, best first.
+               config: SearchConfig | None = None) -> Hits:
+        """Top-k chunks for ``query``, best first, with the best vector similarity the search saw
+        (`Hits.similarity`; module header).
 
         mode: "vector", "keyword" or "hybrid" (both, fused by `slimrag.index.fusion`); None means ``config``'s
         mode, else `SearchConfig`'s default (hybrid). An explicit mode wins over ``config``'s.
@@ -145,7 +149,7 @@ class IndexQuery:
         return sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))[:n], len(todo)
 
     def search_batch(self, queries: Sequence[str], k: int = 5, source: str | None = None,
-                     config: SearchConfig | None = None) -> list[list[Hit]]:
+                     config: SearchConfig | None = None) -> list[Hits]:
         """Vector search for many queries at once: one embedder call, and for a slim index one
         recomputation batch per rerank wave shared by all queries. ``config``, when given, sets
         ``k`` and the slim knobs as in `search`; its mode must be "vector" (ValueError otherwise:
@@ -173,11 +177,12 @@ class IndexQuery:
         ids, scores = store.search(q, k, allow, cfg)
         return [[(int(i), float(s)) for i, s in zip(ids[r], scores[r], strict=True)] for r in range(len(q))]
 
-    def _hits(self, ranked: Ranked, cosines: dict[int, float]) -> list[Hit]:
-        """``ranked`` as hits, each with its ``cosines`` entry as `Hit.similarity` (None if absent)."""
+    def _hits(self, ranked: Ranked, cosines: dict[int, float]) -> Hits:
+        """``ranked`` as hits, each with its ``cosines`` entry as `Hit.similarity` (None if absent),
+        and the best of ``cosines`` as `Hits.similarity`."""
         chunks = self.state.catalog.chunks([i for i, _ in ranked])
-        return [Hit(i, s, chunks[i].text, chunks[i].source, chunks[i].metadata, cosines.get(i))
-                for i, s in ranked if i in chunks]
+        return Hits((Hit(i, s, chunks[i].text, chunks[i].source, chunks[i].metadata, cosines.get(i))
+                     for i, s in ranked if i in chunks), max(cosines.values(), default=None))
 
 
 def _check_query(query: str) -> None:

@@ -14,22 +14,27 @@ Relevance floor (before the model is called)
     ======== =========================================================================
     mode     the question is answerable when ...
     ======== =========================================================================
-    vector   some retrieved hit's `Hit.similarity` (its cosine, = its score) reaches ``floor``
-    hybrid   some retrieved hit's `Hit.similarity` reaches ``floor``: the search carries
-             the cosine of every hit that was among its vector candidates (a hit only
-             the keyword search found has None and does not count), so no second search
+    vector   the search's best similarity reaches ``floor`` (`best_similarity`: its best
+             cosine, which is its first hit's score)
+    hybrid   the search's best similarity reaches ``floor``: the best cosine among its
+             vector candidates, carried with the hits (`Hits.similarity`), whether or
+             not that chunk survived the fused cut; so no second search
     keyword  keyword search found something and a one-hit vector search of each query
              (same ``source`` filter) reaches ``floor``: keyword mode has no query
              vector, and keeping this probe there costs keyword mode what it cost before
              (an embedding and a vector search) while vector and hybrid pay nothing
     ======== =========================================================================
 
-    In vector and hybrid mode the floor so compares the best cosine among the passages the
-    model would be shown, against the query retrieval ran (a follow-up's condensed query,
-    `slimrag.rag.condense`). Until issue 29 hybrid ran the keyword mode's probe, whose cosine is
-    the best of the whole index; the two decisions agree on the test corpus's answerable and
-    unrelated questions (tests/test_floor.py) and on disfl_qa (``python -m bench.guards
-    --floor``; docs/benchmarks.md, "Relevance floor").
+    Hits that are not one search's own list (sorted, merged: a plain list) fall back to the best
+    `Hit.similarity` among them. The similarity is that of the query retrieval ran (a follow-up's
+    condensed query, `slimrag.rag.condense`), where the probe took the best over the question and
+    its condensed query. Until issue 29 hybrid ran the keyword mode's probe; on a flat index the
+    carried value is the probe's cosine exactly (the same exact search, 50 wide instead of 1); a
+    slim index's walk for 50 candidates is wider than the probe's for 1. Measured
+    (``python -m bench.floor``; docs/benchmarks.md, "Relevance floor"): no decision changes on the
+    test corpus's answerable and unrelated questions (tests/test_floor.py), on 7,999 disfl_qa
+    questions or on 200 follow-ups. Reading only the hits' own similarity instead would refuse 37
+    of those disfl_qa questions (0.46%) that the probe let through: their best chunk was cut.
 
     ``floor`` 0.28 is measured for all-MiniLM-L6-v2 (the default embedder): on the test corpus
     (tests/conftest.py's DOCS) twelve unrelated questions ("What is the capital of France?",
@@ -62,7 +67,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from slimrag.types import Hit
+from slimrag.types import Hit, Hits
 
 #: The fixed reply when no passage reaches the relevance floor.
 NO_ANSWER = ("I found nothing in the indexed files about this, so I cannot answer it from them. "
@@ -105,14 +110,17 @@ FloorCheck = Callable[[Searcher, Sequence[str], Sequence[Hit], float, "str | Non
 
 
 def best_similarity(hits: Sequence[Hit]) -> float | None:
-    """The highest `Hit.similarity` among ``hits``, None when none carries one."""
+    """The best cosine the search of ``hits`` saw: `Hits.similarity` for a search's own result,
+    else the highest `Hit.similarity` among them; None when neither is known."""
+    if isinstance(hits, Hits) and hits.similarity is not None:
+        return hits.similarity
     return max((h.similarity for h in hits if h.similarity is not None), default=None)
 
 
 def _similarity_floor(index: Searcher, queries: Sequence[str], hits: Sequence[Hit], floor: float,
                       source: str | None) -> bool:
     best = best_similarity(hits)
-    return best is not None and best >= floor
+    return bool(hits) and best is not None and best >= floor
 
 
 def _cosine_probe(index: Searcher, queries: Sequence[str], hits: Sequence[Hit], floor: float,

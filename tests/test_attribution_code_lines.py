@@ -6,13 +6,13 @@ to be a candidate sentence) shows the code that sentence documents. The passage 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from test_verdict_question import built
+from test_verdict_rules import supported
 
 from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
-from slimrag.rag.attribution import attribute
 
 SYS = """.. function:: getrecursionlimit()
 
@@ -31,28 +31,20 @@ SYS = """.. function:: getrecursionlimit()
 
 @pytest.fixture(scope="module")
 def idx(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder) -> Iterator[Index]:
-    root: Path = tmp_path_factory.mktemp("codelines")
-    index = Index.build([("library/sys.rst.txt", SYS)], root / "c.slimrag", embedder=embedder, storage="flat")
-    yield index
-    index.close()
-
-
-def backed(idx: Index, question: str, answer: str) -> list[bool]:
-    hits = idx.search(question, k=2)
-    return [s.supported for s in attribute(question, answer, hits, idx.embedder).support]  # type: ignore[arg-type]
+    yield from built(tmp_path_factory, embedder, {"library/sys.rst.txt": SYS}, "codelines")
 
 
 def test_a_role_and_a_signature_line_back_the_documented_function(idx: Index) -> None:
     q = "Which function returns the current recursion limit?"
     # the folder set's free answer: withheld before, its "func" a word no sentence held and its
     # function's name only on the signature line
-    assert backed(idx, q, "The function :func:`getrecursionlimit` returns the current recursion limit.") == [True]
-    assert backed(idx, q, "The function `getrecursionlimit` returns the current recursion limit.") == [True]
+    assert supported(idx, q, "The function :func:`getrecursionlimit` returns the current recursion limit.") == [True]
+    assert supported(idx, q, "The function `getrecursionlimit` returns the current recursion limit.") == [True]
 
 
 def test_code_the_passage_does_not_show_stays_unbacked(idx: Index) -> None:
     q = "Which function returns the current recursion limit?"
-    assert backed(idx, q, "The function :func:`getstacklimit` returns the current recursion limit.") == [False]
+    assert supported(idx, q, "The function :func:`getstacklimit` returns the current recursion limit.") == [False]
     # the signature line shows the function to its own sentence, not to the next function's
     q = "Which function returns the reference count of an object?"
-    assert backed(idx, q, "The function :func:`getrecursionlimit` returns the reference count of the object.") == [False]
+    assert supported(idx, q, "The function :func:`getrecursionlimit` returns the reference count of the object.") == [False]

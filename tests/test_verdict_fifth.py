@@ -7,10 +7,9 @@ real embedder."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from test_verdict_question import verdict
+from test_verdict_question import built, verdict
 
 from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
@@ -50,10 +49,7 @@ DOCS = {
 
 @pytest.fixture(scope="module")
 def idx(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder) -> Iterator[Index]:
-    root: Path = tmp_path_factory.mktemp("fifth")
-    index = Index.build(list(DOCS.items()), root / "f.slimrag", embedder=embedder, storage="flat")
-    yield index
-    index.close()
+    yield from built(tmp_path_factory, embedder, DOCS, "fifth")
 
 
 def test_a_cut_off_sentence_answers_nothing() -> None:

@@ -7,10 +7,9 @@ alone. Passages are real (held-out disfl_qa #32, the Python docs), in an index b
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from test_verdict_question import verdict
+from test_verdict_question import built, verdict
 
 from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
@@ -42,10 +41,7 @@ DOCS = {
 
 @pytest.fixture(scope="module")
 def idx(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder) -> Iterator[Index]:
-    root: Path = tmp_path_factory.mktemp("mends")
-    index = Index.build(list(DOCS.items()), root / "m.slimrag", embedder=embedder, storage="flat")
-    yield index
-    index.close()
+    yield from built(tmp_path_factory, embedder, DOCS, "mends")
 
 
 def test_a_backed_code_block_is_on_the_question_through_its_passages(idx: Index) -> None:

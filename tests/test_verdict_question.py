@@ -32,12 +32,19 @@ DOCS = {
 }
 
 
-@pytest.fixture(scope="module")
-def idx(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder) -> Iterator[Index]:
-    root: Path = tmp_path_factory.mktemp("question")
-    index = Index.build(list(DOCS.items()), root / "q.slimrag", embedder=embedder, storage="flat")
+def built(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder, docs: dict[str, str],
+          name: str) -> Iterator[Index]:
+    """A flat index of ``docs`` built by the real embedder, closed after the module's tests (fixtures
+    of this module and of the check's other test modules)."""
+    root: Path = tmp_path_factory.mktemp(name)
+    index = Index.build(list(docs.items()), root / f"{name}.slimrag", embedder=embedder, storage="flat")
     yield index
     index.close()
+
+
+@pytest.fixture(scope="module")
+def idx(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder) -> Iterator[Index]:
+    yield from built(tmp_path_factory, embedder, DOCS, "question")
 
 
 def verdict(idx: Index, question: str, answer: str) -> tuple[str, list[bool]]:

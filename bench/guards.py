@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             rag = RAG(idx, gen, generation=config, guards=guards)
             t = time.perf_counter()
             ans = rag.ask(question, k=args.k)
-            given = {f"{h.source}#{h.metadata.get('ordinal', 0)}" for h in ans.sources}
+            given = {h.label for h in ans.sources}
             unmarked = [c for c in _CITE.findall(ans.text) if c not in given]
             rows[name].append({
                 "question": question, "gold": gold, "text": ans.text, "abstained": ans.abstained,

@@ -276,14 +276,17 @@ def evidence_answer(index: Index, question: str, k: int = 4, *, mode: str | None
                     config: EvidenceConfig | None = None) -> Answer:
     """An answer made of evidence alone, no model (``slimrag ask --no-llm``): retrieve ``k``
     passages in ``mode`` (default `SearchConfig`'s), apply the relevance ``floor``
-    (`slimrag.rag.guards.answerable`), and answer with the best sentences, each cited
+    (`slimrag.rag.guards.answerable`, on the search's own `Hits`, as `RAG` does), and answer with the best sentences, each cited
     (`evidence_text`). ``used`` holds the labels the evidence came from."""
     t0 = time.perf_counter()
     mode = mode or SearchConfig().mode
-    hits = sorted(index.search(question, k=k, mode=mode, source=source), key=lambda h: (-h.score, h.chunk_id))
-    if not answerable(index, mode, [question], hits, floor, source):  # type: ignore[arg-type]
+    found = index.search(question, k=k, mode=mode, source=source)
+    # the floor reads the search's own result: its `Hits.similarity` (the best vector candidate's
+    # cosine, cut from the hits or not) is what `RAG` reads; a sorted copy is a plain list without it
+    if not answerable(index, mode, [question], found, floor, source):  # type: ignore[arg-type]
         elapsed = time.perf_counter() - t0
         return Answer(NO_ANSWER, [], Usage(ttft_s=elapsed, total_s=elapsed), "stop", abstained=True)
+    hits = sorted(found, key=lambda h: (-h.score, h.chunk_id))
     evidence = rank_sentences(question, hits, index.embedder, config)
     elapsed = time.perf_counter() - t0
     used = tuple(dict.fromkeys(e.label for e in evidence))

@@ -124,12 +124,12 @@ class Chat:
         replayed = self.replaying and turn.prompt is not None
         if replayed and turn.prompt is not None:  # the questions steered retrieval; turns replace them
             turn = replace(turn, prompt=replace(turn.prompt, questions=(), exchanges=self.exchanges))
-        answer: Answer | None = None
-        for piece in self.rag.answer(turn):
-            if isinstance(piece, Answer):
-                answer = piece
-            yield piece
-        assert answer is not None
+        answered = AnswerStream(self.rag.answer(turn))
+        try:
+            yield from answered
+            answer = answered.answer
+        finally:  # a reader that stops early stops the generation
+            answered.close()
         self.history += [("user", question), ("assistant", answer.text)]
         added = list(turn.prompt.passages[len(earlier):]) if turn.prompt else []
         self.turn_passages.append(added)
@@ -137,6 +137,7 @@ class Chat:
                                    if replayed and turn.prompt is not None else None)
         if replayed:
             self.rag.llm.keep(self.prefix())
+        yield answer
 
     def respond(self, question: str, k: int = 4) -> AnswerStream:
         """`stream` as one object: iterate it for the text, then read its ``answer``."""
@@ -144,6 +145,4 @@ class Chat:
 
     def ask(self, question: str, k: int = 4) -> Answer:
         """Answer a question in the context of the conversation so far."""
-        *_, answer = self.stream(question, k)
-        assert isinstance(answer, Answer)
-        return answer
+        return self.respond(question, k).answer

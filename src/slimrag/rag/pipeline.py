@@ -14,7 +14,8 @@ once, then the model's one sentence over those sentences alone. Either way the a
 before the `Answer` is yielded (`slimrag.rag.attribution`, then `slimrag.rag.verdict`):
 ``Answer.verdict`` says whether it is presented as an answer, and ``Answer.shown`` is what a shell
 presents once it is complete (cited and marked, or the not-backed notice and the passages quoted).
-`RAG.respond` returns the stream as one object (`slimrag.rag.stream.AnswerStream`).
+`RAG.respond` returns the stream as one object (`slimrag.rag.stream.AnswerStream`): the CLI, the
+server, MCP and `Chat` read that; `RAG.stream_answer` is the ``str | Answer`` pieces it wraps.
 
 Planning (DESIGN.md, "Warm generation"): the planner walks the generator's prefix cache
 (``Generator.planning_cache``: the embedded engine's knowledge tree) and puts the passages whose
@@ -368,23 +369,19 @@ class RAG:
             config: GenerationConfig | None = None, answer: str | None = None) -> Answer:
         """Answer ``question`` from the top-``k`` passages (in answer mode ``answer``, None for
         this RAG's); returns the checked `Answer`."""
-        *_, final = self.stream_answer(question, k, source=source, config=config, answer=answer)
-        assert isinstance(final, Answer)
-        return final
+        return self.respond(question, k, source=source, config=config, answer=answer).answer
 
     def stream(self, question: str, k: int = 4, *, source: str | None = None,
                config: GenerationConfig | None = None) -> Iterator[str]:
-        """Yield the answer's text as it is generated (use `stream_answer` for sources and usage)."""
-        for delta in self.stream_answer(question, k, source=source, config=config):
-            if isinstance(delta, str):
-                yield delta
+        """Yield the answer's text as it is generated (use `respond` for sources and usage)."""
+        yield from self.respond(question, k, source=source, config=config)
 
     def stream_answer(self, question: str, k: int = 4, *, source: str | None = None,
                       config: GenerationConfig | None = None,
                       history: tuple[tuple[str, str], ...] = (), answer: str | None = None,
                       ) -> Iterator[str | Answer]:
         """Yield text pieces, then one final `Answer` (text, sources by relevance, usage, finish
-        reason, unknown citations). ``history``: earlier (role, content) turns from a caller (the
+        reason, unknown citations): the pieces an `AnswerStream` wraps; a shell reads `respond`. ``history``: earlier (role, content) turns from a caller (the
         OpenAI-compatible server's messages), shown to the model and used for retrieval. ``answer``:
         this request's answer mode (``"free"`` or ``"grounded"``), None for the RAG's."""
         yield from self.answer(self.turn(question, k, source=source, history=history, answer=answer), config, answer)

@@ -3,8 +3,11 @@
 simonw/llm's ``Response`` is iterated for text and asked afterwards for ``text()`` and ``usage()``.
 An answer here is the same: a shell iterates the stream and prints each piece as it comes, then
 reads `AnswerStream.answer` (the `Answer` with its verdict, evidence, support and sources), with no
-``isinstance`` on the pieces. `RAG.stream_answer` still yields ``str | Answer`` for the shells that
-read that form; `RAG.respond` and `Chat.respond` return this object over it.
+``isinstance`` on the pieces. Every shell reads it: the CLI (``ask``, ``chat``, ``demo``), the
+server (`slimrag.serve.chat.wire_pieces` puts its text and then its answer on the queue to the
+response), MCP, and `RAG.ask` / `Chat.ask` themselves. `RAG.respond` and `Chat.respond` return it;
+the ``str | Answer`` pieces it wraps (`RAG.stream_answer`, `RAG.answer`) are the producers' form,
+and this class is the one place that tells a piece from the answer.
 
 Thread-safety: one consumer per stream, like the iterator it wraps.
 """

@@ -9,7 +9,7 @@ threads, default 1):
    random neighbours. Rows of one class can be batched without changing a request's numbers.
 2. Step cost. One decode step over ``--context`` tokens of KV per sequence: the engine's
    one-token :meth:`Decoder.forward` (batching off) against
-   :func:`slimrag.llm.engine.batch.decode_step` for 1, 4 and 8 sequences (each row computed as
+   :func:`slimrag.llm.model.batch.decode_step` for 1, 4 and 8 sequences (each row computed as
    its own one-token forward would be), median of ``--steps``; ms per step and per token.
 
 Writes ``bench/results/decode_batch.json``.
@@ -65,7 +65,7 @@ def main() -> None:
     import torch
     import torch.nn.functional as F
 
-    from slimrag.llm.engine.batch import decode_step, rows_are_exact
+    from slimrag.llm.model.batch import decode_step, rows_are_exact
     from slimrag.llm.weights import load_model
 
     torch.set_num_threads(args.threads)

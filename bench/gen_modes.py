@@ -16,7 +16,7 @@ have one knowledge tree each, with the same byte budgets.
   tree as b. Its own printing is silenced; its time is charged to the burst's requests.
 - ``d`` slimrag: knowledge tree + planner + longest-cached-prefix-first admission. Each time the
   gate frees, every waiting request is planned against the tree as it is *now* and the one with
-  the most cached tokens is admitted (:func:`slimrag.llm.scheduler.pick_next`, the rule the
+  the most cached tokens is admitted (:func:`slimrag.llm.engine.scheduler.pick_next`, the rule the
   engine's scheduler uses; the age bound is not reached inside a burst here); its prompt is the
   plan made at admission. Planning and scoring time is charged to the admitted request.
 - ``e`` slimrag blend (issue 9): d's planner and admission, with ``CacheConfig(reuse="blend")``:
@@ -36,11 +36,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from bench.qa_workload import Request
+from slimrag.llm.engine.scheduler import pick_next
 from slimrag.llm.kv.blend import BlendReuse
 from slimrag.llm.kv.config import CacheConfig
 from slimrag.llm.kv.tree import KVTree
 from slimrag.llm.local import LocalGenerator
-from slimrag.llm.scheduler import pick_next
 from slimrag.llm.weights import LoadedModel
 from slimrag.prompt import Prompt
 from slimrag.rag.plan import plan_prompt

@@ -61,7 +61,7 @@ def orders(mode: str, burst: list[Any], view: TreeView) -> Any:
     """The burst's prompts in service order, lazily (mode d plans against the tree as it is when
     each request is admitted)."""
     from bench.gen_modes import pilot_prompts, relevance_prompt
-    from slimrag.llm.scheduler import pick_next
+    from slimrag.llm.engine.scheduler import pick_next
     from slimrag.rag.plan import plan_prompt
 
     if mode == "b":

@@ -1,7 +1,7 @@
 """Benchmark: loading the embedded LLM straight from its GGUF file, in a fresh process and in process.
 
 ``python -m bench.llm_load`` measures :func:`slimrag.llm.weights.load_model` on the embedded
-SmolLM2 GGUF (read in place by :mod:`slimrag.llm.engine.gguf`; there is no conversion cache, so
+SmolLM2 GGUF (read in place by :mod:`slimrag.llm.model.gguf`; there is no conversion cache, so
 every load is a "first" load):
 
 - new process: a fresh interpreter with an empty ``SLIMRAG_HOME`` imports the loader stack, loads,

@@ -48,7 +48,7 @@ def more_bits(layer: int, layers: int) -> bool:
 def main() -> None:
     import gguf
 
-    from slimrag.llm.engine.gguf import GGUFFile
+    from slimrag.llm.model.gguf import GGUFFile
     from slimrag.llm.weights import default_gguf_path
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

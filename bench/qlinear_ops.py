@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from slimrag.llm import weights
-from slimrag.llm.engine.qlinear import linear
+from slimrag.llm.model.qlinear import linear
 
 RESULTS = Path(__file__).resolve().parent / "results" / "qlinear_ops.json"
 KINDS = ("qkv", "o", "gate_up", "down", "head")

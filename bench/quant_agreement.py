@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from slimrag.llm import weights
-from slimrag.llm.engine import Decoder
+from slimrag.llm.model import Decoder
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "quant_agreement.json"

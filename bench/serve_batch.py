@@ -61,7 +61,7 @@ def server(index: str, width: int, stats: str) -> None:
     batcher's steps and rows in the file ``stats``."""
     from slimrag.api.listen import bind, listen, run
     from slimrag.index.core import Index
-    from slimrag.llm.batcher import BatchConfig
+    from slimrag.llm.engine.batcher import BatchConfig
     from slimrag.llm.local import LocalGenerator
     from slimrag.rag.pipeline import RAG
     from slimrag.serve.app import create_app, warm_up

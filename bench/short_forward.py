@@ -1,6 +1,6 @@
 """A warm question's forward: 24 new tokens on top of a cached prefix, run under whichever source tree is on ``PYTHONPATH``.
 
-Why: the bfloat16 prefill pads every product call to a fixed size (``llm/engine/bf16.py``), so a
+Why: the bfloat16 prefill pads every product call to a fixed size (``llm/model/bf16.py``), so a
 short pass, the question after cached passages, pays for the padding. This times what a warm
 question costs the model alone: one forward of 24 tokens (the length of a typical question
 segment) at position 1,000 on a cache holding 1,000 positions, no tokenizer, no decode. The

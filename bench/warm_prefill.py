@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from slimrag.llm import weights
-from slimrag.llm.batcher import BatchConfig
+from slimrag.llm.engine.batcher import BatchConfig
 from slimrag.llm.local import LocalGenerator
 from slimrag.llm.reference import greedy_ids
 from slimrag.prompt import Passage, Prompt

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from slimrag.hf import using_transformers
-from slimrag.llm.engine import Tokenizer
+from slimrag.llm.model import Tokenizer
 
 #: family -> (config class, model class, extra config fields)
 FAMILIES: dict[str, tuple[str, str, dict[str, Any]]] = {

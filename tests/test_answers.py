@@ -15,7 +15,7 @@ from slimrag.errors import RequestError
 from slimrag.index.core import Index
 from slimrag.llm.backends import make_generator
 from slimrag.llm.base import Delta, Generator
-from slimrag.llm.decoding import LoopGuard
+from slimrag.llm.engine.decoding import LoopGuard
 from slimrag.prompt import Prompt
 from slimrag.rag.guards import NO_ANSWER, CitationCheck, Guards
 from slimrag.rag.pipeline import RAG

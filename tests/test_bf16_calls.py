@@ -1,4 +1,4 @@
-"""The bfloat16 prefill's call sizes (:mod:`slimrag.llm.engine.bf16`): on the embedded model's own
+"""The bfloat16 prefill's call sizes (:mod:`slimrag.llm.model.bf16`): on the embedded model's own
 weights, every layer's every product gives each row bitwise the result of 128-row calls whatever
 call sizes its pass used, at 1 and at 2 threads, so K/V computed in a long pass (512-row calls)
 equal those of a short one (64- and 128-row calls)."""
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from slimrag.cpu import bf16_units
-from slimrag.llm.engine import bf16
+from slimrag.llm.model import bf16
 
 pytestmark = pytest.mark.skipif(not bf16_units(), reason="the bf16 prefill is chosen only on a CPU with AMX")
 

@@ -16,7 +16,8 @@ import pytest
 from conftest import word_passages
 
 from slimrag.config import GenerationConfig
-from slimrag.llm import runner, weights
+from slimrag.llm import weights
+from slimrag.llm.engine import runner
 from slimrag.llm.kv.blend import BlendReuse, Rotary
 from slimrag.llm.kv.config import REUSE_MODES, CacheConfig
 from slimrag.llm.kv.payload import SegmentKV, cache_layers

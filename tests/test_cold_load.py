@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from slimrag.errors import ModelNotFoundError
-from slimrag.llm.engine.gguf import BLOCK_SIZES, FAST_DEQUANT, GGUFFile
+from slimrag.llm.model.gguf import BLOCK_SIZES, FAST_DEQUANT, GGUFFile
 from slimrag.llm.weights import default_gguf_path
 
 

@@ -25,10 +25,10 @@ from slimrag.errors import RequestError
 from slimrag.index.core import Index
 from slimrag.llm import backends, weights
 from slimrag.llm.backends import make_generator
-from slimrag.llm.batcher import BatchConfig
-from slimrag.llm.engine import KVCache
-from slimrag.llm.engine.batch import decode_step, rows_are_exact
+from slimrag.llm.engine.batcher import BatchConfig
 from slimrag.llm.local import LocalGenerator
+from slimrag.llm.model import KVCache
+from slimrag.llm.model.batch import decode_step, rows_are_exact
 from slimrag.llm.reference import greedy_ids
 from slimrag.prompt import Passage, Prompt
 from slimrag.serve import app as serve_app

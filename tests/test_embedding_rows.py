@@ -1,4 +1,4 @@
-"""The token lookup reads the embedded file's blocks (`slimrag.llm.engine.embedding`): every row it
+"""The token lookup reads the embedded file's blocks (`slimrag.llm.model.embedding`): every row it
 gives is bitwise the row of the whole table dequantized, for prompts, batches and the fused step's
 one row, and a quantized load holds no float table."""
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from slimrag.llm import weights
-from slimrag.llm.engine.embedding import BlockTable, DenseTable
-from slimrag.llm.engine.gguf import GGUFFile
+from slimrag.llm.model.embedding import BlockTable, DenseTable
+from slimrag.llm.model.gguf import GGUFFile
 
 
 def test_block_rows_equal_the_whole_table(smollm: weights.LoadedModel) -> None:

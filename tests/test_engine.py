@@ -25,10 +25,10 @@ from reference_models import build_reference
 
 from slimrag.hf import using_transformers
 from slimrag.llm import weights
-from slimrag.llm.engine.config import ModelConfig
-from slimrag.llm.engine.rope import inverse_frequencies
 from slimrag.llm.kv.config import CacheConfig
 from slimrag.llm.local import LocalGenerator
+from slimrag.llm.model.config import ModelConfig
+from slimrag.llm.model.rope import inverse_frequencies
 from slimrag.llm.reference import generate_ids, greedy_ids
 from slimrag.prompt import Prompt
 

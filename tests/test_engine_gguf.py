@@ -19,8 +19,8 @@ import torch
 from reference_models import build_reference
 
 from slimrag.llm import weights
-from slimrag.llm.engine.gguf import GGUFFile, unpermute
-from slimrag.llm.engine.qlinear import Q4_0, Q4_1, Q8_0, QuantLinear
+from slimrag.llm.model.gguf import GGUFFile, unpermute
+from slimrag.llm.model.qlinear import Q4_0, Q4_1, Q8_0, QuantLinear
 
 NAMES = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
          "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
@@ -118,7 +118,7 @@ def test_fast_dequantizers_equal_gguf_quants_bitwise(smollm: weights.LoadedModel
     from gguf.constants import GGMLQuantizationType
     from gguf.quants import dequantize, quantize
 
-    from slimrag.llm.engine.gguf import FAST_DEQUANT
+    from slimrag.llm.model.gguf import FAST_DEQUANT
 
     file = GGUFFile(smollm.path)
     seen = set()

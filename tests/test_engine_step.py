@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from slimrag.llm import weights
-from slimrag.llm.engine import KVCache
-from slimrag.llm.engine.step import StepGraph, supports
+from slimrag.llm.model import KVCache
+from slimrag.llm.model.step import StepGraph, supports
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -106,7 +106,7 @@ def test_qwen_families_run_fused_near_their_torch_forward(family: str, smollm: w
     """Qwen2's q/k/v biases and Qwen3's per-head q/k norms (and head_dim 32) go through the graph:
     a Q8_0 file of random weights in each shape, 6 steps, logits within 2% (relative norm) of the
     torch forward's on the same blocks."""
-    from slimrag.llm.engine.gguf import GGUFFile
+    from slimrag.llm.model.gguf import GGUFFile
     from tests.reference_models import build_reference
     from tests.test_engine_gguf import write_gguf
 

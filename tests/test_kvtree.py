@@ -230,7 +230,7 @@ def test_disk_round_trip_returns_identical_tensors(tmp_path) -> None:
 
 def test_split_and_assemble_round_trip() -> None:
     torch = pytest.importorskip("torch")
-    from slimrag.llm.engine import KVCache
+    from slimrag.llm.model import KVCache
 
     gen = torch.Generator().manual_seed(1)
     full = [(torch.randn(1, 3, 12, 8, generator=gen), torch.randn(1, 3, 12, 8, generator=gen)) for _ in range(2)]
@@ -307,7 +307,7 @@ def test_cached_prefix_gives_the_same_logits_as_a_full_prefill() -> None:
     """Ground truth with a tiny random Llama on the engine: KV served by the tree equals KV
     computed afresh."""
     torch = pytest.importorskip("torch")
-    from slimrag.llm.engine import Decoder, KVCache, ModelConfig
+    from slimrag.llm.model import Decoder, KVCache, ModelConfig
 
     torch.manual_seed(0)
     cfg = ModelConfig(arch="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,

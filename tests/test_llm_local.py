@@ -17,7 +17,7 @@ import torch
 from slimrag.config import GenerationConfig
 from slimrag.errors import ModelNotFoundError, RequestError, SlimragError
 from slimrag.llm import weights
-from slimrag.llm.decoding import find_stop, safe_len
+from slimrag.llm.engine.decoding import find_stop, safe_len
 from slimrag.llm.local import LocalGenerator
 from slimrag.llm.reference import generate_ids
 from slimrag.prompt import Passage, Prompt
@@ -178,7 +178,7 @@ def test_repetition_penalty_matches_transformers_on_the_generated_tokens() -> No
     far (not the prompt), step by step over random logits."""
     from transformers import RepetitionPenaltyLogitsProcessor
 
-    from slimrag.llm.decoding import chooser
+    from slimrag.llm.engine.decoding import chooser
 
     gen = torch.Generator().manual_seed(0)
     steps = [torch.randn(50, generator=gen) * 3 for _ in range(30)]

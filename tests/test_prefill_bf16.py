@@ -1,4 +1,4 @@
-"""The bfloat16 prefill's weight copy (:mod:`slimrag.llm.engine.bf16`): its own dequantizer of the
+"""The bfloat16 prefill's weight copy (:mod:`slimrag.llm.model.bf16`): its own dequantizer of the
 embedded model's block types gives ``gguf``'s float32 values exactly, and its chunked product gives a
 row the same result whatever rows share its call."""
 
@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from slimrag.cpu import bf16_units
-from slimrag.llm.engine import bf16
-from slimrag.llm.engine.qlinear import Q4_1, Q8_0, QuantPart, dequantize
+from slimrag.llm.model import bf16
+from slimrag.llm.model.qlinear import Q4_1, Q8_0, QuantPart, dequantize
 
 
 def _part(kind: int, rows: int, cols: int, rng: np.random.Generator) -> QuantPart:
@@ -54,8 +54,8 @@ def test_the_copy_is_budgeted_on_a_containers_limit(tmp_path: Path) -> None:
 def test_a_one_shot_load_keeps_the_quantized_rows_and_holds_no_copy() -> None:
     """``bf16_prefill=False`` (what a one-shot ``ask`` asks for) settles ``rows`` at load and builds
     no bfloat16 copy; the runner takes the settled mode, and the KV namespace names it."""
+    from slimrag.llm.engine.runner import PREFILL_SCHEDULES
     from slimrag.llm.local import LocalGenerator
-    from slimrag.llm.runner import PREFILL_SCHEDULES
 
     gen = LocalGenerator(bf16_prefill=False, cache=None)
     model = gen.load().model

@@ -16,8 +16,8 @@ import torch
 from conftest import word_passages
 
 from slimrag.llm import weights
-from slimrag.llm.engine.prefill import CHUNK, CHUNKS, SEGMENTS, prefill_mode
 from slimrag.llm.local import LocalGenerator
+from slimrag.llm.model.prefill import CHUNK, CHUNKS, SEGMENTS, prefill_mode
 from slimrag.llm.reference import greedy_ids
 from slimrag.prompt import Prompt
 
@@ -57,7 +57,7 @@ def test_the_default_mode_is_one_pass_and_the_engine_stays_exact(smollm: weights
 
 
 def test_a_pass_checks_its_spans(smollm: weights.LoadedModel) -> None:
-    from slimrag.llm.engine.prefill import prefill
+    from slimrag.llm.model.prefill import prefill
 
     model = smollm.model
     with pytest.raises(ValueError, match="cover"):

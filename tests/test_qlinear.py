@@ -1,4 +1,4 @@
-"""Products on GGUF blocks (``slimrag.llm.engine.qlinear``) against the float32 product of the same weights.
+"""Products on GGUF blocks (``slimrag.llm.model.qlinear``) against the float32 product of the same weights.
 
 Blocks are made by ``gguf.quants.quantize`` (llama.cpp's reference quantizers in Python) from
 seeded random weights. The float32 reference is ``x @ dequantize(blocks).T`` with gguf's own
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from slimrag.llm import weights
-from slimrag.llm.engine.qlinear import (
+from slimrag.llm.model.qlinear import (
     Q4_0,
     Q4_1,
     Q4_K,

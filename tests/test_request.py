@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from slimrag.config import GenerationConfig
-from slimrag.llm.decoding import greedy
-from slimrag.llm.engine import KVCache
-from slimrag.llm.keys import cache_path, tree_path
+from slimrag.llm.engine.decoding import greedy
+from slimrag.llm.engine.keys import cache_path, tree_path
+from slimrag.llm.engine.request import Request
 from slimrag.llm.kv.config import CacheConfig
 from slimrag.llm.kv.reuse import Lease, TreeReuse
 from slimrag.llm.kv.tree import KVTree
-from slimrag.llm.request import Request
+from slimrag.llm.model import KVCache
 from slimrag.prompt import Passage, Prompt, root_key
 
 LAYERS, HEADS, DIM = 2, 1, 4

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from slimrag.llm.scheduler import PrefillScheduler, SchedulerConfig
+from slimrag.llm.engine.scheduler import PrefillScheduler, SchedulerConfig
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 5.0) -> None:

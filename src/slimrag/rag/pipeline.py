@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING
 from slimrag.config import ANSWER_MODES, GenerationConfig, SearchConfig
 from slimrag.llm.backends import make_generator
 from slimrag.llm.base import Delta, Generator
-from slimrag.llm.decoding import LoopGuard
+from slimrag.llm.engine.decoding import LoopGuard
 from slimrag.prompt import DEFAULT_SYSTEM, Passage, Prompt
 from slimrag.rag.attribution import UNSUPPORTED_MARK, Attribution, attribute, with_markers
 from slimrag.rag.condense import CONDENSERS

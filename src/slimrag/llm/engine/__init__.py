@@ -1,23 +1,14 @@
-"""The engine: a Llama-family decoder in plain PyTorch (Llama/SmolLM2, Qwen2/2.5, Qwen3, Mistral).
+"""The engine: what serves requests on the model (:mod:`slimrag.llm.model`), in nano-vllm's shape.
 
-Parts, one module each, imported one way down: ``config`` (the model's shape), ``rope``
-(rotary embedding and its scalings), ``norm`` (RMSNorm), ``cache`` (the engine's K/V layout),
-``attention`` (grouped-query attention over the cache), ``qlinear`` (products computed on a
-GGUF's quantized blocks with ONNX Runtime's ``MatMulNBits``), ``bf16`` (a prefill's products in
-bfloat16 on AMX, over a held copy of the weights), ``model`` (the decoder and its
-forward), ``prefill`` (one forward for all uncached segments of a request, each segment's K/V
-bitwise those of a run with its prefix cached), ``batch`` (one decode step for many sequences,
-each row computed as its one-token forward would be),
-``gguf`` (the GGUF reader and dequantizer), ``tokenizer`` (``tokenizers`` built from GGUF
-metadata or ``tokenizer.json``), ``loader`` (a file or folder to a model and tokenizer).
-No part imports transformers.
+Parts, one module each: ``request`` (:class:`~slimrag.llm.model.request.Request`, one request
+carried through prefill, decode and store), ``lifecycle`` (what happens to a request: admitted,
+prefilled on its cached prefix, decoded, stored), ``scheduler`` (the prefill gate: one prefill at
+a time, longest cached prefix first), ``runner`` (the model behind one generator: loading, every
+forward under the model lock, the prefill schedule, what the KV lease calls back through),
+``batcher`` (concurrent streams share decode steps), ``decoding`` (token choice, streaming text,
+the loop guard), ``keys`` (where a prompt's segments are filed in the knowledge tree).
+:class:`slimrag.llm.local.LocalGenerator` builds them and hands each its state.
+
+Nothing is imported here: ``decoding`` is read without torch by a one-shot ``ask``'s evidence
+lead, so importing this package must not load the model's modules.
 """
-
-from slimrag.llm.engine.cache import KVCache
-from slimrag.llm.engine.config import ModelConfig
-from slimrag.llm.engine.loader import load_checkpoint
-from slimrag.llm.engine.model import Decoder
-from slimrag.llm.engine.rope import Rope, RopeConfig
-from slimrag.llm.engine.tokenizer import Tokenizer
-
-__all__ = ["Decoder", "KVCache", "ModelConfig", "Rope", "RopeConfig", "Tokenizer", "load_checkpoint"]

@@ -16,7 +16,7 @@ A request ``[system][p1]...[pn][question]`` in blend mode (:meth:`_BlendLease.pr
    segment is computed first.
 2. Every later passage with an entry is *placed*: its entry's V as is, its K re-rotated by the
    offset ``Δ = start - len(system)`` (RoPE rotations compose, ``R(p + Δ) = R(Δ) R(p)``; the
-   rotation is the engine's own RoPE (:meth:`slimrag.llm.engine.Rope.shift`) at Δ, so this step
+   rotation is the engine's own RoPE (:meth:`slimrag.llm.model.Rope.shift`) at Δ, so this step
    is exact to float rounding). A passage *without* an entry is not placed: all its tokens join the tokens
    computed in full context in step 4 (exact, like a prefill), and its entry (one forward over
    its tokens after the system segment only) is computed when the lease stores, after the
@@ -65,7 +65,7 @@ from slimrag.llm.kv.tree import KVTree, Match
 if TYPE_CHECKING:
     import torch
 
-    from slimrag.llm.engine import Decoder, KVCache
+    from slimrag.llm.model import Decoder, KVCache
 
 
 class Rotary:

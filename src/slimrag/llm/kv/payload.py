@@ -2,7 +2,7 @@
 
 A :class:`SegmentKV` is what one node of the knowledge tree (:mod:`slimrag.llm.kv.tree`) holds: the
 per-layer K and V of one segment, computed after the path above it, in the engine's layout
-(:class:`slimrag.llm.engine.KVCache`: ``[1, kv_heads, tokens, head_dim]`` per layer, keys
+(:class:`slimrag.llm.model.KVCache`: ``[1, kv_heads, tokens, head_dim]`` per layer, keys
 rotated). The helpers cut a model's cache into per-segment payloads (:func:`split_kv`) and join
 matched payloads back into the tensors a cache is seeded with (:func:`assemble_kv`); both copy, so the tree never
 aliases a live cache and a live cache never aliases the tree.

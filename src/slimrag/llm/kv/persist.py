@@ -7,7 +7,7 @@ read them back (a few milliseconds a segment) instead of computing them (seconds
 Keys. A file holds one tree node: the K/V of one segment computed after the path above it. It is
 named by a digest of the *namespace* and the node's key path (root key, then passage keys). The
 namespace is what the numbers depend on besides the tokens, given by the engine
-(``slimrag.llm.runner.ModelRunner.namespace``): the model file's fingerprint (:func:`file_fingerprint`: size
+(``slimrag.llm.engine.runner.ModelRunner.namespace``): the model file's fingerprint (:func:`file_fingerprint`: size
 plus a hash of its first and last MiB, computed in about a millisecond), dtype, device, how the
 products run, the library versions and thread counts. A file of another namespace is never read
 as ours (a *foreign* file is a miss), so a cached run stays bitwise the uncached one.

@@ -23,7 +23,7 @@ computed; the engine only decodes.
 
 Exactness. The engine computes each segment's K/V the same way whether or not anything before
 it is cached: one forward over the uncached segments with attention per segment, where the
-model's products do not depend on the rows around a row (:mod:`slimrag.llm.engine.prefill`),
+model's products do not depend on the rows around a row (:mod:`slimrag.llm.model.prefill`),
 else one forward per segment on top of the cache so far. A segment's K/V then come from the same
 arithmetic, on the same prefix values, in the request that stored them and in a request that
 prefills them itself, so a cached run is bitwise identical to an uncached one, not merely close
@@ -50,16 +50,16 @@ from slimrag.prompt import CachedSegment, Prompt, root_key
 if TYPE_CHECKING:  # types only: the tree stays free of torch and of the engine at run time
     import torch
 
-    from slimrag.llm.engine import Decoder, KVCache
+    from slimrag.llm.model import Decoder, KVCache
 
 #: Per-layer (K, V) of a run of positions, each ``[1, kv_heads, tokens, head_dim]`` (the engine's
-#: :class:`~slimrag.llm.engine.KVCache` layout, which the tree stores as is).
+#: :class:`~slimrag.llm.model.KVCache` layout, which the tree stores as is).
 Layers = list[tuple["torch.Tensor", "torch.Tensor"]]
 
 
 class PrefillEngine(Protocol):
     """What a lease prefills with: the engine's model, its cache factory, its segment-exact
-    prefill and one forward under the engine's lock (:class:`slimrag.llm.runner.ModelRunner`
+    prefill and one forward under the engine's lock (:class:`slimrag.llm.engine.runner.ModelRunner`
     implements it). Every call may load the model first; every forward holds the engine's model
     lock, so a lease may call them while decode steps of other requests run."""
 

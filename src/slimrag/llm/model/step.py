@@ -1,6 +1,6 @@
 """The one-token decode step of a quantized model as one ONNX Runtime graph: every layer, attention included, in one call.
 
-Why. A decode step of SmolLM2-135M on the quantized weights (:mod:`slimrag.llm.engine.qlinear`)
+Why. A decode step of SmolLM2-135M on the quantized weights (:mod:`slimrag.llm.model.qlinear`)
 spent about a third of its time in the products and the rest around them: 121 ORT calls (four
 per layer and the head) and ~20 small torch operations per layer (norms, slices, RoPE, the cache
 write, ``scaled_dot_product_attention``, SiLU, residuals), each a few microseconds of dispatch on
@@ -30,12 +30,12 @@ Exactness. This is another computation of the step than :meth:`Decoder.forward`'
 operations (ORT's softmax, RoPE and RMSNorm), as the quantized products were: its tokens are
 compared with float32's in ``bench/quant_agreement.py``. Within the mode it is the only way a
 quantized model runs one token at the cache's length, batched or not (a batched step runs it per
-row, :mod:`slimrag.llm.engine.batch`), so cached and uncached runs, alone or beside other streams,
+row, :mod:`slimrag.llm.model.batch`), so cached and uncached runs, alone or beside other streams,
 give the same tokens.
 
 Build, save and memory. Building the graph takes 1-2 s for SmolLM2-135M (converting the blocks,
 a ~100 MB protobuf, then ONNX Runtime packing every weight for MLAS). So it is built once per
-model and machine and saved with its weights already packed (:mod:`slimrag.llm.engine.saved_step`,
+model and machine and saved with its weights already packed (:mod:`slimrag.llm.model.saved_step`,
 under ``$SLIMRAG_HOME/steps``); a later process maps the saved file (0.4-0.5 s, the packing stage
 ORT still walks). Mapped, the packed weights are file pages shared with the page cache rather
 than this process's own memory: +11 MiB anonymous memory for SmolLM2 (a built graph holds its
@@ -60,9 +60,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from slimrag.llm.engine.cache import KVCache
-from slimrag.llm.engine.qlinear import QuantLinear, Weights, cpu_options, cpu_session, onnx_model
-from slimrag.llm.engine.saved_step import SavedSteps, step_key
+from slimrag.llm.model.cache import KVCache
+from slimrag.llm.model.qlinear import QuantLinear, Weights, cpu_options, cpu_session, onnx_model
+from slimrag.llm.model.saved_step import SavedSteps, step_key
 
 
 def supports(model: object) -> bool:
@@ -93,7 +93,7 @@ def _weights(model: Any) -> list[tuple[str, np.ndarray]]:
 
 def build_graph(model: Any) -> tuple[Any, Weights]:
     """The step's ONNX model (``ModelProto``) for a Decoder for which :func:`supports` holds (see the
-    module header), and the weights it reads (:func:`slimrag.llm.engine.qlinear.onnx_model`)."""
+    module header), and the weights it reads (:func:`slimrag.llm.model.qlinear.onnx_model`)."""
     from onnx import TensorProto, helper
 
     c = model.config
@@ -195,8 +195,8 @@ class _Binding:
 
 class StepGraph:
     """The fused one-token step of a quantized decoder (see the module header). ``model`` is a
-    :class:`~slimrag.llm.engine.model.Decoder` for which :func:`supports` holds. ``saved``: where
-    the built graph is saved and looked for (:mod:`slimrag.llm.engine.saved_step`; None builds it
+    :class:`~slimrag.llm.model.model.Decoder` for which :func:`supports` holds. ``saved``: where
+    the built graph is saved and looked for (:mod:`slimrag.llm.model.saved_step`; None builds it
     every time)."""
 
     def __init__(self, model: Any, *, threads: int | None = None, saved: SavedSteps | None = None) -> None:

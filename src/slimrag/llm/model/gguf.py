@@ -21,7 +21,7 @@ Names. llama.cpp's names map to HF's (``blk.3.attn_q.weight`` -> ``model.layers.
 For the llama architecture (Llama, SmolLM2, Mistral) llama.cpp's converter permuted the rows of
 ``attn_q``/``attn_k`` so each head's rotary pairs are interleaved (GGML's "normal" RoPE); the
 loader permutes them back to the half-split layout of HF's ``rotate_half``, which
-:mod:`slimrag.llm.engine.rope` uses for every family. Qwen2/Qwen3 files use the half-split
+:mod:`slimrag.llm.model.rope` uses for every family. Qwen2/Qwen3 files use the half-split
 ("NEOX") RoPE and are left as they are. ``rope_freqs.weight`` (Llama 3's frequency factors) goes
 into the RoPE config.
 """
@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from slimrag.llm.engine.qlinear import Q4_1, Q8_0, SIZES
+from slimrag.llm.model.qlinear import Q4_1, Q8_0, SIZES
 
 MAGIC = b"GGUF"
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
@@ -212,7 +212,7 @@ class GGUFFile:
 def dequantize_rows(raw: np.ndarray, ggml_type: int) -> np.ndarray:
     """Stored rows ``uint8 [n, row_bytes]`` of ``ggml_type`` as float32 ``[n, cols]`` (a new,
     writable array). Block by block, so any subset of a tensor's rows dequantizes to exactly
-    those rows of the whole (:class:`slimrag.llm.engine.embedding.BlockTable` relies on it)."""
+    those rows of the whole (:class:`slimrag.llm.model.embedding.BlockTable` relies on it)."""
     fast = FAST_DEQUANT.get(ggml_type)
     if fast is not None:
         out = fast(raw)

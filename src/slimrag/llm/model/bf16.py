@@ -17,7 +17,7 @@ So each product call takes one of a few fixed sizes, padded with zeros: a pass's
 :data:`WIDE`-row calls where the product's check allowed that size, the rest in :data:`CHUNK`-row
 calls, and a last remainder of at most :data:`SHORT` rows in one :data:`SHORT`-row call where
 allowed. The load checks every size against :data:`CHUNK` on layer 0's own weights at the
-process's thread count (:func:`sizes`, :mod:`slimrag.llm.engine.prefill`), every layer takes
+process's thread count (:func:`sizes`, :mod:`slimrag.llm.model.prefill`), every layer takes
 layer 0's answer (the kernel is chosen by shape, checked on all layers in
 ``tests/test_bf16_calls.py``), and a product called at another thread count than its check's
 falls back to :data:`CHUNK`-row calls. A row's K/V are then the same whichever pass computed it.
@@ -50,8 +50,8 @@ from pathlib import Path
 import torch
 
 from slimrag.cpu import bf16_units
-from slimrag.llm.engine.gguf import dequantize_rows
-from slimrag.llm.engine.qlinear import QuantLinear, QuantPart
+from slimrag.llm.model.gguf import dequantize_rows
+from slimrag.llm.model.qlinear import QuantLinear, QuantPart
 
 #: Rows per bfloat16 product call, the reference size every other size is checked against (module header).
 CHUNK = 128
@@ -134,7 +134,7 @@ def copy(w: torch.Tensor | QuantLinear, like: Copy | None = None) -> Copy:
 
 
 def _dequantized(part: QuantPart) -> torch.Tensor:
-    """``part``'s float32 weights (:func:`slimrag.llm.engine.gguf.dequantize_rows`: Q4_1 and Q8_0,
+    """``part``'s float32 weights (:func:`slimrag.llm.model.gguf.dequantize_rows`: Q4_1 and Q8_0,
     the embedded model's types, by the fast dequantizers, bitwise ``gguf``'s values; other types by
     ``gguf.quants``)."""
     return torch.from_numpy(dequantize_rows(part.raw, part.ggml_type))

@@ -12,7 +12,7 @@ Qwen2 / 2.5    yes         no         small sizes        ``yarn`` RoPE scaling i
 Qwen3          no          yes        small sizes        RMSNorm over each head's q and k before RoPE
 =============  ==========  =========  =================  ==========================================
 
-``rope`` is a :class:`slimrag.llm.engine.rope.RopeConfig` (theta, scaling type and its knobs).
+``rope`` is a :class:`slimrag.llm.model.rope.RopeConfig` (theta, scaling type and its knobs).
 ``max_positions`` is the context the engine admits: the model's ``max_position_embeddings``,
 capped by Mistral's sliding window (the engine attends to every key, so past the window it would
 compute something the model never saw; refusing is honest).
@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from slimrag.llm.engine.rope import RopeConfig
+from slimrag.llm.model.rope import RopeConfig
 
 #: HF ``model_type`` / GGUF ``general.architecture`` -> the flags that family sets.
 FAMILIES: dict[str, dict[str, bool]] = {

@@ -1,6 +1,6 @@
 """The fused decode step saved on disk once per model, so a later process loads it instead of building it.
 
-Why. Building the one-token step graph (:mod:`slimrag.llm.engine.step`) costs 1-2 s on the
+Why. Building the one-token step graph (:mod:`slimrag.llm.model.step`) costs 1-2 s on the
 embedded SmolLM2 (converting 121 weights' blocks, writing a ~100 MB protobuf, then ONNX Runtime
 parsing it and packing every ``MatMulNBits`` weight into MLAS's layout), and it happens in every
 process at its first decoded token. ONNX Runtime can write a session's model *with its weights
@@ -41,7 +41,7 @@ import numpy as np
 from slimrag.cpu import cpu_flags
 from slimrag.files import fsync_tree, slimrag_home, sweep_stale_tmp
 
-#: Bump when the graph :mod:`slimrag.llm.engine.step` builds changes: old entries stop matching.
+#: Bump when the graph :mod:`slimrag.llm.model.step` builds changes: old entries stop matching.
 VERSION = 2
 #: Entries kept in the folder (least recently used deleted first).
 KEEP = 4
@@ -113,7 +113,7 @@ def _ort_errors() -> tuple[type[BaseException], ...]:
 def _built(model: Any, opts: Any, weights: dict[str, np.ndarray]) -> Any:
     """A session of the built ``model``. ONNX Runtime reads the external ``weights`` in place and
     does not own them, so the session keeps a reference to them: they live as long as it does (as
-    in `slimrag.llm.engine.qlinear.cpu_session`)."""
+    in `slimrag.llm.model.qlinear.cpu_session`)."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
@@ -135,7 +135,7 @@ class SavedSteps:
                 options: Callable[[dict[str, np.ndarray] | None], Any]) -> tuple[Any, bool]:
         """An ONNX Runtime session of the entry ``key``: loaded when it is saved and sound, else
         built from ``build()`` (an ONNX ``ModelProto`` and the weights it reads from memory,
-        :func:`slimrag.llm.engine.qlinear.onnx_model`), saved, and loaded from what was saved (the
+        :func:`slimrag.llm.model.qlinear.onnx_model`), saved, and loaded from what was saved (the
         packed weights then map the file instead of holding memory). ``options(weights)`` makes
         fresh ``SessionOptions`` (threads, spinning: nothing that changes the saved files).
         Returns the session and whether it came from an entry saved before this call."""

@@ -12,7 +12,7 @@ part here, and it is what the KV lease calls back through (it implements
   takes around a shared step, so prefills and decode steps interleave one forward at a time.
 - **The prefill schedule.** :meth:`ModelRunner.prefill_segments` decides once, on the loaded
   model, how a prompt's uncached segments are prefilled: in one forward with attention per
-  segment (:mod:`slimrag.llm.engine.prefill`) where the model's products do not depend on the rows
+  segment (:mod:`slimrag.llm.model.prefill`) where the model's products do not depend on the rows
   around a row, else one forward per segment. Either way a segment's K/V are bitwise those of any
   request that computed it after the same segments, which is what exact reuse
   (:mod:`slimrag.llm.kv.reuse`) rests on.
@@ -35,10 +35,10 @@ from pathlib import Path
 import torch
 
 from slimrag.errors import RequestError
-from slimrag.llm.decoding import eos_ids
-from slimrag.llm.engine import Decoder, KVCache, bf16
-from slimrag.llm.engine.prefill import ROWS, SEGMENTS, prefill, prefill_mode
+from slimrag.llm.engine.decoding import eos_ids
 from slimrag.llm.kv.reuse import Layers
+from slimrag.llm.model import Decoder, KVCache, bf16
+from slimrag.llm.model.prefill import ROWS, SEGMENTS, prefill, prefill_mode
 from slimrag.llm.weights import LoadedModel, load_model
 
 #: How a prompt's K/V are computed, by whether the uncached segments go in one forward (part of
@@ -80,7 +80,7 @@ class ModelRunner:
 
     @property
     def eos(self) -> frozenset[int]:
-        """The ids that end generation (:func:`slimrag.llm.decoding.eos_ids`; empty until loaded)."""
+        """The ids that end generation (:func:`slimrag.llm.engine.decoding.eos_ids`; empty until loaded)."""
         return self._eos
 
     def room(self, prompt_len: int, max_new: int, name: str) -> int:
@@ -154,7 +154,7 @@ class ModelRunner:
     def mode(self) -> str:
         """How a prompt's uncached segments are prefilled: what the loader settled
         (``Decoder.settled_mode``), else checked once on the loaded model
-        (:func:`slimrag.llm.engine.prefill.prefill_mode`): ``bf16``, ``rows`` or ``chunks`` (one
+        (:func:`slimrag.llm.model.prefill.prefill_mode`): ``bf16``, ``rows`` or ``chunks`` (one
         forward) or ``segments`` (one forward per segment)."""
         with self.lock:
             if self._mode is None:
@@ -170,7 +170,7 @@ class ModelRunner:
     def namespace(self, path: Path) -> str:
         """What the engine's K/V numbers depend on besides the tokens: the model file at ``path``
         (its fingerprint), dtype, device, how the products run, whether one-token forwards run the
-        fused graph (:mod:`slimrag.llm.engine.step`), the prefill schedule, library versions and, except for the quantized ``rows`` mode, the thread count (the CLI picks
+        fused graph (:mod:`slimrag.llm.model.step`), the prefill schedule, library versions and, except for the quantized ``rows`` mode, the thread count (the CLI picks
         threads by the machine's load, so a key without them keeps hitting across runs)."""
         from slimrag.llm.kv.persist import file_fingerprint
 
@@ -182,7 +182,7 @@ class ModelRunner:
         if self.mode != ROWS:  # MKL may sum a row differently with another thread count; MLAS's
             parts.append(f"threads {torch.get_num_threads()}")  # rows were the same at 1 and 2 (checked)
         if getattr(model, "fused_step", False):  # a one-token segment (segments mode) runs the fused graph
-            from slimrag.llm.engine.saved_step import VERSION as STEP_VERSION
+            from slimrag.llm.model.saved_step import VERSION as STEP_VERSION
 
             parts.append(f"step=fused-v{STEP_VERSION}")  # the graph's own version: a changed graph misses once
         if not isinstance(qkv, torch.Tensor):

@@ -18,7 +18,7 @@ waiting streams elect a *leader* among themselves, which
 2. takes the model lock (the one prefills hold for each forward, so the prefills the scheduler
    admits interleave between decode steps), then the first ``width`` waiting requests (those
    that arrived while it waited for the lock included), and runs them as one step
-   (:func:`slimrag.llm.engine.batch.decode_step`: row-wise parts batched, each row's products
+   (:func:`slimrag.llm.model.batch.decode_step`: row-wise parts batched, each row's products
    those of a one-token forward; attention per sequence);
 3. hands every request its logits (or the step's exception) and wakes the others. Requests
    beyond ``width`` wait for the next step, first come first served.
@@ -28,7 +28,7 @@ already waiting) is what merges streams into one step: with 8 streams and a free
 groups of 4 would alternate forever, each step paying the weights' read for 4 rows.
 
 Exactness: a step's rows are bitwise the one-token forwards of their sequences alone (see
-:mod:`slimrag.llm.engine.batch`), so tokens do not depend on the batching, the timing or the
+:mod:`slimrag.llm.model.batch`), so tokens do not depend on the batching, the timing or the
 number of clients, and equal those of ``width = 1``. A step of one row is that forward itself:
 a lone stream pays no batching tax.
 
@@ -36,7 +36,7 @@ Knobs (:class:`BatchConfig`)
 ----------------------------
 width = 8: most sequences per step. More rows per step raise throughput (a step reads each
 weight block from memory once for all its rows) and the time of each step. 1 turns batching
-off: every step is the one-token forward of :meth:`slimrag.llm.engine.Decoder.forward` under the
+off: every step is the one-token forward of :meth:`slimrag.llm.model.Decoder.forward` under the
 model lock, each stream on its own (the same tokens; no waiting for other streams).
 wait_s = 0.02: how long a ready request waits for the others after a step (see step 1), against
 steps of 150-400 ms here. Too short, and under load the streams of a step are not all back in
@@ -57,9 +57,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from slimrag.llm.decoding import Chooser
-from slimrag.llm.engine import Decoder, KVCache
-from slimrag.llm.engine.batch import decode_step, rows_are_exact
+from slimrag.llm.engine.decoding import Chooser
+from slimrag.llm.model import Decoder, KVCache
+from slimrag.llm.model.batch import decode_step, rows_are_exact
 
 #: Runs one step: tokens, positions and caches of the rows, returning their logits ``[rows, vocab]``.
 StepFn = Callable[[Sequence[int], Sequence[int], Sequence[KVCache]], torch.Tensor]

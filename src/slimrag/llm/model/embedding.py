@@ -9,7 +9,7 @@ batched decode and the fused step see the same numbers as before (``tests/test_e
 Both kinds answer :meth:`rows` (``[n, width]`` float tensor for ``[n]`` long ids) and
 :meth:`row` (one token's float32 numpy row, for the fused step's input buffer). A tied model's
 output head is not this: it multiplies on the same blocks through
-:class:`~slimrag.llm.engine.qlinear.QuantLinear`.
+:class:`~slimrag.llm.model.qlinear.QuantLinear`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from slimrag.llm.engine.gguf import dequantize_rows
+from slimrag.llm.model.gguf import dequantize_rows
 
 
 class DenseTable:
@@ -40,7 +40,7 @@ class DenseTable:
 class BlockTable:
     """A float32 CPU model's table left in the file's blocks: ``raw`` is ``uint8 [vocab, row_bytes]``
     (a view of the map) of ``ggml_type``, rows of ``width`` weights, dequantized by
-    :func:`~slimrag.llm.engine.gguf.dequantize_rows`. Ids outside ``[0, vocab)`` are an IndexError,
+    :func:`~slimrag.llm.model.gguf.dequantize_rows`. Ids outside ``[0, vocab)`` are an IndexError,
     as in ``F.embedding``."""
 
     def __init__(self, raw: np.ndarray, ggml_type: int, width: int) -> None:
@@ -65,5 +65,5 @@ class BlockTable:
             raise IndexError(f"token id {low if low < 0 else high} outside the vocabulary of {self.raw.shape[0]}")
 
 
-#: What a :class:`~slimrag.llm.engine.model.Decoder` looks tokens up in.
+#: What a :class:`~slimrag.llm.model.model.Decoder` looks tokens up in.
 Table = DenseTable | BlockTable

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from slimrag.llm.engine.cache import KVCache
-from slimrag.llm.engine.norm import rms_norm
-from slimrag.llm.engine.qlinear import QuantLinear
-from slimrag.llm.engine.rope import Rope
+from slimrag.llm.model.cache import KVCache
+from slimrag.llm.model.norm import rms_norm
+from slimrag.llm.model.qlinear import QuantLinear
+from slimrag.llm.model.rope import Rope
 
 
 @dataclass(slots=True)
@@ -31,7 +31,7 @@ class AttentionWeights:
     """One layer's attention parameters. ``qkv``: ``[(heads + 2 kv_heads) * head_dim, hidden]``;
     ``qkv_bias``: matching bias or None; ``q_norm``/``k_norm``: per-head RMSNorm weights (Qwen3)
     or None; ``o``: ``[hidden, heads * head_dim]``. A projection is a float tensor or a
-    :class:`~slimrag.llm.engine.qlinear.QuantLinear` (the GGUF's blocks, the default on CPU)."""
+    :class:`~slimrag.llm.model.qlinear.QuantLinear` (the GGUF's blocks, the default on CPU)."""
 
     qkv: torch.Tensor | QuantLinear
     qkv_bias: torch.Tensor | None
@@ -63,9 +63,9 @@ def attend(qkv: torch.Tensor, w: AttentionWeights, layer: int, cache: KVCache, r
     """The part of :func:`attention` between its two projections: ``qkv`` (``[n, (heads + 2
     kv_heads) * head_dim]``, one sequence's new positions) split into heads, normalized (Qwen3)
     and rotated, K/V written into ``cache``, and the attended values ``[n, heads * head_dim]``
-    before the output projection. A batched decode step (:mod:`slimrag.llm.engine.batch`) runs the
+    before the output projection. A batched decode step (:mod:`slimrag.llm.model.batch`) runs the
     projections over many sequences' rows at once and this per sequence; a prefill of several
-    segments in one forward (:mod:`slimrag.llm.engine.prefill`) runs this per segment, with ``at``
+    segments in one forward (:mod:`slimrag.llm.model.prefill`) runs this per segment, with ``at``
     its first position (default: the cache's length). ``compute_dtype``: the dtype the attention
     itself runs in (queries, keys and values rounded to it, the output back to ``qkv``'s; default
     ``qkv``'s own; the output is in it): a bfloat16 prefill's, with the cache's K/V written as they are."""

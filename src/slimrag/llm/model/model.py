@@ -2,7 +2,7 @@
 
 One layer, pre-norm with residuals::
 
-    h = x + attention(rms_norm(x))            (slimrag.llm.engine.attention)
+    h = x + attention(rms_norm(x))            (slimrag.llm.model.attention)
     y = h + down(silu(gate(n)) * up(n)),  n = rms_norm(h)
 
 ``gate`` and ``up`` are fused into one ``[2 * intermediate, hidden]`` matrix at load, so the MLP
@@ -17,18 +17,18 @@ projection of every prompt position would cost more than the attention). ``stop_
 the forward after layer ``L`` (blend's deviation scoring needs the first layers' K/V only).
 Weights are read-only after load, so any number of threads may run forwards on their own caches.
 
-Weights. A projection is a float tensor or a :class:`~slimrag.llm.engine.qlinear.QuantLinear`
-(a GGUF file's Q4_0/Q4_1/Q8_0 blocks, kept quantized; :mod:`slimrag.llm.engine.qlinear`). A
+Weights. A projection is a float tensor or a :class:`~slimrag.llm.model.qlinear.QuantLinear`
+(a GGUF file's Q4_0/Q4_1/Q8_0 blocks, kept quantized; :mod:`slimrag.llm.model.qlinear`). A
 quantized model computes decode's products on the blocks; ``dense_rows`` (default None) sends the
 products of forwards of at least that many tokens (long prefills) through a float32 copy of the
 weights, dequantized on first use and then held (4 bytes per weight on top of the blocks). The
 choice depends only on the forward's token count, never on the cache or the batch, so cached and
 uncached runs of the same segments compute the same way. A fully quantized model runs its
 one-token forwards at the cache's length (decode) as one ONNX Runtime graph
-(:mod:`slimrag.llm.engine.step`), saved once per model under ``$SLIMRAG_HOME/steps`` and loaded beside
+(:mod:`slimrag.llm.model.step`), saved once per model under ``$SLIMRAG_HOME/steps`` and loaded beside
 the first prefill or at the first one-token forward; every other forward runs here. Where the
-prefill multiplies in bfloat16 (:mod:`slimrag.llm.engine.bf16`, chosen by
-:func:`~slimrag.llm.engine.prefill.prefill_mode`), the model holds each layer's bfloat16 copy
+prefill multiplies in bfloat16 (:mod:`slimrag.llm.model.bf16`, chosen by
+:func:`~slimrag.llm.model.prefill.prefill_mode`), the model holds each layer's bfloat16 copy
 (:meth:`Decoder.bf16_weights`) and every forward of several tokens, or with a mask, multiplies
 through it, so a segment forwarded alone computes as the one-pass prefill does.
 """
@@ -43,17 +43,17 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from slimrag.llm.engine import bf16
-from slimrag.llm.engine.attention import AttentionWeights, attend
-from slimrag.llm.engine.cache import KVCache
-from slimrag.llm.engine.config import ModelConfig
-from slimrag.llm.engine.embedding import BlockTable, DenseTable, Table
-from slimrag.llm.engine.norm import rms_norm
-from slimrag.llm.engine.qlinear import QuantLinear, QuantPart, linear, stacked
-from slimrag.llm.engine.rope import Rope
-from slimrag.llm.engine.saved_step import SavedSteps
-from slimrag.llm.engine.step import StepGraph
-from slimrag.llm.engine.step import supports as step_supported
+from slimrag.llm.model import bf16
+from slimrag.llm.model.attention import AttentionWeights, attend
+from slimrag.llm.model.cache import KVCache
+from slimrag.llm.model.config import ModelConfig
+from slimrag.llm.model.embedding import BlockTable, DenseTable, Table
+from slimrag.llm.model.norm import rms_norm
+from slimrag.llm.model.qlinear import QuantLinear, QuantPart, linear, stacked
+from slimrag.llm.model.rope import Rope
+from slimrag.llm.model.saved_step import SavedSteps
+from slimrag.llm.model.step import StepGraph
+from slimrag.llm.model.step import supports as step_supported
 
 
 @dataclass(slots=True)
@@ -86,7 +86,7 @@ def _mul(x: torch.Tensor, w: torch.Tensor | QuantLinear, w16: bf16.Copy | None,
 
 class Decoder:
     """A loaded model (see the module header). Build it with
-    :func:`slimrag.llm.engine.loader.load_checkpoint`, or from a name -> tensor dict in the HF
+    :func:`slimrag.llm.model.loader.load_checkpoint`, or from a name -> tensor dict in the HF
     naming with :meth:`from_state_dict`."""
 
     def __init__(self, config: ModelConfig, embed: torch.Tensor | BlockTable, layers: list[LayerWeights],
@@ -99,7 +99,7 @@ class Decoder:
         if lm_head is None and not isinstance(embed, torch.Tensor):
             raise ValueError("a tied head needs the embedding table as a tensor or as a QuantLinear head")
         self.config, self.layers, self.norm = config, layers, norm
-        #: The token lookup (:mod:`slimrag.llm.engine.embedding`): the float table, or the file's blocks.
+        #: The token lookup (:mod:`slimrag.llm.model.embedding`): the float table, or the file's blocks.
         self.embed: Table = DenseTable(embed) if isinstance(embed, torch.Tensor) else embed
         self.lm_head = embed if lm_head is None else lm_head
         self.device, self.dtype = norm.device, norm.dtype
@@ -125,12 +125,12 @@ class Decoder:
                      first: tuple[bf16.Copy, ...] | None = None) -> list[tuple[bf16.Copy, ...]]:
         """Each layer's ``(qkv, o, gate_up, down)`` as bfloat16 (a quantized weight dequantized one
         tensor at a time, never held in float32), built on the first call and then held: the
-        products of a bfloat16 prefill (:mod:`slimrag.llm.engine.prefill`), :meth:`bf16_bytes` on
+        products of a bfloat16 prefill (:mod:`slimrag.llm.model.prefill`), :meth:`bf16_bytes` on
         top of the model. Once they are held, every :meth:`forward` of two or more tokens multiplies
         through them too (blend's and one-forward-per-segment prefills compute as the one-pass
         prefill does). ``layers``: the first ``layers`` only, built afresh and not held (the
         prefill's exactness check needs layer 0's). ``first``: layer 0's copy already built that
-        way (its call sizes settled: :func:`slimrag.llm.engine.bf16.sizes`), taken as is where the
+        way (its call sizes settled: :func:`slimrag.llm.model.bf16.sizes`), taken as is where the
         copy is not held yet; every other layer's products are allowed its products' call sizes."""
         if layers is not None:
             return [_bf16_layer(layer) for layer in self.layers[:layers]]
@@ -143,7 +143,7 @@ class Decoder:
             return self._bf16
 
     def warm_step(self, *, wait: bool = True) -> None:
-        """Make the fused one-token step ready (:mod:`slimrag.llm.engine.step`: loaded from
+        """Make the fused one-token step ready (:mod:`slimrag.llm.model.step`: loaded from
         :attr:`saved_steps` when saved there, else built and saved: 1-2 s for SmolLM2-135M);
         nothing for a float model. ``wait=False`` does it in a background thread and returns at
         once, where a core is free of torch's threads (a prefill starts it so: the first decoded
@@ -170,7 +170,7 @@ class Decoder:
         """From tensors named as in HF checkpoints (``model.layers.0.self_attn.q_proj.weight``, ...);
         missing or extra names are a ValueError. ``tensors`` may be consumed (popped). A projection
         given as :class:`QuantPart`\\ s (all of q/k/v, of gate/up) stays quantized on a float32 CPU
-        model (:func:`slimrag.llm.engine.qlinear.stacked`); any other weight is dequantized."""
+        model (:func:`slimrag.llm.model.qlinear.stacked`); any other weight is dequantized."""
         def raw(name: str) -> torch.Tensor | QuantPart:
             t = tensors.pop(name, None)
             if t is None:

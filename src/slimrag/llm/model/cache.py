@@ -80,7 +80,7 @@ class KVCache:
     def buffers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per layer the whole K and V buffers ``[1, kv_heads, capacity, head_dim]`` (positions
         from ``length`` on are not part of the sequence): what the fused decode step
-        (:mod:`slimrag.llm.engine.step`) reads and writes in place (then :meth:`advance`)."""
+        (:mod:`slimrag.llm.model.step`) reads and writes in place (then :meth:`advance`)."""
         return list(zip(self._k, self._v, strict=True))
 
     def reserve(self, n: int) -> None:

@@ -3,7 +3,7 @@
 nano-vllm passes a ``Sequence`` between its scheduler, runner and block manager; :class:`Request`
 is that object here. The generator builds it from a tokenized prompt (its segments' ids, the
 tree path its cacheable segments are filed under, the sampling rule and the token budget); the
-lifecycle (:mod:`slimrag.llm.lifecycle`) fills in what the prefill produced (the model cache
+lifecycle (:mod:`slimrag.llm.engine.lifecycle`) fills in what the prefill produced (the model cache
 holding the whole prompt, the last position's logits, the KV lease that ran it) and the time to
 the first token; decode reads the cache, the logits and the sampling rule from it; the store
 (:meth:`Request.store`, once) hands the segments this request computed to the lease; and the
@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from slimrag.config import GenerationConfig
-from slimrag.llm.decoding import Chooser
+from slimrag.llm.engine.decoding import Chooser
 from slimrag.llm.kv.reuse import Lease
 from slimrag.types import Usage
 
 if TYPE_CHECKING:
     import torch
 
-    from slimrag.llm.engine import KVCache
+    from slimrag.llm.model import KVCache
 
 
 @dataclass(eq=False, slots=True)
@@ -32,7 +32,7 @@ class Request:
     """One request (see the module header).
 
     seg_ids: token ids of each prompt segment, tokenized on its own, the question last. root,
-    path: where its cacheable segments are filed in the knowledge tree (:mod:`slimrag.llm.keys`;
+    path: where its cacheable segments are filed in the knowledge tree (:mod:`slimrag.llm.engine.keys`;
     empty for a request that is not cached). config: what the caller asked for (stop strings).
     max_new: the token budget, already capped by the model's context. choose: picks each token
     from logits (one per request: a repetition penalty remembers its picks). t0: when the request

@@ -18,12 +18,12 @@ one-token forward:
   together, each projection as ``torch.mv`` per row over blocks of :data:`BLOCK_ROWS` output rows
   of the weight (a block stays in the core's cache while every row multiplies it, so the weights
   are read from memory about once per step, not once per row); attention runs per sequence (its
-  new token over its own :class:`KVCache`, as :func:`slimrag.llm.engine.attention.attend` does
+  new token over its own :class:`KVCache`, as :func:`slimrag.llm.model.attention.attend` does
   for an unbatched step).
 
 A block's ``mv`` gives bitwise the matching slice of the whole matrix's ``mv``, which equals
 ``F.linear`` at M = 1 (``gemv`` sums each output over the input axis in one order whatever the
-number of output rows). A quantized weight (:mod:`slimrag.llm.engine.qlinear`) is multiplied by
+number of output rows). A quantized weight (:mod:`slimrag.llm.model.qlinear`) is multiplied by
 its kernel over all rows at once: that kernel's rows do not depend on each other. Both are
 checked, not assumed: :func:`rows_are_exact` multiplies random rows by the model's own matrices
 both ways and compares; where it fails (another BLAS, a GPU), a step makes one product call per
@@ -33,7 +33,7 @@ logits are those of its sequence stepped alone, so tokens do not depend on who e
 and batched and unbatched decoding (``BatchConfig(width=1)``) give the same tokens.
 
 A quantized model (every projection on the GGUF's blocks) runs its one-token forward as one
-fused ONNX Runtime graph (:mod:`slimrag.llm.engine.step`); a step of several rows runs that graph
+fused ONNX Runtime graph (:mod:`slimrag.llm.model.step`); a step of several rows runs that graph
 once per row, so each row is its one-token forward by construction. A row then reads the weights
 on its own (the products are about half of the embedded model's ~22 ms step at 1 thread,
 ``docs/benchmarks.md``), but the per-operation cost the rows used to share is gone from every row.
@@ -50,10 +50,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from slimrag.llm.engine.attention import attend
-from slimrag.llm.engine.cache import KVCache
-from slimrag.llm.engine.model import Decoder
-from slimrag.llm.engine.norm import rms_norm
+from slimrag.llm.model.attention import attend
+from slimrag.llm.model.cache import KVCache
+from slimrag.llm.model.model import Decoder
+from slimrag.llm.model.norm import rms_norm
 
 #: Output rows of a weight block multiplied by every row of a step before the next block (see the
 #: module header).
@@ -62,7 +62,7 @@ BLOCK_ROWS = 256
 
 def _one_row(w: Any, dense_rows: int | None) -> Any:
     """What the one-token forward multiplies by: a float tensor, or a quantized weight (a callable
-    ``x -> x @ W.T`` on its blocks, :class:`slimrag.llm.engine.qlinear.QuantLinear`), or that
+    ``x -> x @ W.T`` on its blocks, :class:`slimrag.llm.model.qlinear.QuantLinear`), or that
     weight's float32 copy when the model multiplies even one row in float32 (``dense_rows <= 1``)."""
     if isinstance(w, torch.Tensor) or dense_rows is None or dense_rows > 1:
         return w

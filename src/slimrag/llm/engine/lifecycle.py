@@ -1,21 +1,21 @@
 """A request's life in the embedded engine: admitted, prefilled on its cached prefix, decoded, stored.
 
-The steps, each on one :class:`~slimrag.llm.request.Request`:
+The steps, each on one :class:`~slimrag.llm.engine.request.Request`:
 
-1. :func:`prefill`: wait for the prefill gate (:mod:`slimrag.llm.scheduler`: one prefill at a
+1. :func:`prefill`: wait for the prefill gate (:mod:`slimrag.llm.engine.scheduler`: one prefill at a
    time, longest cached prefix first, with an age bound), then lease the cached prefix from the
    KV reuse strategy (:mod:`slimrag.llm.kv.reuse`; the knowledge tree by default) and let the
-   lease prefill the rest through the model runner (:mod:`slimrag.llm.runner`). The match is
+   lease prefill the rest through the model runner (:mod:`slimrag.llm.engine.runner`). The match is
    taken once the scheduler admits the request, so a request that waited sees what earlier ones
    stored meanwhile; its nodes are pinned only during the prefill (decode never holds pins).
-2. :func:`tokens`: decode (:class:`slimrag.llm.batcher.DecodeLoop`): a token is chosen, yielded,
+2. :func:`tokens`: decode (:class:`slimrag.llm.engine.batcher.DecodeLoop`): a token is chosen, yielded,
    and fed back only when the next one is asked for, so a caller that stops (EOS, limit, stop
    string) never pays for a forward it does not use.
 3. :meth:`Request.store`: the segments this request computed go into the tree once the first
    token is out, before the second token's forward grows the cache past the prompt (and any
    demotion to disk it causes stays off the first token's path).
 4. :func:`stream` turns the tokens into text pieces (stop strings, streaming detokenization,
-   :mod:`slimrag.llm.decoding`) and ends with the usage delta; :func:`greedy` collects greedy
+   :mod:`slimrag.llm.engine.decoding`) and ends with the usage delta; :func:`greedy` collects greedy
    ids (what the exactness tests and benchmarks compare).
 """
 
@@ -27,11 +27,11 @@ from collections.abc import Callable, Iterator
 from collections.abc import Generator as Gen
 
 from slimrag.llm.base import Delta
-from slimrag.llm.batcher import DecodeLoop
-from slimrag.llm.decoding import find_stop, safe_len
+from slimrag.llm.engine.batcher import DecodeLoop
+from slimrag.llm.engine.decoding import find_stop, safe_len
+from slimrag.llm.engine.request import Request
+from slimrag.llm.engine.scheduler import PrefillScheduler
 from slimrag.llm.kv.reuse import KVReuse, PrefillEngine
-from slimrag.llm.request import Request
-from slimrag.llm.scheduler import PrefillScheduler
 
 
 def prefill(request: Request, scheduler: PrefillScheduler, reuse: KVReuse, engine: PrefillEngine) -> None:

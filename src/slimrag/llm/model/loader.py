@@ -1,13 +1,13 @@
 """Load a model for the engine: a GGUF file, or an HF folder (``config.json`` + ``*.safetensors`` + ``tokenizer.json``).
 
-GGUF: :mod:`slimrag.llm.engine.gguf` parses the header, the config comes from the metadata
+GGUF: :mod:`slimrag.llm.model.gguf` parses the header, the config comes from the metadata
 (:meth:`ModelConfig.from_gguf`), the tokenizer too (:meth:`Tokenizer.from_gguf`). On a float32
 CPU model the projections stored as Q4_0/Q4_1/Q8_0/Q4_K/Q6_K stay in their blocks
-(:class:`~slimrag.llm.engine.qlinear.QuantLinear`, one ONNX Runtime session each; the output head
+(:class:`~slimrag.llm.model.qlinear.QuantLinear`, one ONNX Runtime session each; the output head
 of a tied model reads the embedding table's blocks), and so does the embedding table, whose lookup
-dequantizes only the rows it reads (:mod:`slimrag.llm.engine.embedding`); every other tensor (norms,
+dequantizes only the rows it reads (:mod:`slimrag.llm.model.embedding`); every other tensor (norms,
 other block types) is dequantized one by one into the target dtype. On a CPU with AMX
-the layers' bfloat16 copy for the prefill is built here too (:mod:`slimrag.llm.engine.bf16`: 212 MB
+the layers' bfloat16 copy for the prefill is built here too (:mod:`slimrag.llm.model.bf16`: 212 MB
 and ~0.5-1.7 s for SmolLM2-135M, by load). Nothing is written to disk: there is no
 conversion cache, because the direct read already beats the cache it replaced (in one run of
 ``bench.engine``: 5.1 s against 37.6 s for the transformers engine's load from its 540 MB cache,
@@ -27,19 +27,19 @@ from pathlib import Path
 
 import torch
 
-from slimrag.llm.engine.config import ModelConfig
-from slimrag.llm.engine.embedding import BlockTable
-from slimrag.llm.engine.gguf import (
+from slimrag.llm.model.config import ModelConfig
+from slimrag.llm.model.embedding import BlockTable
+from slimrag.llm.model.gguf import (
     GGUFFile,
     hf_name,
     raw_rows,
     read_tensors,
     rope_freq_factors,
 )
-from slimrag.llm.engine.model import Decoder
-from slimrag.llm.engine.prefill import bf16_fits, prefill_mode
-from slimrag.llm.engine.qlinear import QuantPart, quantizable
-from slimrag.llm.engine.tokenizer import Tokenizer
+from slimrag.llm.model.model import Decoder
+from slimrag.llm.model.prefill import bf16_fits, prefill_mode
+from slimrag.llm.model.qlinear import QuantPart, quantizable
+from slimrag.llm.model.tokenizer import Tokenizer
 
 
 def load_checkpoint(path: str | os.PathLike[str], *, device: str = "cpu", dtype: torch.dtype = torch.float32,
@@ -63,10 +63,10 @@ def load_gguf(path: Path, *, device: str = "cpu", dtype: torch.dtype = torch.flo
               bf16: bool | None = None) -> tuple[Decoder, Tokenizer]:
     """A GGUF file (see the module header). ``workers``: dequantizing threads (default: up to 4
     of this machine's cores). ``quantized``: keep the projections stored as Q4_0/Q4_1/Q8_0/Q4_K/Q6_K in
-    their blocks and compute on them (:mod:`slimrag.llm.engine.qlinear`; float32 CPU models
+    their blocks and compute on them (:mod:`slimrag.llm.model.qlinear`; float32 CPU models
     only); False dequantizes every tensor to ``dtype``. ``dense_rows``: :class:`Decoder`'s
     threshold for float32 products in long forwards (None: always quantized). ``bf16``: prefill
-    in bfloat16 (:mod:`slimrag.llm.engine.bf16`): None where the copy fits, False never (the
+    in bfloat16 (:mod:`slimrag.llm.model.bf16`): None where the copy fits, False never (the
     quantized kernel's rows: a one-shot process, whose copy and first bf16 passes cost more than
     they save)."""
     import dataclasses

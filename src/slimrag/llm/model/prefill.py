@@ -11,13 +11,13 @@ segment:
   once: one product per weight and layer, however many segments;
 - attention runs per segment: its queries over the cache up to its own end (the segments before
   it, cached or written by this layer just before), exactly the shapes of a forward of its own
-  (:func:`slimrag.llm.engine.attention.attend` with ``at``).
+  (:func:`slimrag.llm.model.attention.attend` with ``at``).
 
 That is exact only where a row's product does not depend on how many rows share the call nor
 where the row sits. :func:`prefill_mode` checks it on the model's own matrices and picks a mode:
 
 - ``bf16`` (the default on a CPU with AMX bfloat16 tiles, where the copy fits: a quantized CPU
-  model without ``dense_rows``, settled at load; :mod:`slimrag.llm.engine.bf16`): products and attention in
+  model without ``dense_rows``, settled at load; :mod:`slimrag.llm.model.bf16`): products and attention in
   bfloat16 over a held bfloat16 copy of the layers' weights (212 MB for SmolLM2-135M, prepacked), every
   product call one of a few fixed sizes (padded: 512 or 256 rows for a long pass where that size
   gives each row the 128-row result, 128, 64 for a short remainder), checked as for ``chunks``; K/V, norms and the residual stream stay float32. ~2.6x the ``rows`` prefill's
@@ -49,11 +49,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from slimrag.llm.engine import bf16
-from slimrag.llm.engine.attention import attend
-from slimrag.llm.engine.cache import KVCache
-from slimrag.llm.engine.model import Decoder
-from slimrag.llm.engine.norm import rms_norm
+from slimrag.llm.model import bf16
+from slimrag.llm.model.attention import attend
+from slimrag.llm.model.cache import KVCache
+from slimrag.llm.model.model import Decoder
+from slimrag.llm.model.norm import rms_norm
 
 #: Rows per float32 product call in ``chunks`` mode: a pass's rows are cut into calls of exactly
 #: this many (the last padded with zero rows), so every call has one shape. Smaller wastes less on
@@ -69,7 +69,7 @@ def _rows_kernel(model: Decoder) -> bool:
 
 
 def bf16_fits(model: Decoder) -> bool:
-    """Whether ``model`` may prefill in bfloat16 (:func:`slimrag.llm.engine.bf16.fits`): a quantized
+    """Whether ``model`` may prefill in bfloat16 (:func:`slimrag.llm.model.bf16.fits`): a quantized
     model (its products already approximate float32; a float model keeps float32, the numbers its
     reference implementation gives) with no ``dense_rows`` asked for (that asks float32)."""
     return _rows_kernel(model) and bf16.fits(model.bf16_bytes(), model.device, model.dtype)
@@ -80,7 +80,7 @@ def _product(x: torch.Tensor, w: Any, bias: torch.Tensor | None, mode: str = ROW
     """``x @ w.T (+ bias)``: ``rows``: the weight's own product (a float ``F.linear`` or a
     quantized weight's kernel); ``chunks``: float32 (a quantized weight's dense copy) in calls of
     :data:`CHUNK` rows; ``bf16``: ``x`` rounded to bfloat16 times ``w16`` (the weight's bfloat16
-    copy) in the fixed-size calls :func:`slimrag.llm.engine.bf16.calls` gives, bfloat16 out (float32
+    copy) in the fixed-size calls :func:`slimrag.llm.model.bf16.calls` gives, bfloat16 out (float32
     with a bias)."""
     if mode == BF16:
         assert w16 is not None, "bf16 products need the weight's bfloat16 copy"
@@ -126,8 +126,8 @@ def _first_copy(model: Decoder, seed: int) -> tuple[bf16.Copy, ...]:
 def prefill_mode(model: Decoder, *, seed: int = 0, bf16: bool | None = None) -> str:
     """How this model's prompts may be prefilled in one pass: ``bf16`` where :func:`bf16_fits`
     (or ``bf16=True``) and a row's bfloat16 product does not depend on its place in the call nor its
-    neighbours, in calls of the sizes :func:`slimrag.llm.engine.bf16.sizes` allowed each product
-    (each checked against :data:`slimrag.llm.engine.bf16.CHUNK`-row calls; the bfloat16 copy is then built and held:
+    neighbours, in calls of the sizes :func:`slimrag.llm.model.bf16.sizes` allowed each product
+    (each checked against :data:`slimrag.llm.model.bf16.CHUNK`-row calls; the bfloat16 copy is then built and held:
     :meth:`Decoder.bf16_weights`); else ``rows`` for a quantized model without ``dense_rows``
     whose kernel's rows are independent; else ``chunks`` where the same holds for float32 in
     :data:`CHUNK`-row calls; else ``segments`` (one forward per segment). Each checked on layer

@@ -40,7 +40,7 @@ Other types (F32, F16, Q5_K, ...) are not handled here: :func:`quantizable` says
 and the loader dequantizes the rest to float32 as before.
 
 Exactness. A row's result does not depend on the other rows of the call nor on their number
-(checked at load for the widths the batcher uses, see :mod:`slimrag.llm.engine.batch`; measured
+(checked at load for the widths the batcher uses, see :mod:`slimrag.llm.model.batch`; measured
 for 1-8 rows on every SmolLM2 shape), so a token's numbers are the same batched or alone. The
 quantized product is a different computation from the float32 one (activations rounded to int8
 per block), so its logits differ from the float32 engine's in the low digits: the agreement is
@@ -291,7 +291,7 @@ class QuantLinear:
     """``x @ W.T`` for ``W`` the row-stack of ``parts`` kept quantized (see the module header).
 
     Call it with ``x`` ``[m, cols]`` (float32) for ``[m, rows]``. ``w @ x.T`` also works and
-    gives ``(x @ W.T).T``: the form :mod:`slimrag.llm.engine.batch` multiplies in.
+    gives ``(x @ W.T).T``: the form :mod:`slimrag.llm.model.batch` multiplies in.
     ``dense()`` is the float32 matrix (dequantized on first use, then held), for products where
     float32 measures faster (long prefills)."""
 
@@ -316,7 +316,7 @@ class QuantLinear:
     def onnx_nodes(self, x: str, out: str, tag: str, *, one_row: bool = False,
                    ) -> tuple[list, list[tuple[str, np.ndarray]]]:
         """ONNX nodes and initializers (name, array) computing ``out = x @ W.T`` in a larger graph (the fused
-        decode step, :mod:`slimrag.llm.engine.step`); ``tag`` keeps their names unique there.
+        decode step, :mod:`slimrag.llm.model.step`); ``tag`` keeps their names unique there.
         ``one_row``: ``x`` is always ``[1, cols]`` (fewer nodes)."""
         from onnx import helper
 

@@ -1,6 +1,6 @@
 """The engine: what serves requests on the model (:mod:`slimrag.llm.model`), in nano-vllm's shape.
 
-Parts, one module each: ``request`` (:class:`~slimrag.llm.model.request.Request`, one request
+Parts, one module each: ``request`` (:class:`~slimrag.llm.engine.request.Request`, one request
 carried through prefill, decode and store), ``lifecycle`` (what happens to a request: admitted,
 prefilled on its cached prefix, decoded, stored), ``scheduler`` (the prefill gate: one prefill at
 a time, longest cached prefix first), ``runner`` (the model behind one generator: loading, every

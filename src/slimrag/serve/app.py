@@ -15,7 +15,10 @@ Endpoints
     ``POST /v1/embeddings``: the index's embedder; ``input`` is a string or up to
     `MAX_EMBED_INPUTS` (256) strings (truncated to the embedder's window, as sentence-transformers does);
     ``encoding_format`` ``float`` or ``base64`` (little-endian float32, as OpenAI sends it).
-    ``POST /v1/search``: ``{query, k=5, source?, mode?}`` → hits with chunk id, source, score, text;
+    ``POST /v1/search``: ``{query, k=5, source?, mode?}`` → hits with chunk id, source, score, text and
+    ``similarity`` (the cosine of the query's and the chunk's embeddings, where the search computed it:
+    every vector hit, a hybrid hit among the vector candidates; null for a keyword-only hit; unlike
+    ``score`` it has an absolute scale, `slimrag.types.Hit`);
     on an index whose vectors are still filling in, ``coverage`` too (what the vectors covered;
     keyword search covered the rest, `slimrag.index.coverage`).
     ``GET /v1/status`` (documents, chunks, bytes on disk, last update) and
@@ -96,11 +99,18 @@ from slimrag.api.schemas import (
 )
 from slimrag.index import backfill
 from slimrag.rag.pipeline import RAG
-from slimrag.serve.chat import answer_pieces, conversation, extension, generation_config, sse_chunks
+from slimrag.serve.chat import (
+    WireAnswer,
+    answer_pieces,
+    conversation,
+    extension,
+    final_answer,
+    generation_config,
+    sse_chunks,
+)
 from slimrag.serve.planned import planned_hits, planned_pieces
 from slimrag.serve.web import add_browse_routes
 from slimrag.serve.workers import Abandoned, Worker, Workers, serving
-from slimrag.types import Answer
 
 if TYPE_CHECKING:
     from slimrag.llm.kv.publish import EventsConfig
@@ -229,7 +239,7 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
         config = generation_config(req, rag.generation)
         plan = None if req.evidence_only else parse_plan(request.headers.get(PLAN_HEADER))
 
-        def pieces(w: Worker) -> Iterator[str | Answer]:  # a router's plan, when its chunks are all here
+        def pieces(w: Worker) -> Iterator[str | WireAnswer]:  # a router's plan, when its chunks are all here
             hits = planned_hits(w, plan) if plan else None
             if hits:
                 metrics.inc("slimrag_planned_chats_total")  # answered without a search of its own
@@ -249,13 +259,12 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
                 include_usage = req.stream_options is not None and req.stream_options.include_usage
                 streamed = True  # counted until the response ends
                 return load.streamed(sse_chunks(head, first, events, include_usage, metrics), events)
-            final = await until_gone(request, _last(events, first))
+            final = final_answer(await until_gone(request, _last(events, first)))
         except ClientGone:
             await events.aclose()
             return Response(status_code=499)  # nobody reads it; counted as the client leaving
         finally:
             load.chats -= not streamed
-        assert isinstance(final, Answer)
         metrics.usage(final.usage)
         message = {"role": "assistant", "content": final.text}
         return JSONResponse({**head, "object": "chat.completion",

@@ -55,6 +55,7 @@ from slimrag.api.errors import APIError, api_error
 from slimrag.api.metrics import Metrics
 from slimrag.api.schemas import ChatMessage, ChatRequest, usage_json
 from slimrag.config import GenerationConfig
+from slimrag.rag.stream import AnswerStream
 from slimrag.rag.wire import checked_json, hit_json
 from slimrag.serve.workers import Worker
 from slimrag.types import Answer
@@ -117,7 +118,7 @@ def extension(answer: Answer) -> dict[str, Any]:
 
 def answer_pieces(worker: Worker, question: str, history: tuple[tuple[str, str], ...], k: int,
                   source: str | None, config: GenerationConfig, evidence_only: bool = False,
-                  answer: str | None = None) -> Iterator[str | Answer]:
+                  answer: str | None = None) -> Iterator[str | WireAnswer]:
     """Run RAG on ``worker``: the answer's text pieces, then the answer as a `WireAnswer` (its
     finish reason the wire's). ``evidence_only``: answer with the evidence alone, without the
     model (`RAG.evidence_answer`), as one piece."""
@@ -126,21 +127,33 @@ def answer_pieces(worker: Worker, question: str, history: tuple[tuple[str, str],
         yield answer.text
         yield WireAnswer.of(answer)
         return
-    pieces = worker.rag.stream_answer(question, k, source=source, config=config, history=history, answer=answer)
+    yield from wire_pieces(worker.rag.respond(question, k, source=source, config=config, history=history,
+                                              answer=answer))
+
+
+def wire_pieces(stream: AnswerStream) -> Iterator[str | WireAnswer]:
+    """``stream``'s text pieces, then its answer as a `WireAnswer`: what a chat's worker puts on
+    the queue to the response (`Workers.stream`), whose last item is the answer (`final_answer`).
+    Closing this (the client left) closes ``stream``: the generation stops at once, not at GC."""
     try:
-        for piece in pieces:
-            yield piece if isinstance(piece, str) else WireAnswer.of(piece)
-    finally:  # closing this stream (the client left) stops the generation at once, not at GC
-        close = getattr(pieces, "close", None)
-        if close is not None:
-            close()
+        yield from stream
+        yield WireAnswer.of(stream.answer)
+    finally:
+        stream.close()
+
+
+def final_answer(item: str | WireAnswer) -> WireAnswer:
+    """The last item of a chat's pieces (`wire_pieces`), which is its answer."""
+    if isinstance(item, str):
+        raise RuntimeError("the chat's pieces ended without their answer")
+    return item
 
 
 def _sse(obj: dict[str, Any] | str) -> str:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj, separators=(',', ':'))}\n\n"
 
 
-async def sse_chunks(head: dict[str, Any], first: str | Answer, rest: AsyncIterator[str | Answer],
+async def sse_chunks(head: dict[str, Any], first: str | WireAnswer, rest: AsyncIterator[str | WireAnswer],
                      include_usage: bool, metrics: Metrics) -> AsyncIterator[str]:
     """The server-sent events of a streamed completion (see the module header)."""
     extra = {"usage": None} if include_usage else {}

@@ -18,10 +18,11 @@ from collections.abc import Iterator, Sequence
 
 from slimrag.config import GenerationConfig
 from slimrag.rag.pipeline import by_relevance
+from slimrag.rag.stream import AnswerStream
 from slimrag.rag.turn import Turn
-from slimrag.serve.chat import WireAnswer
+from slimrag.serve.chat import WireAnswer, wire_pieces
 from slimrag.serve.workers import Worker
-from slimrag.types import Answer, Hit
+from slimrag.types import Hit
 
 
 def planned_hits(worker: Worker, plan: Sequence[tuple[int, float]]) -> list[Hit] | None:
@@ -34,13 +35,8 @@ def planned_hits(worker: Worker, plan: Sequence[tuple[int, float]]) -> list[Hit]
 
 
 def planned_pieces(worker: Worker, hits: list[Hit], question: str, history: tuple[tuple[str, str], ...],
-                   config: GenerationConfig, answer: str | None = None) -> Iterator[str | Answer]:
+                   config: GenerationConfig, answer: str | None = None) -> Iterator[str | WireAnswer]:
     """Answer ``question`` over ``hits`` without retrieving: text pieces, then a `WireAnswer`."""
     rag = worker.rag
     turn = Turn(rag.prompt(question, hits, history, answer=answer), by_relevance(hits), time.perf_counter(), question)
-    pieces = rag.answer(turn, config, answer)
-    try:
-        for piece in pieces:
-            yield piece if isinstance(piece, str) else WireAnswer.of(piece)
-    finally:
-        pieces.close()
+    yield from wire_pieces(AnswerStream(rag.answer(turn, config, answer)))

@@ -7,7 +7,6 @@ real index of the test corpus with the real MiniLM embedder."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from test_floor import ANSWERABLE, UNRELATED, Silent

@@ -129,28 +129,43 @@ def docs_dir(tmp_path: Path) -> Path:
     return root
 
 
+#: The torch threads the embedded model is loaded and tested on (:func:`smollm`).
+TEST_THREADS = 1
+
+
 @pytest.fixture(scope="session")
 def _smollm_loaded() -> weights.LoadedModel:
     """The embedded SmolLM2, loaded once per test session (a load maps the file and builds the
     engine: about a second, paid once instead of once per module). Skips when the model package is
-    not installed."""
+    not installed. Loaded on :data:`TEST_THREADS` torch threads, the count :func:`smollm` runs the
+    tests at: the load checks the bfloat16 prefill's wide call sizes at its thread count, and a
+    product run at another count falls back to 128-row calls, so a load at the default count
+    would leave the wide calls untested end to end."""
+    import torch
+
     try:
         weights.default_gguf_path()
     except ModelNotFoundError as exc:
         pytest.skip(str(exc))
-    return weights.load_model(device="cpu")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(TEST_THREADS)
+    try:
+        return weights.load_model(device="cpu")
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
 def smollm(_smollm_loaded: weights.LoadedModel) -> Iterator[weights.LoadedModel]:
-    """The embedded SmolLM2, run on one torch thread in the module that uses it: with two threads
-    on two cores that other processes also use, torch's threads spin against each other (an
-    exactness test took 443 s instead of 27 s). Exactness does not depend on it (warm and cold
-    runs share the setting)."""
+    """The embedded SmolLM2, run on :data:`TEST_THREADS` (one) torch thread in the module that
+    uses it: with two threads on two cores that other processes also use, torch's threads spin
+    against each other (an exactness test took 443 s instead of 27 s). It is the count the load
+    checked the bfloat16 call sizes at, so the exactness tests run the wide calls a long pass
+    takes (``tests/test_bf16_wide_exact.py`` checks that they do)."""
     import torch
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(TEST_THREADS)
     try:
         yield _smollm_loaded
     finally:

@@ -5,7 +5,8 @@ highlights by offset). Rules, in order: a blank line, a Markdown heading or list
 block; inside a block a sentence ends at ``.``, ``!`` or ``?`` (and closing quotes or brackets)
 followed by white space and an upper-case letter, a digit, a quote or a bracket, unless the word
 before the stop is a known abbreviation (``e.g.``, ``Dr.``, ``U.S.``) or a single letter (an
-initial; a title before a name, ``Gen.``, ``Gov.``, is one). Decimals (``1.5``) and version numbers never split: no white space follows the stop.
+initial), or a title (``Gen.``, ``Gov.``, capitalised) before a capitalised word that is no stop word (a
+name: "Gen. Eisenhower", not "the next gen. It ..."). Decimals (``1.5``) and version numbers never split: no white space follows the stop.
 A "sentence" longer than `MAX_WORDS` words (a table or code flattened to one line) is cut into
 windows of that many words, so one huge block cannot win on overlap alone.
 
@@ -26,10 +27,12 @@ MAX_WORDS = 60
 
 _BLOCK = re.compile(r"\n\s*\n|\n(?=\s*(?:#{1,6}\s|[-*+]\s|\d+[.)]\s))")
 _STOP = re.compile(r"[.!?][\"')\]]*\s+(?=[A-Z0-9\"'(\[`])")
-#: Words a full stop abbreviates rather than ends a sentence at: "e.g.", "Dr.", and titles before a name
-#: ("The role of Gen. Eisenhower went to ...": cut there, the sentence lost the role it names).
-_ABBREV = frozenset("""e.g i.e etc vs cf mr mrs ms dr prof st no fig approx al jr sr inc ltd co gen col lt sgt capt
-cmdr adm maj gov sen rep rev hon pres supt mt ft""".split())
+#: Words a full stop abbreviates rather than ends a sentence at: "e.g.", "Dr.".
+_ABBREV = frozenset("""e.g i.e etc vs cf mr mrs ms dr prof st no fig approx al jr sr inc ltd co mt""".split())
+#: Titles that end no sentence before a name ("The role of Gen. Eisenhower went to ...": cut there, the
+#: sentence lost the role it names), and only there: "gen.", "rep.", "pres." are words too ("the next gen. It
+#: ships ...", "ten reps. Then rest."), so a title is capitalised and the word after it a capitalised non-stop word.
+_TITLES = frozenset("gen col lt sgt capt cmdr adm maj gov sen rep rev hon pres supt".split())
 _WORD = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9'_\-.]|,(?=\d{3}))*[A-Za-z0-9]|[A-Za-z0-9]")
 STOPWORDS = frozenset("""
 a about above after again against all also am an and any are as at be because been before being below
@@ -60,6 +63,10 @@ def _abbreviation(block: str, stop: int) -> bool:
     if word is None:
         return False
     w = word.group(1).lower().strip(".")
+    if w in _TITLES:
+        after = re.match(r"\s+([A-Za-z]+)", block[stop + 1:])
+        return word.group(1)[0].isupper() and after is not None and after.group(1)[0].isupper() \
+            and after.group(1).lower() not in STOPWORDS
     return w in _ABBREV or len(w) == 1 or ("." in w and len(w) <= 5)
 
 

@@ -39,10 +39,11 @@ first published in Gospel Songs No. 2 by Ira Sankey and Bliss" does not say who 
 sentence first, then sentences no passage backs, was a partial answer presented as backed; now the
 answer is withheld and the passages quoted, unless another of its backed sentences answers.
 
-A sentence cut off mid-phrase (`unfinished`: an unclosed code span, or no stop after a last word that
-ends nothing, "... with methods like `", as an answer stopped at its token limit ends) answers nothing:
-the folder set's free answer whose only backed sentence was such a fragment was presented as backed.
-A "when" answer may name a period instead of a date ("during the Roman Empire"). A bare value (all the
+A sentence cut off mid-phrase (`unfinished`: an unclosed code span, or, the answer's last sentence, no
+stop after a last word that ends nothing, "... with methods like `", as an answer stopped at its token
+limit ends; a list item before it, "- Python 3.10 and above", is whole) answers nothing: the folder
+set's free answer whose only backed sentence was such a fragment was presented as backed. A "when"
+answer may name a period instead of a date ("During the Roman Empire.", "during the reign of Augustus"). A bare value (all the
 sentence adds is names: "Harrison Ford.", "The answer is: Tony Jeffries.") counts for `on_question` the
 `CONTEXT_BACK` sentences before each backing sentence too: "The role of Gen. Eisenhower went to Tony
 Jeffries" names the question's role two sentences after its "play" and "Dwight". A sentence that adds
@@ -53,13 +54,15 @@ answers nothing either: its subject is the unbacked one's ("... use the `deep_co
 method creates a deep copy of the given object." is backed by the passage's `copy.deepcopy`).
 
 A question's qualifier ("default", "oldest", "maximum": `QUALIFIERS`, each with the words that say the
-same) must be held by the backing sentences or the sentences before them (`qualified`): "The default
+same, compared by stem; "first" and "last" only after a determiner, not "does the battery last" nor
+"released first, Django or Flask") must be held by the backing sentences or the sentences before them
+(`qualified`): "The default
 level of the root logger is NOTSET." is backed by "When a logger is created, the level is set to
 NOTSET", a value for another case than the one asked.
 
 A question for a way ("How do I parse an ISO 8601 date string ...?", `_HOW_TO`) is answered by a
-sentence that says the asked verb or names code the question does not ("The `date` class in Python is
-a built-in datetime object." does neither), and one for code that does something ("Which function
+sentence that says the asked verb or names code the question does not, a shell command in a code span
+too ("Run `make demo`."; "The `date` class in Python is a built-in datetime object." does neither), and one for code that does something ("Which function
 returns the default timeout ...?", `_WHICH_CODE`) by code whose backing says that verb
 (`does_what_asked`: `setdefaulttimeout`'s passage says "Set the default timeout"); light verbs
 ("makes", "does") ask for nothing.
@@ -121,8 +124,9 @@ _LEAD_TYPED = ("when", "number")
 #: A code fence opened at a sentence's end ("Here's how to use it:\n```python").
 _FENCE_OPEN = re.compile(r"\s*```\w*\s*$")
 
-#: A "when" answer that names a period rather than a date ("during the Roman Empire", "during World War II").
-_PERIOD = re.compile(r"\bduring (?:the )?[A-Z]")
+#: A "when" answer that names a period rather than a date ("during the Roman Empire", "During World War II",
+#: "during the reign of Augustus": a named ruler's reign is a period); "during construction" names none.
+_PERIOD = re.compile(r"\b[Dd]uring (?:the )?(?:(?:reign|rule|time|era|age) of )?[A-Z]")
 
 #: The end of a sentence cut off mid-phrase (an answer stopped at its token limit): no stop, and a last
 #: word that ends nothing ("... with methods like `", "... defined by").
@@ -133,10 +137,16 @@ _TRAILING = re.compile(r"(\w+)\W*$")
 _REFERS = re.compile(r"(it|its|this|these|that|they|their)\b", re.I)
 
 #: Words that qualify what a question asks for (the default value, the oldest event), each with the words
-#: that say the same: the sentence backing an answer must hold one of them (`qualified`).
-QUALIFIERS = (frozenset({"default", "defaults"}), frozenset({"oldest", "earliest", "first"}),
+#: that say the same, as `stem` writes them: the sentence backing an answer must hold one of them (`qualified`).
+QUALIFIERS = (frozenset({"default"}), frozenset({"oldest", "earliest", "first"}),
               frozenset({"latest", "newest", "last"}), frozenset({"maximum", "max", "largest", "highest"}),
               frozenset({"minimum", "min", "smallest", "lowest"}))
+
+#: Qualifiers that are also a verb ("How long does the battery last?") or an adverb of a comparison
+#: ("Which was released first, Django or Flask?"): they qualify only after a determiner ("the first
+#: version", "its last release"; `_asked_qualifiers`).
+_ORDINALS = frozenset({"first", "last"})
+_DETERMINERS = frozenset("the its their his her your my our".split())
 
 #: Verbs that say little of an action: a question's "how do I make ...", "which flag makes ..." asks
 #: for no verb the answer must repeat (`_light`).
@@ -148,6 +158,9 @@ _HOW_TO = re.compile(r"^\W*how (?:do|can|should|would|could) (?:i|you|we|one) (?
 #: "Which function returns ...?": the verb after a kind of code is what the code must be documented doing.
 _WHICH_CODE = re.compile(r"\bwhich (?:[\w.-]+ ){0,2}?(?:function|method|class|module|exception|attribute|"
                          r"decorator|parameter|argument|flag|option|action|constant|variable)s? (\w+)", re.I)
+
+#: A code span ("`make demo`").
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
 
 #: The verdicts, in order from best to worst.
 VERDICTS = ("supported", "partial", "not_backed")
@@ -161,21 +174,26 @@ class Verdict:
     shown: str
 
 
-def unfinished(sentence: str) -> bool:
+def unfinished(sentence: str, last_sentence: bool = True) -> bool:
     """Whether ``sentence`` was cut off mid-phrase: it holds an unclosed code span (an odd number of
-    backticks), or it ends without a stop on a stop word ("... defined by"). It states no whole claim,
-    so it answers nothing (module header)."""
+    backticks), or, the answer's last sentence (``last_sentence``), it ends without a stop on a stop
+    word ("... defined by"), where an answer stopped at its token limit ends. Earlier in an answer such
+    an ending is a list item or a line ("- Python 3.10 and above"), whole. A cut-off sentence states no
+    whole claim, so it answers nothing (module header)."""
     text = sentence.rstrip()
     if text.count("`") % 2:
         return True
+    if not last_sentence:
+        return False
     last = _TRAILING.search(text)
     return bool(text) and text[-1] not in ".!?:;)]\"'`*" and last is not None and last.group(1).lower() in STOPWORDS
 
 
-def answers(question: str, sentence: str) -> bool:
-    """Whether ``sentence`` states something ``question`` asks for (module header)."""
+def answers(question: str, sentence: str, last_sentence: bool = True) -> bool:
+    """Whether ``sentence`` states something ``question`` asks for (module header); ``last_sentence``:
+    whether it ends the answer (`unfinished`)."""
     text = _FENCE_OPEN.sub("", sentence).rstrip()
-    if text.endswith("?") or unfinished(text):  # a question asked back, a cut-off phrase: nothing answered
+    if text.endswith("?") or unfinished(text, last_sentence):  # a question asked back, a cut-off phrase: nothing answered
         return False
     q_words, q_terms = content_words(question), key_terms(question)
     asked = {w.lower() for w in words(question)}  # a lower-case question still names its names
@@ -205,9 +223,13 @@ def answers(question: str, sentence: str) -> bool:
 
 
 def _new_code(question: str, sentence: str, asked: set[str]) -> bool:
-    """Whether ``sentence`` names code that ``question`` (its words ``asked``) does not."""
+    """Whether ``sentence`` names code that ``question`` (its words ``asked``) does not: an identifier
+    (`identifiers`), or a code span with a word the question lacks (a shell command: "Run `make demo`."
+    for "How do I install slimrag?"; "`slimrag`" names nothing new there)."""
     asked_for = {i.lower() for i in identifiers(question)}
-    return any(i.lower() not in asked_for and i.lower() not in asked for i in identifiers(sentence))
+    if any(i.lower() not in asked_for and i.lower() not in asked for i in identifiers(sentence)):
+        return True
+    return any({w.lower() for w in words(span)} - asked for span in _CODE_SPAN.findall(sentence))
 
 
 def on_topic(question: str, s: Support, hits: Sequence[Hit]) -> bool:
@@ -236,7 +258,7 @@ def on_question(question: str, s: Support, hits: Sequence[Hit] = ()) -> bool:
         return True
     held = content_words(s.sentence).union(*(content_words(e.text) for e in s.evidence))
     if s.evidence and hits and _bare(question, s.sentence):  # "The role of Gen. Eisenhower went to Tony Jeffries"
-        held |= set().union(*(content_words(t) for t in _before(s.evidence, hits)))
+        held |= set().union(*(content_words(t) for t in _sentences_before(s.evidence, hits)))
     if not s.evidence:
         held |= _passage_words(s, hits)
     return len(asked & held) >= ON_QUESTION * len(asked)
@@ -250,7 +272,7 @@ def _bare(question: str, sentence: str) -> bool:
     return bool(said) and said <= names
 
 
-def _before(evidence: Sequence[Evidence], hits: Sequence[Hit]) -> list[str]:
+def _sentences_before(evidence: Sequence[Evidence], hits: Sequence[Hit]) -> list[str]:
     """The `CONTEXT_BACK` sentences before each of ``evidence``'s sentences in its passage (of ``hits``)."""
     out: list[str] = []
     for e in evidence:
@@ -262,14 +284,22 @@ def _before(evidence: Sequence[Evidence], hits: Sequence[Hit]) -> list[str]:
 
 def qualified(question: str, s: Support, hits: Sequence[Hit] = ()) -> bool:
     """Whether each qualifier of ``question`` (`QUALIFIERS`: "default", "oldest") is held, in one of
-    its words, by ``s``'s backing sentences or the sentences before them (`_before`): a value stated
+    its words, by ``s``'s backing sentences or the sentences before them (`_sentences_before`): a value stated
     for another case than the one asked ("When a logger is created, the level is set to NOTSET" for
     the root logger's default level) answers nothing. True for a sentence with no backing sentence."""
-    asked = [group for group in QUALIFIERS if any(w.lower() in group for w in words(question))]
+    asked = _asked_qualifiers(question)
     if not asked or not s.evidence:
         return True
-    held = {w.lower() for t in [*(e.text for e in s.evidence), *_before(s.evidence, hits)] for w in words(t)}
+    held = {stem(w) for t in [*(e.text for e in s.evidence), *_sentences_before(s.evidence, hits)] for w in words(t)}
     return all(group & held for group in asked)
+
+
+def _asked_qualifiers(question: str) -> list[frozenset[str]]:
+    """The `QUALIFIERS` groups ``question`` asks for, its words compared by stem ("defaults"); "first"
+    and "last" only after a determiner (`_ORDINALS`): "the first version", not "does the battery last"."""
+    toks = [w.lower() for w in words(question)]
+    said = {stem(w) for i, w in enumerate(toks) if w not in _ORDINALS or (i and toks[i - 1] in _DETERMINERS)}
+    return [group for group in QUALIFIERS if group & said]
 
 
 def _light(verb: str) -> bool:
@@ -293,7 +323,8 @@ def does_what_asked(question: str, s: Support) -> bool:
 def kind_of(question: str, support: Sequence[Support], hits: Sequence[Hit] = ()) -> str:
     """``supported``, ``partial`` or ``not_backed`` for an answer whose sentences are ``support``,
     checked against ``hits`` (the retrieved passages; none: the topic rule is skipped)."""
-    responsive = [s for i, s in enumerate(support) if s.supported and answers(question, s.sentence)
+    responsive = [s for i, s in enumerate(support) if s.supported
+                  and answers(question, s.sentence, last_sentence=i == len(support) - 1)
                   and on_topic(question, s, hits) and on_question(question, s, hits)
                   and not (i and not support[i - 1].supported and _REFERS.match(s.sentence))
                   and qualified(question, s, hits) and does_what_asked(question, s)]

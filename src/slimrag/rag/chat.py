@@ -118,7 +118,9 @@ class Chat:
 
     def stream(self, question: str, k: int = 4) -> Iterator[str | Answer]:
         """Like `RAG.stream_answer`, in the conversation's context, remembering the turn (and,
-        with ``replay``, keeping its prefix warm in the generator once the answer is out)."""
+        with ``replay``, keeping the next turn's prefix warm in the generator once the answer's
+        text is out and before its `Answer` is yielded: a reader that stops at the last text piece
+        leaves the prefix computed; the final item then waits for that prefill)."""
         earlier = self.passages
         turn = self.rag.turn(question, k, earlier=earlier, questions=self.questions)
         replayed = self.replaying and turn.prompt is not None

@@ -68,7 +68,7 @@ from slimrag.rag.stream import AnswerStream
 from slimrag.rag.turn import Turn
 from slimrag.rag.verdict import judge
 from slimrag.rag.vocabulary import Vocabulary
-from slimrag.types import Answer, Hit, Usage
+from slimrag.types import Answer, Hit, Hits, Usage
 
 if TYPE_CHECKING:
     from slimrag.index.core import Index
@@ -161,16 +161,19 @@ class RAG:
         if self.progress is not None:
             self.progress(name)
 
-    def retrieve(self, question: str, k: int = 4, source: str | None = None) -> list[Hit]:
-        """The passages a question will be answered from, best first."""
+    def retrieve(self, question: str, k: int = 4, source: str | None = None) -> Hits:
+        """The passages a question will be answered from, best first, with the search's best
+        vector similarity (`Hits.similarity`, which the relevance floor reads in vector and hybrid
+        mode)."""
         return self.index.search(question, k=k, mode=self.mode, source=source)
 
     def retrieve_in_context(self, question: str, k: int = 4, source: str | None = None,
-                            context: Sequence[str] = ()) -> tuple[list[Hit], list[str]]:
+                            context: Sequence[str] = ()) -> tuple[Hits, list[str]]:
         """The passages for a follow-up: retrieved for the query that ``condense`` makes of
         ``question`` and the ``context`` (earlier questions, oldest first); ``question`` alone
         without context. Returns the hits and the queries that were run (the last is the one
-        retrieved with; the relevance floor reads them all)."""
+        retrieved with; in keyword mode the relevance floor probes each of them, in vector and
+        hybrid mode it reads the retrieved query's `Hits.similarity`: `slimrag.rag.guards`)."""
         query = CONDENSERS[self.condense](question, list(context), self.llm) if context else question
         queries = [question] + ([query] if query != question else [])
         return self.retrieve(query, k, source), queries

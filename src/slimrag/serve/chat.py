@@ -47,7 +47,7 @@ Usage
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -153,8 +153,8 @@ def _sse(obj: dict[str, Any] | str) -> str:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj, separators=(',', ':'))}\n\n"
 
 
-async def sse_chunks(head: dict[str, Any], first: str | WireAnswer, rest: AsyncIterator[str | WireAnswer],
-                     include_usage: bool, metrics: Metrics) -> AsyncIterator[str]:
+async def sse_chunks(head: dict[str, Any], first: str | WireAnswer, rest: AsyncGenerator[str | WireAnswer, None],
+                     include_usage: bool, metrics: Metrics) -> AsyncGenerator[str, None]:
     """The server-sent events of a streamed completion (see the module header)."""
     extra = {"usage": None} if include_usage else {}
 

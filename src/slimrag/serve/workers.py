@@ -49,7 +49,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -162,7 +162,7 @@ class Workers:
             fut.cancel()
             raise
 
-    async def stream(self, job: Callable[[Worker], Iterator[T]]) -> AsyncIterator[T]:
+    async def stream(self, job: Callable[[Worker], Iterator[T]]) -> AsyncGenerator[T, None]:
         """Iterate ``job``'s items on a worker and yield them here; an exception it raises is
         raised here. Leaving early tells the worker to stop and close the iterator."""
         loop = asyncio.get_running_loop()

@@ -258,7 +258,6 @@ class DecodeLoop:
                 pos += 1
 
 
-
 class _SharedStep:
     """One batched step of the decoder that ``model`` returns (a :class:`DecodeBatcher`'s ``run``,
     called holding the model lock). Its own object, not a method of :class:`DecodeLoop`: the

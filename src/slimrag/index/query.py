@@ -15,10 +15,9 @@ for every keyword-mode hit). The result, a `Hits` list, also carries the best co
 vector candidates (`Hits.similarity`), which the fused cut may have dropped: the relevance floor
 (`slimrag.rag.guards`) reads that, so it never searches again. A keyword-only hit's cosine is not
 computed: free on a flat store (its row is read), it costs a slim store one chunk embedding per
-such hit (its rows are recomputed from text: 18.5% of disfl_qa questions have one or more among
-their 4 hits, and embedding them took a median 38 ms, more than the 22 ms of the whole search),
-and no floor decision needs it (``bench/floor.py``; docs/benchmarks.md, "Relevance floor from
-the hits").
+such hit (its rows are recomputed from text), more than the whole search, and no floor decision
+needs it (the share of such questions and the timings: ``bench/floor.py``; docs/benchmarks.md,
+"Relevance floor from the hits").
 
 The default mode is ``SearchConfig.mode`` (hybrid, chosen by `bench.retrieval`; see
 docs/benchmarks.md), the one default `RAG`, the CLI and the HTTP server read too.

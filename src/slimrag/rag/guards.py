@@ -27,16 +27,14 @@ Relevance floor (before the model is called)
 
     Hits that are not one search's own list (sorted, merged: a plain list) fall back to the best
     `Hit.similarity` among them. The similarity is that of the query retrieval ran (a follow-up's
-    condensed query, `slimrag.rag.condense`), where the probe took the best over the question and
-    its condensed query. Until issue 29 hybrid ran the keyword mode's probe; on a flat index the
-    carried value is the probe's cosine exactly (the same exact search, 50 wide instead of 1); a
-    slim index's walk for 50 candidates is wider than the probe's for 1 (on a slim index of the
-    disfl_qa passages the two were equal for 2,008 questions). Measured (``python -m bench.floor``;
-    docs/benchmarks.md, "Relevance floor from the hits"): no decision changes on the test corpus's
-    answerable and unrelated questions (tests/test_floor.py), on 8,007 disfl_qa and unanswerable
-    questions (flat; 2,008 slim) or on 200 follow-ups. Reading only the hits' own similarity
-    instead would refuse 37 of those disfl_qa questions (0.46%) that the probe let through: their
-    best chunk was cut.
+    condensed query, `slimrag.rag.condense`), where keyword mode's probe takes the best over the
+    question and its condensed query. The trade-off: on a flat index the carried value is the
+    probe's cosine exactly (the same exact search, 50 wide instead of 1); a slim index's walk for 50
+    candidates is wider than a probe's for 1 (the two may differ there); and reading the
+    best of the vector candidates, not only the hits' own similarity, keeps a question whose best
+    chunk the fused cut dropped. The decisions compared with the probe's and the search saved:
+    ``python -m bench.floor``, docs/benchmarks.md, "Relevance floor from the hits" (and
+    tests/test_floor.py on the test corpus).
 
     ``floor`` 0.28 is measured for all-MiniLM-L6-v2 (the default embedder): on the test corpus
     (tests/conftest.py's DOCS) twelve unrelated questions ("What is the capital of France?",

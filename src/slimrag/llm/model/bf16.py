@@ -31,9 +31,9 @@ same call size (checked), so packing changes no number.
 Knobs (defaults):
 
 - :data:`CHUNK` = 128 rows: the reference call size (64 ran the products ~1.4x slower here).
-- :data:`WIDE` = (512, 256): larger calls for long passes, tried widest first (the four products
-  of a 1,408-row pass at 1 thread: 457 ms in 128-row ``torch.mm`` calls, 344 prepacked, 247
-  prepacked in 512-row calls).
+- :data:`WIDE` = (512, 256): larger calls for long passes, tried widest first: fewer, larger calls
+  run the products faster, and a short pass never pays for them (``docs/benchmarks.md``, "The
+  2-thread target").
 - :data:`SHORT` = 64: a warm question (~20 tokens) pads to 64 rows, not 128.
 - :data:`SHARE` = 0.25 of the machine's memory for the copy (2 bytes per weight of the layers'
   four products: 212 MB for SmolLM2-135M, ~2.4 GB for a 1.2B model, 13 GB for a 7B one, which

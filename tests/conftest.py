@@ -8,6 +8,15 @@ import random
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
+# `make test` runs two pytest-xdist workers. torch's default, one thread per core in each worker,
+# oversubscribes the cores, and its threads then wait on each other: a search test ran 13-60 s
+# beside the other worker against 1.3-4.8 s with the cores shared out (2026-11-29). So each
+# worker takes its share of the cores; tests that need a thread count set it themselves.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    import torch
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 

@@ -31,9 +31,9 @@ demo: $(BASE_STAMP)
 
 # pytest exits 5 when a marker deselects every test; that is not a failure here.
 # Two workers, one test file each at a time (pytest-xdist, --dist loadfile: a module's fixtures,
-# a loaded model or a built index, are made once): many tests wait on subprocesses, servers and
-# SQLite, so on 2 cores the suite ran in 1,442 s against 2,146 s one file after another (same
-# load, 2026-11-29).
+# a loaded model or a built index, are made once), each with its share of the cores for torch
+# (tests/conftest.py): on 2 idle cores the suite ran in 303 s (1,200 tests), against 789 s one
+# file after another at the previous stop (1,147 tests; 2026-11-29).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -x -n 2 --dist loadfile --durations=10; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 

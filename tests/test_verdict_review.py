@@ -13,8 +13,9 @@ from test_verdict_question import built, verdict
 
 from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
+from slimrag.rag.attribution import attribute
 from slimrag.rag.sentences import split_sentences
-from slimrag.rag.verdict import _asked_qualifiers, answers, unfinished
+from slimrag.rag.verdict import _asked_qualifiers, answers, judge, kind_of, unfinished
 
 DOCS = {
     "docs/battery.md": ("The battery lasts about 10 hours on a single charge. It charges fully in two hours "
@@ -91,3 +92,16 @@ def test_a_title_ends_no_sentence_only_before_a_name() -> None:
     assert cut("It is the next gen. It ships in May.") == ["It is the next gen.", "It ships in May."]
     assert cut("He wrote to Rep. Smith. Then he left.") == ["He wrote to Rep. Smith.", "Then he left."]
     assert cut("She met Gov. Brown and Sen. Kennedy.") == ["She met Gov. Brown and Sen. Kennedy."]
+
+
+def test_an_answer_that_ended_by_itself_keeps_its_last_list_item(idx: Index) -> None:
+    """The answer's last sentence is read as cut off on a stop word only when the generation may
+    have hit its token limit: an answer that ended by itself (finish reason ``stop``) is whole."""
+    q = "Which Python versions does slimrag support?"
+    said = "slimrag supports:\n\n- Python 3.10 and above"
+    hits = idx.search(q, k=3)
+    check = attribute(q, said, hits, idx.embedder)  # type: ignore[arg-type]
+    assert [s.supported for s in check.support][-1]
+    assert kind_of(q, check.support, hits) == "not_backed"  # unknown ending: it may be cut at the limit
+    assert kind_of(q, check.support, hits, ended=True) != "not_backed"
+    assert judge(q, said, check, (), hits, ended=True).kind == kind_of(q, check.support, hits, ended=True)

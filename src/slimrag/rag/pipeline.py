@@ -324,7 +324,7 @@ class RAG:
                          mode="grounded")
             return
         attribution = attribute(turn.question, said, turn.hits, embedder, common=self.vocabulary.common)
-        verdict = judge(turn.question, said, attribution, evidence, turn.hits)
+        verdict = judge(turn.question, said, attribution, evidence, turn.hits, ended=reason == "stop")
         tail = self._tail(said, attribution, verdict.kind)
         if said:
             yield tail
@@ -358,7 +358,7 @@ class RAG:
         if not self.attribution:
             return replace(answer, evidence=evidence)
         check = attribute(question, answer.text, answer.sources, embedder, common=self.vocabulary.common)
-        verdict = judge(question, answer.text, check, evidence, answer.sources)
+        verdict = judge(question, answer.text, check, evidence, answer.sources, ended=answer.finish_reason == "stop")
         return replace(answer, evidence=evidence, support=check.support, used=check.used,
                        marked=with_markers(answer.text, check), verdict=verdict.kind, shown=verdict.shown)
 

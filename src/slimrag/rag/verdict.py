@@ -41,7 +41,8 @@ answer is withheld and the passages quoted, unless another of its backed sentenc
 
 A sentence cut off mid-phrase (`unfinished`: an unclosed code span, or, the answer's last sentence, no
 stop after a last word that ends nothing, "... with methods like `", as an answer stopped at its token
-limit ends; a list item before it, "- Python 3.10 and above", is whole) answers nothing: the folder
+limit ends; a list item before it, "- Python 3.10 and above", is whole, and so is the last one when
+the generator stopped by itself, `judge`'s ``ended``) answers nothing: the folder
 set's free answer whose only backed sentence was such a fragment was presented as backed. A "when"
 answer may name a period instead of a date ("During the Roman Empire.", "during the reign of Augustus"). A bare value (all the
 sentence adds is names: "Harrison Ford.", "The answer is: Tony Jeffries.") counts for `on_question` the
@@ -320,11 +321,13 @@ def does_what_asked(question: str, s: Support) -> bool:
     return any(verb in content_words(e.text) for e in s.evidence)
 
 
-def kind_of(question: str, support: Sequence[Support], hits: Sequence[Hit] = ()) -> str:
+def kind_of(question: str, support: Sequence[Support], hits: Sequence[Hit] = (), ended: bool = False) -> str:
     """``supported``, ``partial`` or ``not_backed`` for an answer whose sentences are ``support``,
-    checked against ``hits`` (the retrieved passages; none: the topic rule is skipped)."""
+    checked against ``hits`` (the retrieved passages; none: the topic rule is skipped). ``ended``:
+    the generator stopped by itself (finish reason ``stop``), so its last sentence is whole even
+    without a stop ("- Python 3.10 and above"); False when that is unknown or it hit its token limit."""
     responsive = [s for i, s in enumerate(support) if s.supported
-                  and answers(question, s.sentence, last_sentence=i == len(support) - 1)
+                  and answers(question, s.sentence, last_sentence=i == len(support) - 1 and not ended)
                   and on_topic(question, s, hits) and on_question(question, s, hits)
                   and not (i and not support[i - 1].supported and _REFERS.match(s.sentence))
                   and qualified(question, s, hits) and does_what_asked(question, s)]
@@ -334,10 +337,11 @@ def kind_of(question: str, support: Sequence[Support], hits: Sequence[Hit] = ())
 
 
 def judge(question: str, text: str, check: Attribution, evidence: Sequence[Evidence],
-          hits: Sequence[Hit] = ()) -> Verdict:
+          hits: Sequence[Hit] = (), ended: bool = False) -> Verdict:
     """The verdict on ``text`` and what to show: ``text`` with citations and marks when it is backed,
-    else `NOT_BACKED` and the first `QUOTED` evidence sentences, each with its label."""
-    kind = kind_of(question, check.support, hits)
+    else `NOT_BACKED` and the first `QUOTED` evidence sentences, each with its label. ``ended``: the
+    generation stopped by itself, not at its token limit (`kind_of`)."""
+    kind = kind_of(question, check.support, hits, ended)
     if kind != "not_backed":
         return Verdict(kind, with_markers(text, check))
     quoted = evidence_text(evidence[:QUOTED]) if evidence else "(no sentence of the passages answers it)"

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -129,8 +129,8 @@ def copy(w: torch.Tensor | QuantLinear, like: Copy | None = None) -> Copy:
         plain = w.to(torch.bfloat16).contiguous()
     else:
         plain = torch.cat([_dequantized(p).to(torch.bfloat16) for p in w.parts])
-    packed = Copy(torch.ops.mkldnn._reorder_linear_weight(plain, CHUNK))
-    return packed if like is None else Copy(packed.packed, like.wide, like.short, like.threads)
+    packed = torch.ops.mkldnn._reorder_linear_weight(plain, CHUNK)
+    return Copy(packed) if like is None else replace(like, packed=packed)
 
 
 def _dequantized(part: QuantPart) -> torch.Tensor:

@@ -110,6 +110,20 @@ def test_code_must_be_in_the_passages(idx: Index) -> None:
     assert not prose.support[0].supported and "json.JSONEncoder" in prose.support[0].unknown_terms
 
 
+@pytest.mark.parametrize(("sentence", "answered"), [
+    ("To copy an entire directory tree rooted at *src* to a new location *dst*.", False),  # a purpose clause alone
+    ("To copy a directory tree, use `shutil.copytree`.", True),
+    ("To copy a tree, call copytree(src, dst).", True),
+    ("You can copy it with shutil.copytree.", True),
+])
+def test_a_purpose_clause_alone_answers_nothing(sentence: str, answered: bool) -> None:
+    assert answers("How do I copy an entire directory tree?", sentence) is answered
+
+
+def test_a_title_opening_with_to_is_no_purpose_clause() -> None:
+    assert answers("Who wrote To Kill a Mockingbird?", "To Kill a Mockingbird was written by Harper Lee.")
+
+
 def test_restating_the_question_is_no_answer() -> None:
     assert not answers("How many gears does crate 2 hold?", "Crate 2 holds gears.")
     assert answers("How many gears does crate 2 hold?", "Crate 2 holds 17 gears.")
@@ -152,6 +166,10 @@ def test_grounded_streams_the_passages_first_and_marks_the_models_sentence(idx: 
     assert sum(len(p.text) for p in prompt.passages) < sum(len(h.text) for h in ans.sources)
     assert gen.configs[0] is not None and "\n" in gen.configs[0].stop and gen.configs[0].max_new_tokens <= 48
     assert ans.usage.ttft_s <= ans.usage.total_s
+    # it may copy only from what it read and the question (a generator that copies honours it)
+    read = " ".join(p.text for p in prompt.passages)
+    copy_from = gen.configs[0].copy_from
+    assert copy_from[-1] == CRATE and all(t in read for t in copy_from[:-1]) and gen.configs[0].copy_spans == 1
 
 
 def test_grounded_backed_sentence_is_cited_and_free_overrides_the_default(idx: Index) -> None:

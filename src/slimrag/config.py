@@ -177,13 +177,21 @@ class GenerationConfig:
     repetition_penalty: > 1 lowers the scores of tokens this answer has already generated (CTRL's
     rule: positive logits divided by it, negative ones multiplied), which stops small models
     looping; prompt tokens are not penalized, so quoting a passage stays cheap. 1.0 turns it off.
-    It is deterministic, so cached and uncached runs still agree token for token."""
+    It is deterministic, so cached and uncached runs still agree token for token.
+    copy_from: texts the answer must copy its words from, besides connecting words
+    (`slimrag.llm.engine.copying`; the grounded mode passes its evidence sentences and the
+    question); honoured by a generator whose ``copies`` is True, ignored by others; empty: free.
+    copy_spans (1): how many spans of those texts it may copy, connecting words between them free;
+    0: any number (measured: any number lets a small model join spans into claims no text makes;
+    one keeps its sentence a passage's words, docs/benchmarks.md "Copy-constrained decoding")."""
 
     max_new_tokens: int = 256
     temperature: float = 0.0
     top_p: float = 1.0
     stop: tuple[str, ...] = field(default_factory=tuple)
     repetition_penalty: float = 1.0
+    copy_from: tuple[str, ...] = field(default_factory=tuple)
+    copy_spans: int = 1
 
     def __post_init__(self) -> None:
         if self.max_new_tokens <= 0:
@@ -192,3 +200,7 @@ class GenerationConfig:
             raise ValueError("temperature must be >= 0 and top_p in (0, 1]")
         if self.repetition_penalty < 1.0:
             raise ValueError(f"repetition_penalty must be >= 1 (1 = off), got {self.repetition_penalty}")
+        if not isinstance(self.copy_from, tuple) or not all(isinstance(t, str) for t in self.copy_from):
+            raise ValueError("copy_from must be a tuple of strings")
+        if self.copy_spans < 0:
+            raise ValueError(f"copy_spans must be >= 0 (0 = any number), got {self.copy_spans}")

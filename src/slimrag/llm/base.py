@@ -15,12 +15,18 @@ Capabilities
     ``default_repetition_penalty`` 1.0     1.1               1.0
     ``shadows_prefix_cache``       False   False             True
     ``default_answer_mode``        free    grounded          free
+    ``copies``                     False   True              False
     ============================== ======= ================= ==================
 
     ``default_answer_mode``: how a `RAG` makes answers with this generator unless told
     (`slimrag.config.ANSWER_MODES`): a small local model gets the grounded mode, the passages'
     sentences first and its one short sentence after them; a capable remote model writes freely,
     and its answer is checked all the same (`slimrag.rag.grounded`).
+
+    ``copies``: the generator honours `GenerationConfig.copy_from`, choosing every word from the
+    given texts or a few connecting words (`slimrag.llm.engine.copying`); the others ignore it.
+    The engine applies it to its own logits; a remote server would need a grammar or a logits
+    processor per request, which the OpenAI API does not carry.
 
     :meth:`Generator.load` loads what the generator needs before the first request (the local
     engine's weights); it does nothing, and returns None, where nothing loads.
@@ -93,6 +99,8 @@ class Generator(ABC):
     shadows_prefix_cache: bool = False
     #: How a `RAG` answers with this generator by default: "free" or "grounded" (module header).
     default_answer_mode: str = "free"
+    #: Honours `GenerationConfig.copy_from` (module header).
+    copies: bool = False
 
     def load(self) -> LoadReport | None:
         """Load what generation needs now (idempotent), so the first request does not wait;

@@ -43,6 +43,7 @@ from slimrag.llm.base import Delta, Generator
 from slimrag.llm.declared import LOCAL
 from slimrag.llm.engine import lifecycle
 from slimrag.llm.engine.batcher import BatchConfig, BatchStats, DecodeLoop
+from slimrag.llm.engine.copying import CopyConstraint
 from slimrag.llm.engine.decoding import Chooser, chooser
 from slimrag.llm.engine.keys import cache_path, tree_path
 from slimrag.llm.engine.request import Request
@@ -85,6 +86,7 @@ class LocalGenerator(Generator):
     # what the embedded engine's generators declare, and why: `slimrag.llm.declared.LOCAL`
     thread_safe, default_answer_mode = LOCAL.thread_safe, LOCAL.default_answer_mode
     default_repetition_penalty = LOCAL.default_repetition_penalty
+    copies = True
 
     def __init__(
         self,
@@ -185,6 +187,13 @@ class LocalGenerator(Generator):
         with self._tok_lock:  # not the model lock: a stream detokenizes while a decode step runs
             return str(tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False))
 
+    def copy_constraint(self, texts: Sequence[str], spans: int = 1) -> CopyConstraint:
+        """The copy rule over ``texts`` for one request (`slimrag.llm.engine.copying`), in this
+        model's tokens; ``spans``: how many spans it may copy (0: any number)."""
+        loaded = self.load()
+        return CopyConstraint.build(texts, self.encode_texts, lambda t: self.decode([t]), self.runner.eos,
+                                    loaded.model.config.vocab_size, spans or None)
+
     def cache_path(self, segments: list[Segment]) -> tuple[str, list[str]]:
         """The tree root and passage keys of a prompt's cacheable segments (all but the last)."""
         return cache_path(self.name, segments)
@@ -210,7 +219,8 @@ class LocalGenerator(Generator):
         config = config or GenerationConfig()
         self.load()
         t0 = time.perf_counter()
-        request = self.start(prompt, config, chooser(config, self.seed), t0)
+        copy = self.copy_constraint(config.copy_from, config.copy_spans) if config.copy_from and self.copies else None
+        request = self.start(prompt, config, chooser(config, self.seed, copy), t0)
         yield from lifecycle.stream(request, self.decoding, self.runner.eos, self.decode)
 
     def keep(self, segments: Sequence[Segment]) -> int:

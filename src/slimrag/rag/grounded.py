@@ -11,7 +11,10 @@ does well, choosing and shortening:
 3. the model reads only the first `CONTEXT` evidence sentences (grouped by passage, in passage
    order: `context_prompt`), not the four 256-token passages, and writes one short sentence
    (`GROUNDED_SYSTEM`; at most `MAX_TOKENS` tokens, stopped at the line's end). Its prompt is a
-   few dozen tokens instead of several hundred, which is most of its time to first token;
+   few dozen tokens instead of several hundred, which is most of its time to first token. Where
+   the generator can (`Generator.copies`: the embedded engine), its words are copied from those
+   sentences and the question, or are connecting words (`copy_texts`,
+   `slimrag.llm.engine.copying`): it may choose and shorten, not invent a name or a number;
 4. that sentence is checked like any answer (`slimrag.rag.attribution` against the whole passages,
    then `slimrag.rag.verdict`) and is followed by its citation when backed, or by
    `slimrag.rag.attribution.UNSUPPORTED_MARK` when not: the last thing streamed is never an
@@ -72,6 +75,12 @@ def context_passages(evidence: Sequence[Evidence]) -> tuple[Passage, ...]:
 def context_prompt(question: str, evidence: Sequence[Evidence], system: str = GROUNDED_SYSTEM) -> Prompt:
     """The model's prompt in grounded mode: the first `CONTEXT` evidence sentences and the question."""
     return Prompt(question, context_passages(evidence[:CONTEXT]), system)
+
+
+def copy_texts(question: str, evidence: Sequence[Evidence]) -> tuple[str, ...]:
+    """What the model's sentence may copy from (`GenerationConfig.copy_from`): the evidence
+    sentences it reads and the question, whose subject the answer may restate."""
+    return (*(e.text for e in evidence[:CONTEXT]), question)
 
 
 def lead_text(evidence: Sequence[Evidence]) -> str:

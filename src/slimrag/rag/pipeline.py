@@ -60,7 +60,7 @@ from slimrag.prompt import DEFAULT_SYSTEM, Passage, Prompt
 from slimrag.rag.attribution import UNSUPPORTED_MARK, Attribution, attribute, with_markers
 from slimrag.rag.condense import CONDENSERS
 from slimrag.rag.evidence import EvidenceConfig, Memo, evidence_answer, rank_sentences
-from slimrag.rag.grounded import CONTEXT, IN_SHORT, LEAD, MAX_TOKENS, context_prompt, lead_text
+from slimrag.rag.grounded import CONTEXT, IN_SHORT, LEAD, MAX_TOKENS, context_prompt, copy_texts, lead_text
 from slimrag.rag.guards import NO_ANSWER, CitationCheck, Guards, answerable
 from slimrag.rag.plan import PlanningCache, plan_prompt
 from slimrag.rag.shadow import ShadowCache
@@ -291,7 +291,8 @@ class RAG:
         yield lead
         self._stage("prefilling")
         base = config or self.generation
-        short = replace(base, max_new_tokens=min(base.max_new_tokens, MAX_TOKENS), stop=(*base.stop, "\n"))
+        short = replace(base, max_new_tokens=min(base.max_new_tokens, MAX_TOKENS), stop=(*base.stop, "\n"),
+                        copy_from=copy_texts(turn.question, evidence))
         prompt = context_prompt(turn.question, evidence)
         check = CitationCheck({h.label for h in turn.hits}, self.guards.citations)
         parts: list[str] = []

@@ -161,6 +161,11 @@ _WHICH_CODE = re.compile(r"\bwhich (?:[\w.-]+ ){0,2}?(?:function|method|class|mo
                          r"decorator|parameter|argument|flag|option|action|constant|variable)s? (\w+)", re.I)
 
 #: A code span ("`make demo`").
+_PURPOSE = re.compile(r"^\W*[Tt]o [a-z]+\b")
+"""A sentence opening with a purpose clause ("To copy a tree ..."); it states something only in a main
+clause after it ("..., use ..."; `_MAIN_CLAUSE`) or by the code it names."""
+_MAIN_CLAUSE = re.compile(r",\s+(?:you|we|one|it|this|they|use|call|run|pass|set|simply|just)\b", re.I)
+
 _CODE_SPAN = re.compile(r"`([^`\n]+)`")
 
 #: The verdicts, in order from best to worst.
@@ -201,6 +206,8 @@ def answers(question: str, sentence: str, last_sentence: bool = True) -> bool:
     new = (content_words(sentence) - q_words - CHATTER_STEMS) | (key_terms(sentence) - q_terms - asked)
     if not new:
         return False
+    if _PURPOSE.match(text) and not _MAIN_CLAUSE.search(text) and not _new_code(question, sentence, asked):
+        return False  # a purpose clause alone ("To copy an entire directory tree rooted at src.") states nothing
     kind = answer_type(question)
     typed = kind in TYPED and (has_type(kind, sentence, q_terms | asked)
                                or (kind == "when" and bool(_PERIOD.search(text))))

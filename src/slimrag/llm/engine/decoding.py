@@ -38,6 +38,7 @@ from slimrag.config import GenerationConfig
 if TYPE_CHECKING:
     import torch
 
+    from slimrag.llm.engine.copying import CopyConstraint
     from slimrag.llm.weights import LoadedModel
 
 Chooser = Callable[["torch.Tensor"], int]
@@ -50,11 +51,14 @@ def greedy(logits: torch.Tensor) -> int:
     return int(torch.argmax(logits).item())
 
 
-def chooser(config: GenerationConfig, seed: int) -> Chooser:
+def chooser(config: GenerationConfig, seed: int, copy: CopyConstraint | None = None) -> Chooser:
     """Greedy for temperature 0, else seeded temperature + nucleus (top-p) sampling; with
     ``config.repetition_penalty`` > 1, applied to the logits with this chooser's earlier picks
-    penalized (one chooser per request: it remembers what it chose)."""
+    penalized (one chooser per request: it remembers what it chose); with ``copy``, only among
+    the tokens it allows (`slimrag.llm.engine.copying`)."""
     pick = _pick(config, seed)
+    if copy is not None:
+        pick = copy.choose_with(pick)
     if config.repetition_penalty == 1.0:
         return pick
     penalty = config.repetition_penalty

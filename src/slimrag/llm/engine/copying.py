@@ -1,0 +1,167 @@
+"""Copy-constrained decoding: every word the model writes is copied from given texts, or is a
+connecting word (issue 29, "copy-constrained decoding").
+
+A 135M model asked to answer from three sentences writes the right value, and then keeps going:
+"... during the Roman Empire, specifically during the reign of Emperor Trajan", "... 128, which
+means that the cache can grow without bound". The check withholds the whole sentence, the value
+with it. Constraining the tokens it may choose keeps the choosing and the shortening, and takes
+away the inventing: a name, a number or an identifier it writes must be a span of the texts.
+
+The rule, over token ids (:class:`CopyConstraint`), one per request:
+
+- the *sources* are the given texts (the evidence sentences the model reads and the question),
+  each tokenized after a space, as it stands inside a sentence, and on its own, as it opens one;
+  plus `CONNECTORS`, the words that join copied spans ("the", "is", "was", "in", "by", ...), and
+  `PUNCTUATION`;
+- a token may *continue* a copy: it is the token that follows, in some source, a position the
+  tokens chosen so far were copied from (every such position is followed at once, as in a suffix
+  automaton; the set of live positions is what is tracked);
+- or *start* one: it opens a word in some source (its text begins with a space) or is punctuation
+  there; the first token of the answer may also open a source as a sentence does (no space);
+- or end the answer: the model's end-of-sequence ids and a line break (the grounded mode stops at
+  the line's end).
+
+So a word is written only as a source writes it: mid-word pieces come only by continuation, and a
+number's digits only in the source's order.
+
+*Spans* (``spans``, `slimrag.config.GenerationConfig.copy_spans`, default 1): how many copies of
+content the answer may start; a connector opening a copy ("The", "It") does not count. With any
+number, words are joined in new orders ("Kim Min-jae was composed by the Australian actor and writer
+Peter Parker", every word from the passages): measured on the tuning slices, that wrote as many
+unbacked claims as free decoding (check precision 0.73-0.77, confidently wrong up to 0.18 on the
+folder set). With one, the sentence is a connector or two and then one span of a passage or of the
+question, ended at a full stop or by the model: a passage's own words, which the check then reads
+for whether they answer (docs/benchmarks.md, "Copy-constrained decoding"). Once the spans are used,
+only the current span's next token, a full stop (once) or the end may follow.
+
+Greedy decoding stays deterministic and exact in the engine's sense: the same request gives the
+same tokens, cached or not, batched or alone (the mask depends only on the request's own tokens).
+Cost: a token's allowed ids (a few hundred) are listed and their logits gathered, and the token is
+picked among them (`CopyConstraint.choose_with`): 0.3 ms a token measured for three evidence
+sentences and a question (233 ids allowed, on a loaded machine), against ~10-20 ms for the forward.
+
+Knobs
+    ``spans`` (1, above). `CONNECTORS`: more words make the answer read better and let more be
+    written that no passage says (a negation, a comparison); the list holds articles,
+    prepositions, auxiliaries, pronouns and conjunctions only, no noun, number or adjective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+    from slimrag.llm.engine.decoding import Chooser
+
+#: Words that join copied spans (module header): no noun, number or adjective among them.
+CONNECTORS = tuple("""
+a an the this that these those it its they their them he his she her who whom whose which what
+when where why how is are was were be been being has have had do does did can could will would
+should may might must of in on at by for from with to into onto as than and or but nor so if
+then also not no only both either neither each all any some such there here about after before
+during between over under through within without while since until because called known named
+""".split())
+#: Punctuation the answer may write between spans.
+PUNCTUATION = tuple(". , ; : ( ) ' \" ` ? !".split())
+
+
+class CopyConstraint:
+    """The tokens a request may choose next under the copy rule (module header).
+
+    sources: token id sequences to copy from (see `build`); starts: ids that may open a copy at
+    any point; openers: ids that may also open the answer; ends: ids that end it (EOS, line
+    break); vocab: the logits' length; spans: how many copies may start (None: any number);
+    stops: ids that close the answer once the spans are used (a full stop); joiners: ids whose
+    copy does not count as a span (the connectors' first tokens). Call `allowed` for the next
+    token's ids and `advance` with the token chosen."""
+
+    def __init__(self, sources: Sequence[Sequence[int]], starts: Iterable[int], openers: Iterable[int],
+                 ends: Iterable[int], vocab: int, spans: int | None = None, stops: Iterable[int] = (),
+                 joiners: Iterable[int] = ()) -> None:
+        self.sources = [list(s) for s in sources]
+        self.joiners = frozenset(joiners)
+        self.spans = spans
+        self.stops = frozenset(stops)
+        self._started = 0
+        self._closed = False
+        self._last = -1
+        self.starts = frozenset(starts)
+        self.openers = frozenset(openers)
+        self.ends = frozenset(ends)
+        self.vocab = vocab
+        self._where: dict[int, list[tuple[int, int]]] = {}
+        for i, src in enumerate(self.sources):
+            for j, t in enumerate(src):
+                self._where.setdefault(t, []).append((i, j))
+        self._live: list[tuple[int, int]] = []
+        self._first = True
+
+    @classmethod
+    def build(cls, texts: Sequence[str], encode: Callable[[list[str]], list[list[int]]],
+              piece: Callable[[int], str], ends: Iterable[int], vocab: int,
+              spans: int | None = None) -> CopyConstraint:
+        """The constraint for copying from ``texts``: ``encode`` tokenizes a list of texts (no
+        special tokens), ``piece`` decodes one id, ``ends`` are the ids that end the answer
+        besides a line break, ``vocab`` the logits' length, ``spans`` as in the class."""
+        words = [w for c in CONNECTORS for w in (c, c.capitalize())]
+        spaced = encode([" " + t for t in (*texts, *words)])
+        alone = encode([t for t in (*texts, *(w.capitalize() for w in CONNECTORS))])
+        marks = encode(list(PUNCTUATION))
+        starts: set[int] = set()
+        for ids in spaced:
+            for t in ids:
+                text = piece(t)
+                if text[:1].isspace() or (text[:1] and not text[:1].isalnum()):
+                    starts.add(t)
+        starts.update(t for ids in marks for t in ids[:1])
+        openers = {ids[0] for ids in alone if ids}
+        newline = encode(["\n"])[0]
+        stops = {ids[0] for ids in encode(["."]) if ids}
+        joiners = {t for ids in (*spaced[len(texts):], *alone[len(texts):]) for t in ids[:1]}
+        return cls([*spaced, *alone, *marks], starts, openers, {*ends, *newline[:1]}, vocab, spans, stops, joiners)
+
+    def allowed(self) -> list[int]:
+        """The ids the next token may be (sorted)."""
+        if self._closed:
+            return sorted(self.ends)
+        full = self.spans is not None and self._started >= self.spans
+        out = (set(self.stops) - {self._last} if full else set(self.starts)) | self.ends
+        if self._first:
+            out |= self.openers
+        for i, j in self._live:
+            src = self.sources[i]
+            if j + 1 < len(src):
+                out.add(src[j + 1])
+        return sorted(t for t in out if 0 <= t < self.vocab)
+
+    def advance(self, token: int) -> None:
+        """Record ``token`` as chosen: the live positions become those it continues, and, when it
+        may start a copy (or opens the answer), every position holding it."""
+        cont = [(i, j + 1) for i, j in self._live
+                if j + 1 < len(self.sources[i]) and self.sources[i][j + 1] == token]
+        full = self.spans is not None and self._started >= self.spans
+        if full and not cont and token in self.stops:
+            self._closed = True
+        elif (not cont or self._first) and token not in self.joiners:
+            self._started += 1
+        if token in self.starts or (self._first and token in self.openers):
+            cont.extend(self._where.get(token, ()))
+        self._live = list(dict.fromkeys(cont))
+        self._first = False
+        self._last = token
+
+    def choose_with(self, pick: Chooser) -> Chooser:
+        """``pick`` over the `allowed` ids only (their logits gathered, in id order, so greedy ties
+        still go to the lowest id), recording each choice; the chooser of one request."""
+        import torch
+
+        def constrained(logits: torch.Tensor) -> int:
+            ids = torch.tensor(self.allowed(), dtype=torch.long, device=logits.device)
+            token = int(ids[pick(logits[..., ids])].item())
+            self.advance(token)
+            return token
+
+        return constrained

@@ -124,6 +124,11 @@ def test_a_title_opening_with_to_is_no_purpose_clause() -> None:
     assert answers("Who wrote To Kill a Mockingbird?", "To Kill a Mockingbird was written by Harper Lee.")
 
 
+def test_a_purpose_clause_answers_a_question_that_asks_no_way() -> None:
+    assert answers("To monitor what event would measuring radiance from vegetation provide information?",
+                   "To monitor carbon cycle from satellites on a global scale.")
+
+
 def test_restating_the_question_is_no_answer() -> None:
     assert not answers("How many gears does crate 2 hold?", "Crate 2 holds gears.")
     assert answers("How many gears does crate 2 hold?", "Crate 2 holds 17 gears.")

@@ -13,8 +13,10 @@ does well, choosing and shortening:
    (`GROUNDED_SYSTEM`; at most `MAX_TOKENS` tokens, stopped at the line's end). Its prompt is a
    few dozen tokens instead of several hundred, which is most of its time to first token. Where
    the generator can (`Generator.copies`: the embedded engine), its words are copied from those
-   sentences and the question, or are connecting words (`copy_texts`,
-   `slimrag.llm.engine.copying`): it may choose and shorten, not invent a name or a number;
+   sentences and the question, or are connecting words, and it copies one span (`copy_texts`,
+   `slimrag.llm.engine.copying`): it may choose and shorten, not invent a name or a number. A
+   question asking a way ("How do I ...?") is answered freely: its answer names code in its own
+   words, and constrained to a span it wrote "To parse" for the demo's JSON question;
 4. that sentence is checked like any answer (`slimrag.rag.attribution` against the whole passages,
    then `slimrag.rag.verdict`) and is followed by its citation when backed, or by
    `slimrag.rag.attribution.UNSUPPORTED_MARK` when not: the last thing streamed is never an
@@ -41,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from slimrag.prompt import Passage, Prompt
+from slimrag.rag.verdict import asks_a_way
 from slimrag.types import Evidence
 
 #: The grounded mode's system prompt: one short sentence from the sentences given.
@@ -79,7 +82,12 @@ def context_prompt(question: str, evidence: Sequence[Evidence], system: str = GR
 
 def copy_texts(question: str, evidence: Sequence[Evidence]) -> tuple[str, ...]:
     """What the model's sentence may copy from (`GenerationConfig.copy_from`): the evidence
-    sentences it reads and the question, whose subject the answer may restate."""
+    sentences it reads and the question, whose subject the answer may restate; nothing (no
+    constraint) for a question asking a way ("How do I parse ...?", `asks_a_way`), whose answer
+    names code in words of its own ("you can use `json.loads`"), which a span of the passages
+    rarely is (measured: the demo's two questions and the folder set, module header)."""
+    if asks_a_way(question):
+        return ()
     return (*(e.text for e in evidence[:CONTEXT]), question)
 
 

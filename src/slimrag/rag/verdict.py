@@ -162,8 +162,10 @@ _WHICH_CODE = re.compile(r"\bwhich (?:[\w.-]+ ){0,2}?(?:function|method|class|mo
 
 #: A code span ("`make demo`").
 _PURPOSE = re.compile(r"^\W*[Tt]o [a-z]+\b")
-"""A sentence opening with a purpose clause ("To copy a tree ..."); it states something only in a main
-clause after it ("..., use ..."; `_MAIN_CLAUSE`) or by the code it names."""
+"""A sentence opening with a purpose clause ("To copy a tree ..."): for a question asking a way, it
+restates the goal, and states the way only in a main clause after it ("..., use ..."; `_MAIN_CLAUSE`)
+or by the code it names. For another question it may answer ("To monitor the carbon cycle ..." for
+"To monitor what event ...?")."""
 _MAIN_CLAUSE = re.compile(r",\s+(?:you|we|one|it|this|they|use|call|run|pass|set|simply|just)\b", re.I)
 
 _CODE_SPAN = re.compile(r"`([^`\n]+)`")
@@ -206,8 +208,9 @@ def answers(question: str, sentence: str, last_sentence: bool = True) -> bool:
     new = (content_words(sentence) - q_words - CHATTER_STEMS) | (key_terms(sentence) - q_terms - asked)
     if not new:
         return False
-    if _PURPOSE.match(text) and not _MAIN_CLAUSE.search(text) and not _new_code(question, sentence, asked):
-        return False  # a purpose clause alone ("To copy an entire directory tree rooted at src.") states nothing
+    way = _HOW_TO.search(question)
+    if way and _PURPOSE.match(text) and not _MAIN_CLAUSE.search(text) and not _new_code(question, sentence, asked):
+        return False  # "How do I copy a tree?" -- "To copy an entire directory tree rooted at src." restates the goal
     kind = answer_type(question)
     typed = kind in TYPED and (has_type(kind, sentence, q_terms | asked)
                                or (kind == "when" and bool(_PERIOD.search(text))))
@@ -215,7 +218,6 @@ def answers(question: str, sentence: str, last_sentence: bool = True) -> bool:
         # it introduces what follows (a list, code): it answers by the code it names, unless it already
         # states the date or number asked ("Stage 3 has 4 parts, as follows:")
         return _new_code(question, sentence, asked)
-    way = _HOW_TO.search(question)
     if way and not _light(way.group(1)) and stem(way.group(1)) not in content_words(sentence) \
             and not _new_code(question, sentence, asked):
         return False  # "How do I parse ...?" is not answered by "The `date` class is a built-in object."
@@ -228,6 +230,11 @@ def answers(question: str, sentence: str, last_sentence: bool = True) -> bool:
     if _new_code(question, sentence, asked):
         return True
     return not _PERSON.search(question) and any(any(c.isdigit() for c in t) for t in key_terms(sentence) - q_terms)
+
+
+def asks_a_way(question: str) -> bool:
+    """Whether ``question`` asks how to do something ("How do I parse ...?", "How can I ...?")."""
+    return _HOW_TO.search(question) is not None
 
 
 def _new_code(question: str, sentence: str, asked: set[str]) -> bool:

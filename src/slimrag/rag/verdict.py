@@ -66,7 +66,9 @@ sentence that says the asked verb or names code the question does not, a shell c
 too ("Run `make demo`."; "The `date` class in Python is a built-in datetime object." does neither), and one for code that does something ("Which function
 returns the default timeout ...?", `_WHICH_CODE`) by code whose backing says that verb
 (`does_what_asked`: `setdefaulttimeout`'s passage says "Set the default timeout"); light verbs
-("makes", "does") ask for nothing.
+("makes", "does") ask for nothing. Nor is a way answered by a purpose clause alone ("To copy an entire
+directory tree rooted at *src* to a new location *dst*.", a span copied from the passage's docs:
+`_PURPOSE`): it restates the goal, unless a main clause ("..., use ...") or code follows.
 
 What counts as flagged is what the reader sees: an answer is withheld (``not_backed``) or marked
 (``partial``, at least one `UNSUPPORTED_MARK` in what is shown) or neither (``supported``), and

@@ -40,6 +40,39 @@ def test_one_span_then_only_a_stop_or_the_end() -> None:
     assert c.allowed() == [9]
 
 
+def test_a_continued_copy_is_not_reopened_elsewhere() -> None:
+    # " 19" "7" then "3": "193" is no source's continuation of "197", and "3" opens no word
+    c = _constraint()
+    c.advance(1)
+    c.advance(2)
+    assert 4 not in c.allowed()
+
+
+def _ids(gen, text: str) -> list[int]:
+    return gen.encode_texts([text])[0]
+
+
+def _accepts(c: CopyConstraint, ids: list[int]) -> bool:
+    for t in ids:
+        if t not in c.allowed():
+            return False
+        c.advance(t)
+    return True
+
+
+@pytest.mark.parametrize(("text", "ok"), [
+    ("Paris is the capital of France.", True),
+    ("Paris is the capital of Germany.", False),  # two sources spliced at their shared words
+    ("The tax was 3.99 percent.", False),  # digits of "3.5" and "2.99" spliced into a new number
+    ("The earliest recorded incidents occurred during the Roman Empire.", True),
+    ("The earliest recorded incidents occurred during the streets.", False),
+])
+def test_one_span_on_the_real_tokenizer(gen, text: str, ok: bool) -> None:
+    sources = ["Paris is the capital of France.", "Berlin is the capital of Germany.", "The tax was 3.5 or 2.99 percent.",
+               "The earliest recorded incidents occurred during the Roman Empire.", "They gathered in the streets."]
+    assert _accepts(gen.copy_constraint(sources, spans=1), _ids(gen, text)) is ok
+
+
 def test_bad_copy_from_is_refused() -> None:
     with pytest.raises(ValueError, match="copy_from"):
         GenerationConfig(copy_from=["not a tuple"])  # type: ignore[arg-type]

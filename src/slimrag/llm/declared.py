@@ -23,12 +23,14 @@ class Declared:
     default_repetition_penalty: float = 1.0
     shadows_prefix_cache: bool = False
     default_answer_mode: str = "free"
+    copies: bool = False
     options: frozenset[str] = frozenset()
 
 
 #: What the embedded engine's generators declare (`slimrag.llm.local.LocalGenerator` takes its
 #: capability attributes from it): thread-safe; grounded answers, as a 135M model shortens well
-#: (issue 29); repetition penalty 1.1, as it loops without one (measured on the demo questions:
-#: 1.1 keeps answers on topic, 1.2 starts to garble).
-LOCAL = Declared(thread_safe=True, default_repetition_penalty=1.1, default_answer_mode="grounded",
+#: (issue 29), its sentence copied from the evidence (``copies``); repetition penalty 1.1, as it
+#: loops without one (measured on the demo questions: 1.1 keeps answers on topic, 1.2 starts to
+#: garble).
+LOCAL = Declared(thread_safe=True, default_repetition_penalty=1.1, default_answer_mode="grounded", copies=True,
                  options=frozenset({"cache", "batch", "bf16_prefill"}))

@@ -64,6 +64,7 @@ class Deferred(Generator):
         self.default_repetition_penalty = declared.default_repetition_penalty
         self.shadows_prefix_cache = declared.shadows_prefix_cache
         self.default_answer_mode = declared.default_answer_mode
+        self.copies = declared.copies
         self._built: Generator | None = None
         self._error: BaseException | None = None
         self._done = threading.Event()

@@ -85,8 +85,7 @@ class LocalGenerator(Generator):
 
     # what the embedded engine's generators declare, and why: `slimrag.llm.declared.LOCAL`
     thread_safe, default_answer_mode = LOCAL.thread_safe, LOCAL.default_answer_mode
-    default_repetition_penalty = LOCAL.default_repetition_penalty
-    copies = True
+    default_repetition_penalty, copies = LOCAL.default_repetition_penalty, LOCAL.copies
 
     def __init__(
         self,

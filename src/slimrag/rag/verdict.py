@@ -159,17 +159,22 @@ _LIGHT_VERBS = frozenset("make makes do does get gets have has give gives let le
 _HOW_TO = re.compile(r"^\W*how (?:do|can|should|would|could) (?:i|you|we|one) (?:\w+ly )?(\w+)", re.I)
 
 #: "Which function returns ...?": the verb after a kind of code is what the code must be documented doing.
+_HOW_TO_BARE = re.compile(r"^\W*how (?:to|does one) \w+", re.I)
+
 _WHICH_CODE = re.compile(r"\bwhich (?:[\w.-]+ ){0,2}?(?:function|method|class|module|exception|attribute|"
                          r"decorator|parameter|argument|flag|option|action|constant|variable)s? (\w+)", re.I)
 
-#: A code span ("`make demo`").
 _PURPOSE = re.compile(r"^\W*[Tt]o [a-z]+\b")
 """A sentence opening with a purpose clause ("To copy a tree ..."): for a question asking a way, it
 restates the goal, and states the way only in a main clause after it ("..., use ..."; `_MAIN_CLAUSE`)
 or by the code it names. For another question it may answer ("To monitor the carbon cycle ..." for
 "To monitor what event ...?")."""
 _MAIN_CLAUSE = re.compile(r",\s+(?:you|we|one|it|this|they|use|call|run|pass|set|simply|just)\b", re.I)
+"""A main clause after a purpose clause, as a way is told ("..., use ...", "..., you can ..."); a main
+clause opening with another word ("..., shutil provides copytree.") is not seen, and the sentence
+answers nothing unless it names code (`identifiers`, a code span)."""
 
+#: A code span ("`make demo`").
 _CODE_SPAN = re.compile(r"`([^`\n]+)`")
 
 #: The verdicts, in order from best to worst.
@@ -235,8 +240,9 @@ def answers(question: str, sentence: str, last_sentence: bool = True) -> bool:
 
 
 def asks_a_way(question: str) -> bool:
-    """Whether ``question`` asks how to do something ("How do I parse ...?", "How can I ...?")."""
-    return _HOW_TO.search(question) is not None
+    """Whether ``question`` asks how to do something ("How do I parse ...?", "How can I ...?", "How
+    to parse ...?", "How does one ...?"). "How do you say hello in French?" reads as one too."""
+    return _HOW_TO.search(question) is not None or _HOW_TO_BARE.search(question) is not None
 
 
 def _new_code(question: str, sentence: str, asked: set[str]) -> bool:

@@ -75,6 +75,7 @@ class _Serialized(Generator):
         self.inner, self.name, self._lock = inner, inner.name, threading.Lock()
         self.default_repetition_penalty = inner.default_repetition_penalty
         self.shadows_prefix_cache = inner.shadows_prefix_cache
+        self.copies = inner.copies
 
     def load(self) -> LoadReport | None:
         return self.inner.load()

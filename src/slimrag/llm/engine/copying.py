@@ -54,7 +54,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-    from slimrag.llm.engine.decoding import Chooser
+#: Picks a token id from logits (`slimrag.llm.engine.decoding.Chooser`, named here too: that module
+#: imports this one).
+Pick = Callable[["torch.Tensor"], int]
 
 #: Words that join copied spans (module header): no noun, number or adjective among them.
 CONNECTORS = tuple("""
@@ -86,6 +88,7 @@ class CopyConstraint:
         self.spans = spans
         self.stops = frozenset(stops)
         self._started = 0
+        self._counted = False
         self._closed = False
         self._last = -1
         self.starts = frozenset(starts)
@@ -114,13 +117,14 @@ class CopyConstraint:
         for ids in spaced:
             for t in ids:
                 text = piece(t)
-                if text[:1].isspace() or (text[:1] and not text[:1].isalnum()):
+                if text[:1].isspace() or text in PUNCTUATION:
                     starts.add(t)
         starts.update(t for ids in marks for t in ids[:1])
         openers = {ids[0] for ids in alone if ids}
         newline = encode(["\n"])[0]
         stops = {ids[0] for ids in encode(["."]) if ids}
         joiners = {t for ids in (*spaced[len(texts):], *alone[len(texts):]) for t in ids[:1]}
+        joiners.update(t for ids in marks for t in ids[:1])
         return cls([*spaced, *alone, *marks], starts, openers, {*ends, *newline[:1]}, vocab, spans, stops, joiners)
 
     def allowed(self) -> list[int]:
@@ -138,22 +142,26 @@ class CopyConstraint:
         return sorted(t for t in out if 0 <= t < self.vocab)
 
     def advance(self, token: int) -> None:
-        """Record ``token`` as chosen: the live positions become those it continues, and, when it
-        may start a copy (or opens the answer), every position holding it."""
+        """Record ``token`` as chosen. The live positions become those it continues; when it
+        continues none, a new copy opens at every position holding it (when it may start one).
+        A copy counts as a span at its first token that is no connector or mark, whether that
+        token opened it or continued it ("The" then " earliest" from a passage is one span)."""
         cont = [(i, j + 1) for i, j in self._live
                 if j + 1 < len(self.sources[i]) and self.sources[i][j + 1] == token]
-        full = self.spans is not None and self._started >= self.spans
-        if full and not cont and token in self.stops:
-            self._closed = True
-        elif (not cont or self._first) and token not in self.joiners:
+        if not cont:
+            if self.spans is not None and self._started >= self.spans and token in self.stops:
+                self._closed = True
+            self._counted = False
+            if token in self.starts or (self._first and token in self.openers):
+                cont = list(self._where.get(token, ()))
+        if not self._counted and not self._closed and token not in self.joiners:
+            self._counted = True
             self._started += 1
-        if token in self.starts or (self._first and token in self.openers):
-            cont.extend(self._where.get(token, ()))
         self._live = list(dict.fromkeys(cont))
         self._first = False
         self._last = token
 
-    def choose_with(self, pick: Chooser) -> Chooser:
+    def choose_with(self, pick: Pick) -> Pick:
         """``pick`` over the `allowed` ids only (their logits gathered, in id order, so greedy ties
         still go to the lowest id), recording each choice; the chooser of one request."""
         import torch

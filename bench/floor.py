@@ -111,8 +111,9 @@ def decisions(idx: Any, cases: list[tuple[list[str], bool]], k: int, floor: floa
         hits = idx.search(q, k=k, mode="hybrid")
         qv = idx.embedder.embed([q])[0]
         exact = (idx.state.recompute(np.asarray([h.chunk_id for h in hits])) @ qv).tolist() if hits else []
-        tops = [t[0].score for t in (idx.search(x, 1, mode="vector") for x in queries) if t]
-        top = idx.search(q, 1, mode="vector")
+        probes = [idx.search(x, 1, mode="vector") for x in queries]  # the last is q's
+        tops = [t[0].score for t in probes if t]
+        top = probes[-1]
         rows.append({"queries": queries, "gold": gold, "new": answerable(idx, "hybrid", queries, hits, floor),
                      "old": probe(idx, queries, hits, floor, None), "best_similarity": best_similarity(hits),
                      "hits_best": max((h.similarity for h in hits if h.similarity is not None), default=None),
@@ -128,10 +129,11 @@ def timed(idx: Any, qs: list[str], k: int, floor: float) -> dict[str, Any]:
 
     probe = FLOORS["keyword"]
 
-    def new(q: str) -> float:
+    def new(q: str) -> tuple[float, Any]:
         t = time.perf_counter()
-        answerable(idx, "hybrid", [q], idx.search(q, k=k, mode="hybrid"), floor)
-        return time.perf_counter() - t
+        hits = idx.search(q, k=k, mode="hybrid")
+        answerable(idx, "hybrid", [q], hits, floor)
+        return time.perf_counter() - t, hits
 
     def old(q: str) -> float:
         t = time.perf_counter()
@@ -142,10 +144,13 @@ def timed(idx: Any, qs: list[str], k: int, floor: float) -> dict[str, Any]:
     t_new, t_old, t_fill = [], [], []
     for i, q in enumerate(qs):
         if i % 2:
-            t_old.append(old(q)), t_new.append(new(q))
+            t_old.append(old(q))
+            took, hits = new(q)
         else:
-            t_new.append(new(q)), t_old.append(old(q))
-        loose = [h.text for h in idx.search(q, k=k, mode="hybrid") if h.similarity is None]
+            took, hits = new(q)
+            t_old.append(old(q))
+        t_new.append(took)
+        loose = [h.text for h in hits if h.similarity is None]
         if loose:
             t = time.perf_counter()
             idx.embedder.embed(loose)
@@ -181,17 +186,11 @@ def summary(rows: list[dict[str, Any]], floor: float) -> dict[str, Any]:
 
 def slim_index(path: Path = SLIM_INDEX) -> Path:
     """A slim index of the disfl_qa passages (the flat one's texts and sources), built on first use."""
-    from slimrag.index.core import Index
-
-    if not (path / "manifest.json").is_file():
-        texts, _ = passages_and_questions()
-        Index.build([(f"disfl_qa/{i:04d}.txt", t) for i, t in enumerate(texts)], path, storage="slim",
-                    overwrite=True).close()
+    flat_index(path, storage="slim").close()
     return path
 
 
 def main() -> None:
-    from slimrag.embed.registry import from_record
     from slimrag.index.core import Index
     from slimrag.rag.guards import DEFAULT_FLOOR
 
@@ -208,13 +207,14 @@ def main() -> None:
     res: dict[str, Any] = {"args": vars(args), "machine": platform.platform()}
     qs, fus = questions(args.questions), followups(args.followups) if args.followups else []
     flat_index().close()  # built on first use
-    if args.timed:
-        with Index.open(INDEX) as idx:
-            res["time"] = timed(idx, [q[0] for q, _ in qs[: args.timed]], args.k, args.floor)
-        print(json.dumps(res["time"], indent=1))
     path = INDEX if args.storage == "flat" else slim_index()
     with Index.open(path) as plain:
-        embedder = Remembered(from_record(plain.state.manifest.embedder))
+        base = plain.embedder  # the manifest's embedder, loaded once for the timing and the decisions
+    if args.timed:
+        with Index.open(INDEX, base if path == INDEX else None) as idx:
+            res["time"] = timed(idx, [q[0] for q, _ in qs[: args.timed]], args.k, args.floor)
+        print(json.dumps(res["time"], indent=1))
+    embedder = Remembered(base)
     embedder.remember(list(dict.fromkeys(q for queries, _ in qs + fus for q in queries)))
     with Index.open(path, embedder) as idx:
         rows, fu_rows = decisions(idx, qs, args.k, args.floor), decisions(idx, fus, args.k, args.floor)

@@ -73,15 +73,16 @@ def passages_and_questions() -> tuple[list[str], dict[int, list[QA]]]:
     return list(ids), dict(by_passage)
 
 
-def flat_index(path: Path = INDEX):  # noqa: ANN201  (slimrag.index.core.Index; imported lazily)
-    """The flat index of all disfl_qa passages, built on first use (a few minutes on 2 cores)."""
+def flat_index(path: Path = INDEX, storage: str = "flat"):  # noqa: ANN201  (slimrag.index.core.Index; imported lazily)
+    """The index of all disfl_qa passages, built on first use (a few minutes on 2 cores); flat
+    unless ``storage`` says otherwise (`bench.floor` builds a slim one)."""
     from slimrag.index.core import Index
 
     if (path / "manifest.json").is_file():
         return Index.open(path)
     texts, _ = passages_and_questions()
     pairs = [(f"disfl_qa/{i:04d}.txt", t) for i, t in enumerate(texts)]
-    return Index.build(pairs, path, storage="flat", overwrite=True)
+    return Index.build(pairs, path, storage=storage, overwrite=True)
 
 
 def grouped(passages: int, seed: int = 0) -> list[Question]:

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -86,3 +86,11 @@ class Endless(Generator):
             yield Delta("", usage=Usage(), finish_reason="length")
         finally:
             self.closed.set()
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 10.0, every: float = 0.02) -> None:
+    """Poll ``condition`` every ``every`` seconds until it holds; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(every)

@@ -9,14 +9,15 @@ answered without a search of its own."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import httpx
 import pytest
 from asgi_server import running
+from asgi_server import wait_for as _wait_for
 from click.testing import CliRunner
 from conftest import DOCS, write_tree
 from test_kv_events import tree_held
@@ -37,6 +38,9 @@ from slimrag.serve.app import create_app
 TIMEOUT = 120.0  # prefills of the embedded model on a loaded 2-core machine
 CATS, BREAD = "Where does Whiskers sleep?", "How long does the bread bake?"
 
+#: This file's replicas take longer to settle: 20 s, polled every 50 ms.
+wait_for = partial(_wait_for, timeout=20.0, every=0.05)
+
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder) -> Iterator[Index]:
@@ -44,12 +48,6 @@ def index(tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder) -> 
     with Index.build(docs, tmp_path_factory.mktemp("idx") / "route.slimrag", embedder=embedder) as idx:
         yield idx
 
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def ask(client: httpx.Client, question: str) -> httpx.Response:

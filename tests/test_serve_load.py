@@ -19,12 +19,12 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from asgi_server import Endless, running
+from asgi_server import Endless, running, wait_for
 from conftest import DOCS, write_tree
 
 from slimrag.config import GenerationConfig
@@ -105,12 +105,6 @@ class Asgi24:
 
         await self.app({**scope, "asgi": {**scope.get("asgi", {}), "spec_version": "2.4"}}, receiving, sending)
 
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def load_of(url: str) -> dict[str, int]:

@@ -330,7 +330,7 @@ def _support(s: Sentence, cos: np.ndarray, ps: _Passages, asked: set[str], q_wor
     subject = {t for t in terms if t in asked}
     topic = words_a & q_words
     new = {w for w in words_a - q_words - CHATTER_STEMS - general - _roles(s.text) if "." not in w}  # code: `identifiers`
-    code_words = {i: content_words(i) for i in idents}
+    code_all = set().union(*(content_words(i) for i in idents))  # every identifier is shown where it backs
     allowed = terms | asked | general  # what a passage sentence may name to leave its subject to the one before
     allowed_cores = {_core(x) for x in allowed}
     for j in range(len(ps.cands.at)):
@@ -346,11 +346,10 @@ def _support(s: Sentence, cos: np.ndarray, ps: _Passages, asked: set[str], q_wor
             near = ps.own[j] | (ps.around[j] if _PRONOUN.match(text) else set()) | (ps.before[j] if alone else set())
             if 2 * len(topic & near) < len(topic):
                 continue  # the sentence is about something else the passage names (Kubo's father, not its monkey)
-        shown = set().union(*(w for i, w in code_words.items() if _shown(i, ps.code(j)))) if idents else set()
-        if new and _held(new, ps.own[j] | shown, ps.around[j]) < NEW_SHARE:
-            continue  # what the answer adds to the question is not what this sentence says
         if not all(_shown(x, ps.code(j)) for x in idents):
             continue  # the code it names is not what this sentence (or the next) documents
+        if new and _held(new, ps.own[j] | code_all, ps.around[j]) < NEW_SHARE:
+            continue  # what the answer adds to the question is not what this sentence says (its code, shown, aside)
         score = (float(cos[j]) + _held(words_a, ps.own[j], ps.around[j])) / 2
         if score >= threshold:
             backing.append((score, j))

@@ -158,9 +158,11 @@ _LIGHT_VERBS = frozenset("make makes do does get gets have has give gives let le
 #: "How do I <verb> ...?": a way to do something, which an answer states by the verb or by code it names.
 _HOW_TO = re.compile(r"^\W*how (?:do|can|should|would|could) (?:i|you|we|one) (?:\w+ly )?(\w+)", re.I)
 
-#: "Which function returns ...?": the verb after a kind of code is what the code must be documented doing.
+#: "How to parse ...?", "How does one ...?": a way asked without a subject (`asks_a_way` only; the
+#: verdict's rules read `_HOW_TO`).
 _HOW_TO_BARE = re.compile(r"^\W*how (?:to|does one) \w+", re.I)
 
+#: "Which function returns ...?": the verb after a kind of code is what the code must be documented doing.
 _WHICH_CODE = re.compile(r"\bwhich (?:[\w.-]+ ){0,2}?(?:function|method|class|module|exception|attribute|"
                          r"decorator|parameter|argument|flag|option|action|constant|variable)s? (\w+)", re.I)
 

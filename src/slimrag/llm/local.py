@@ -176,13 +176,13 @@ class LocalGenerator(Generator):
 
     def encode_texts(self, texts: list[str]) -> list[list[int]]:
         """Token ids of each text, without special tokens added."""
-        tok = self.load().tokenizer
+        tok = self.runner.load().tokenizer  # the model, not the KV reuse: no lock once loaded
         with self._tok_lock:
             return [list(tok.encode(t, add_special_tokens=False)) for t in texts]
 
     def decode(self, ids: list[int]) -> str:
         """Text of ``ids``, special tokens dropped, spacing left exactly as the tokens encode it."""
-        tok = self.load().tokenizer
+        tok = self.runner.load().tokenizer
         with self._tok_lock:  # not the model lock: a stream detokenizes while a decode step runs
             return str(tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False))
 
@@ -238,10 +238,9 @@ class LocalGenerator(Generator):
         runner = self.runner
         if sum(len(s) for s in seg_ids) >= runner.model.config.max_positions:
             return 0  # no request can start with it (``ModelRunner.room`` refuses the prompt)
-        with self.scheduler.turn(lambda: reuse.cached_tokens(root, path)), reuse.lease(root, path) as lease:
+        with lifecycle.admitted(self.scheduler, reuse, root, path) as lease:
             if lease.segments == len(seg_ids):
                 return 0  # all cached already
-            cache = runner.new_cache(lease.past())
-            runner.prefill_segments(seg_ids, cache, lease.segments)
+            cache, _ = lease.prefill(runner, seg_ids)
             lease.store(cache.layers(), [len(s) for s in seg_ids])
             return sum(len(s) for s in seg_ids[lease.segments :])

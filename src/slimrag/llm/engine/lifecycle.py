@@ -23,22 +23,31 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from collections.abc import Generator as Gen
+from contextlib import contextmanager
 
 from slimrag.llm.base import Delta
 from slimrag.llm.engine.batcher import DecodeLoop
 from slimrag.llm.engine.decoding import find_stop, safe_len
 from slimrag.llm.engine.request import Request
 from slimrag.llm.engine.scheduler import PrefillScheduler
-from slimrag.llm.kv.reuse import KVReuse, PrefillEngine
+from slimrag.llm.kv.reuse import KVReuse, Lease, PrefillEngine
+
+
+@contextmanager
+def admitted(scheduler: PrefillScheduler, reuse: KVReuse, root: str, path: Sequence[str]) -> Iterator[Lease]:
+    """The prefill gate's turn for tree path ``[root, *path]`` (longest cached prefix first), and
+    the lease of that prefix, both held for the ``with`` block: what a request's prefill and
+    `LocalGenerator.keep` run inside."""
+    with scheduler.turn(lambda: reuse.cached_tokens(root, path)), reuse.lease(root, path) as lease:
+        yield lease
 
 
 def prefill(request: Request, scheduler: PrefillScheduler, reuse: KVReuse, engine: PrefillEngine) -> None:
     """Step 1: admit ``request`` through ``scheduler`` and prefill it on ``reuse``'s cached prefix
     of its tree path; sets its ``lease``, ``cache`` and ``logits``."""
-    root, path = request.root, request.path
-    with scheduler.turn(lambda: reuse.cached_tokens(root, path)), reuse.lease(root, path) as lease:
+    with admitted(scheduler, reuse, request.root, request.path) as lease:
         request.cache, request.logits = lease.prefill(engine, request.seg_ids)
     request.lease = lease
 

@@ -68,7 +68,10 @@ class ModelRunner:
 
     def load(self) -> LoadedModel:
         """Load the model now (idempotent) and return it; also settle the end-of-sequence ids and
-        the prefill mode."""
+        the prefill mode. Once loaded it returns without the lock, so a stream detokenizing a
+        token never waits for another request's forward."""
+        if self._loaded is not None:
+            return self._loaded
         with self.lock:
             if self._loaded is None:
                 loaded = load_model(self.model_path, device=self.device, dtype=self.dtype,

@@ -205,3 +205,11 @@ def _library_log_levels() -> Iterator[None]:
     yield
     for name, level in levels.items():
         logging.getLogger(name).setLevel(level)
+
+
+def layers_equal(a, b) -> bool:  # noqa: ANN001  (two KVCache)
+    """Whether two model caches hold bitwise the same per-layer K and V."""
+    import torch
+
+    return all(torch.equal(x, y) for (ka, va), (kb, vb) in zip(a.layers(), b.layers(), strict=True)
+               for x, y in ((ka, kb), (va, vb)))

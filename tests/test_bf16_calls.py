@@ -5,6 +5,7 @@ equal those of a short one (64- and 128-row calls)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -57,7 +58,7 @@ def test_every_layers_rows_are_the_same_in_every_call_size(smollm: Any, threads:
         used: set[int] = set()
         for layer in held:
             for w, like in zip(layer, first, strict=True):
-                w = bf16.Copy(w.packed, like.wide, like.short, like.threads)
+                w = dataclasses.replace(like, packed=w.packed)
                 x = torch.randn(1345 + 7, w.shape[1], generator=gen)
                 for a, b in ((0, 24), (3, 64 + 3), (0, 300), (7, 1345 + 7)):
                     used.update(bf16.calls(b - a, w))

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import torch
-from conftest import WORDS
+from conftest import WORDS, layers_equal
 
 from slimrag.config import GenerationConfig
 from slimrag.llm import weights
@@ -59,11 +59,6 @@ def sizes_run(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     yield seen
 
 
-def _layers_equal(a, b) -> bool:  # noqa: ANN001
-    return all(torch.equal(x, y) for (ka, va), (kb, vb) in zip(a.layers(), b.layers(), strict=True)
-               for x, y in ((ka, kb), (va, vb)))
-
-
 def _answer(gen: LocalGenerator, prompt: Prompt, new_tokens: int) -> tuple[list[int], int, torch.Tensor]:
     """:func:`slimrag.llm.reference.greedy_ids`'s tokens and cached count, with the prefill's last
     logits (bitwise: greedy tokens alone may survive a small difference in the K/V)."""
@@ -94,7 +89,7 @@ def test_a_segments_kv_is_the_same_in_a_wide_call_and_in_narrow_ones(
         got = runner.prefill_segments(seg_ids, warm, first)
         assert (wide in sizes_run) == (first == 1), (first, sorted(set(sizes_run)))
         assert torch.equal(got, logits), first
-        assert _layers_equal(warm, cold), first
+        assert layers_equal(warm, cold), first
 
 
 def test_cached_tokens_equal_uncached_when_the_pass_runs_wide_calls(

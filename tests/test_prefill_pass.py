@@ -13,18 +13,13 @@ import random
 
 import pytest
 import torch
-from conftest import word_passages
+from conftest import layers_equal, word_passages
 
 from slimrag.llm import weights
 from slimrag.llm.local import LocalGenerator
 from slimrag.llm.model.prefill import CHUNK, CHUNKS, SEGMENTS, prefill_mode
 from slimrag.llm.reference import greedy_ids
 from slimrag.prompt import Prompt
-
-
-def _layers_equal(a, b) -> bool:  # noqa: ANN001
-    return all(torch.equal(x, y) for (ka, va), (kb, vb) in zip(a.layers(), b.layers(), strict=True)
-               for x, y in ((ka, kb), (va, vb)))
 
 
 def test_every_mode_computes_a_segment_the_same_with_or_without_its_prefix_cached(
@@ -42,7 +37,7 @@ def test_every_mode_computes_a_segment_the_same_with_or_without_its_prefix_cache
             head.truncate(sum(len(s) for s in seg_ids[:first]))
             warm = gen.runner.new_cache([(k.clone(), v.clone()) for k, v in head.layers()])
             assert torch.equal(gen.runner.prefill_segments(seg_ids, warm, first), logits), (mode, first)
-            assert _layers_equal(warm, cold), (mode, first)
+            assert layers_equal(warm, cold), (mode, first)
 
 
 def test_the_default_mode_is_one_pass_and_the_engine_stays_exact(smollm: weights.LoadedModel) -> None:

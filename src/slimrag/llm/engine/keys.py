@@ -4,8 +4,9 @@ A prompt's cacheable segments are all but the last (the question, never cached):
 segment, then the passages in prompt order (and, in a chat, the kept turns). The tree root is the
 system segment's key namespaced by the model (:func:`slimrag.prompt.root_key`, the one rule the
 planner walks by too), so two models or two system prompts never share entries; the path is the
-other segments' content-addressed keys (``Prompt.passage_key``). One home for this rule: the
-request lifecycle and :meth:`slimrag.llm.local.LocalGenerator.keep` both read it here.
+other segments' content-addressed keys (``Prompt.passage_key``). One home for this rule:
+:meth:`slimrag.llm.local.LocalGenerator.start` (a request's path) and
+:meth:`~slimrag.llm.local.LocalGenerator.keep` both read it here.
 """
 
 from __future__ import annotations

@@ -143,11 +143,9 @@ class ModelRunner:
     def forward_ids(self, ids: list[int], cache: KVCache, start_pos: int) -> torch.Tensor:
         """The forward of ``ids`` at ``start_pos`` on ``cache`` under the lock: the last
         position's logits (a decode step without batching is this with one token)."""
-        model = self.model
-        input_ids = torch.tensor(ids, dtype=torch.long, device=model.device)
-        positions = torch.arange(start_pos, start_pos + len(ids), device=model.device)
-        with self.lock, torch.inference_mode():
-            logits = model.forward(input_ids, positions, cache)
+        device = self.model.device
+        logits = self.forward(torch.tensor(ids, dtype=torch.long, device=device),
+                              torch.arange(start_pos, start_pos + len(ids), device=device), cache)
         assert logits is not None
         return logits
 

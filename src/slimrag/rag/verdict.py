@@ -152,8 +152,8 @@ _ORDINALS = frozenset({"first", "last"})
 _DETERMINERS = frozenset("the its their his her your my our".split())
 
 #: Verbs that say little of an action: a question's "how do I make ...", "which flag makes ..." asks
-#: for no verb the answer must repeat (`_light`).
-_LIGHT_VERBS = frozenset("make makes do does get gets have has give gives let lets use uses take takes".split())
+#: for no verb the answer must repeat (`_light`; "do", "does", "has", "have", "use" are stop words already).
+_LIGHT_VERBS = frozenset("make makes get gets give gives let lets uses take takes".split())
 
 #: "How do I <verb> ...?": a way to do something, which an answer states by the verb or by code it names.
 _HOW_TO = re.compile(r"^\W*how (?:do|can|should|would|could) (?:i|you|we|one) (?:\w+ly )?(\w+)", re.I)

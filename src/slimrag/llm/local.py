@@ -100,14 +100,11 @@ class LocalGenerator(Generator):
         batch: BatchConfig | None = None,
         bf16_prefill: bool | None = None,
     ) -> None:
-        self.model_path = model_path
-        self.device = device
-        self.dtype = dtype
+        # where the weights come from and how they load live on the runner alone (`ModelRunner`)
         self.seed = seed
         self.name = (
             DEFAULT_NAME if model_path is None else Path(model_path).name.removesuffix(".gguf").lower()
         )
-        self.bf16_prefill = bf16_prefill
         self.scheduler = PrefillScheduler(scheduler)
         self.batch = batch or BatchConfig()
         # the parts hold the runner, never this generator: no cycle, so a dropped generator

@@ -154,14 +154,31 @@ CHATTER_STEMS = frozenset(stem(w) for w in CHATTER)
 
 
 #: A word whose final "g" a song title or speech drops ("Thinkin'", tokenized "Thinkin '"): the "'" is no
-#: possessive ("Berlin ' s") and closes no quote opened before it ("my 'cousin'": `_OPEN_QUOTE`).
+#: possessive ("Berlin ' s") and closes no quote still open before it ("he said 'stop thinkin'"; `_open_quote`).
 _DROPPED_G = re.compile(r"\b([A-Za-z]{3,}in) ?'(?! ?s\b)")
-_OPEN_QUOTE = re.compile(r"(?:^|\s)'\w")
+#: A "'" that opens a quote (after a space, a bracket or the start, before a word: "my 'cousin") and one
+#: that may close it (after a word or a stop, before no word: "cousin'"); "don't" and tokenized " ' " are neither.
+_QUOTE_OPENS = re.compile(r"(?<![^\s(\[\"])'(?=\w)")
+_QUOTE_CLOSES = re.compile(r"(?<=[\w.,!?])'(?!\w)")
+
+
+def _open_quote(text: str, at: int) -> bool:
+    """Whether a quote opened in ``text`` before ``at`` is still open there: each opening "'"
+    (`_QUOTE_OPENS`) counts one, each closing one (`_QUOTE_CLOSES`) closes the last one open, so
+    "my 'cousin' was thinkin'" has none open at its last "'", and "he said 'stop thinkin'" has one."""
+    depth = 0
+    for m in re.finditer("'", text[:at]):
+        if _QUOTE_OPENS.match(text, m.start()):
+            depth += 1
+        elif depth and _QUOTE_CLOSES.match(text, m.start()):
+            depth -= 1
+    return depth > 0
 
 
 def _restore_g(text: str) -> str:
-    """``text`` with each dropped final "g" (`_DROPPED_G`) written back: "Thinkin '" -> "Thinking"."""
-    return _DROPPED_G.sub(lambda m: m.group(0) if _OPEN_QUOTE.search(text, 0, m.start() + 1) else m.group(1) + "g", text)
+    """``text`` with each dropped final "g" (`_DROPPED_G`) written back: "Thinkin '" -> "Thinking"; a
+    "'" that closes a quote still open (`_open_quote`) is the quote's: "my 'cousin'" keeps its word."""
+    return _DROPPED_G.sub(lambda m: m.group(0) if _open_quote(text, m.end() - 1) else m.group(1) + "g", text)
 
 
 def content_words(text: str) -> set[str]:

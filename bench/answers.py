@@ -44,7 +44,8 @@ mode (vector, keyword, hybrid):
 - ``--labels FILE`` (`LABELS`): hand labels of flagged answers whose model text holds the gold string,
   keyed ``set|mode|question``: ``right`` (what is withheld or marked states something no passage
   says: a wrong director beside the right actor) or ``wrong`` (the text is backed and answers: the
-  check erred), alone or as ``{"label": ..., "reason": ...}`` with what the reader found (`label_of`).
+  check erred), alone or as ``{"label": ..., "reason": ..., "text": ...}`` with what the reader found
+  and the model text read (`label_of`: a label read on another text counts for nothing).
   Labels are read, never written, by the benchmark.
 
 ``--tune`` chooses the evidence weights instead: it computes the features once for the questions
@@ -224,23 +225,19 @@ def _median(xs: list[float]) -> float:
     return float(np.median(xs)) if xs else 0.0
 
 
-def _timed(pieces: Any) -> tuple[Any, float, float | None, float]:
-    """Run an answer stream: the `Answer`, the seconds to its first text piece, to the grounded
-    model's first piece (after `IN_SHORT`; None in free mode) and to its end."""
+def _timed(stream: Any) -> tuple[Any, float, float | None, float]:
+    """Run an answer stream (`AnswerStream`): the `Answer`, the seconds to its first text piece, to the
+    grounded model's first piece (after `IN_SHORT`; None in free mode) and to its end."""
     from slimrag.rag.grounded import IN_SHORT
 
     t0 = time.perf_counter()
     first = model = None
-    answer = None
-    for piece in pieces:
+    for piece in stream:
         now = time.perf_counter() - t0
-        if isinstance(piece, str):
-            first = now if first is None else first
-            if piece == IN_SHORT and model is None:
-                model = now
-        else:
-            answer = piece
-    return answer, first or 0.0, model, time.perf_counter() - t0
+        first = now if first is None else first
+        if piece == IN_SHORT and model is None:
+            model = now
+    return stream.answer, first or 0.0, model, time.perf_counter() - t0
 
 
 def _model_text(answer: Any) -> str:
@@ -285,7 +282,7 @@ def reader_rows(idx: Any, items: list[Item], k: int, n: int, llm: str | None = N
         gold = normalize(it.answer)
         rec: dict[str, Any] = {"question": it.question, "gold": it.answer}
         for m, rag in rags.items():
-            ans, first, model, total = _timed(rag.stream_answer(it.question, k))
+            ans, first, model, total = _timed(rag.respond(it.question, k))
             rec["retrieved"] = it.source in {h.source for h in ans.sources}
             rec["hits"] = [{"chunk_id": h.chunk_id, "score": h.score, "text": h.text, "source": h.source,
                             "metadata": h.metadata} for h in ans.sources]  # to re-check offline
@@ -376,7 +373,8 @@ def summarize(records: list[dict[str, Any]], labels: dict[str, Any] | None = Non
         rows = [(r["retrieved"], r[v]) for r in records]
         ret = [x for got, x in rows if got]
         flagged = [(r, r[v]) for r in records if r[v]["verdict"] in ("not_backed", "partial") and not r[v]["abstained"]]
-        right = sum(x["model_gold"] and label_of(labels, f"{name}|{_LABELLED.get(v, v)}|{r['question']}") == "right"
+        right = sum(x["model_gold"] and label_of(labels, f"{name}|{_LABELLED.get(v, v)}|{r['question']}",
+                                                 r[_LABELLED.get(v, v)]["model"]) == "right"
                     for r, x in flagged)
         out[v] = {
             "n": len(rows), "retrieved": len(ret),
@@ -395,11 +393,16 @@ def summarize(records: list[dict[str, Any]], labels: dict[str, Any] | None = Non
     return out
 
 
-def label_of(labels: dict[str, Any] | None, key: str) -> str | None:
+def label_of(labels: dict[str, Any] | None, key: str, text: str | None = None) -> str | None:
     """The hand label (``right`` or ``wrong``) of flag ``key`` in `LABELS`: a bare string, or a
-    ``{"label": ..., "reason": ...}`` object saying what the reader found in the passages."""
+    ``{"label": ..., "reason": ..., "text": ...}`` object saying what the reader found in the passages
+    and, with ``text``, the model text that was read. A label read on another text than ``text`` (the
+    model wrote something else in a later run) is no label: None. A label without ``text`` predates
+    the field and is taken as it is."""
     got = (labels or {}).get(key)
-    return got.get("label") if isinstance(got, dict) else got
+    if not isinstance(got, dict):
+        return got
+    return None if text is not None and "text" in got and got["text"] != text else got.get("label")
 
 
 #: The view whose labels a view reads: extract-then-phrase shows the grounded run's model sentence.

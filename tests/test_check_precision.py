@@ -13,7 +13,7 @@ from slimrag.types import Support
 
 def view(verdict: str, model_gold: bool, marked_gold: bool, shown_gold: bool) -> dict[str, Any]:
     return {"verdict": verdict, "abstained": False, "model_gold": model_gold, "marked_gold": marked_gold,
-            "shown_gold": shown_gold, "ttfb_s": 0.1, "total_s": 1.0}
+            "shown_gold": shown_gold, "ttfb_s": 0.1, "total_s": 1.0, "model": f"text {verdict} {model_gold}"}
 
 
 RECORDS = [
@@ -42,6 +42,14 @@ def test_a_label_forgives_only_a_flag_it_calls_right() -> None:
     labels = {"s|free|q2": "right", "s|free|q3": "wrong", "other|free|q2": "wrong"}
     assert summarize(RECORDS, labels, "s")["free"]["read_precision"] == 1 - 1 / 3  # q2 forgiven, q3 not
     assert summarize(RECORDS, labels, "other")["free"]["read_precision"] == 1 - 2 / 3
+
+
+def test_a_label_read_on_another_text_forgives_nothing() -> None:
+    # the model wrote something else in a later run: the reader's label judged the old text
+    read = {"label": "right", "reason": "an invented year", "text": "text not_backed True"}
+    assert summarize(RECORDS, {"s|free|q2": read}, "s")["free"]["read_precision"] == 1 - 1 / 3
+    stale = {**read, "text": "what the model wrote before"}
+    assert summarize(RECORDS, {"s|free|q2": stale}, "s")["free"]["read_precision"] == 1 - 2 / 3
 
 
 def test_the_flagged_text_is_what_the_reader_does_not_see_as_backed() -> None:

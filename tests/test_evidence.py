@@ -17,9 +17,10 @@ from slimrag.index.core import Index
 from slimrag.llm.base import Delta, Generator
 from slimrag.prompt import Prompt
 from slimrag.rag.attribution import attribute, with_markers
-from slimrag.rag.evidence import EvidenceConfig, Memo, Weights, answer_type, evidence_answer, rank_sentences
+from slimrag.rag.evidence import EvidenceConfig, Memo, Weights, evidence_answer, rank_sentences
 from slimrag.rag.guards import NO_ANSWER
 from slimrag.rag.pipeline import RAG
+from slimrag.rag.question import answer_type
 from slimrag.rag.sentences import content_words, key_terms, split_sentences
 from slimrag.types import Usage
 

@@ -13,7 +13,7 @@ from test_verdict_question import built, verdict
 
 from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
-from slimrag.rag.evidence import answer_type
+from slimrag.rag.question import answer_type
 from slimrag.rag.sentences import content_words, stem
 from slimrag.rag.verdict import answers
 

@@ -13,7 +13,7 @@ import pytest
 from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
 from slimrag.rag.attribution import Attribution, attribute
-from slimrag.rag.evidence import answer_type
+from slimrag.rag.question import answer_type
 from slimrag.rag.sentences import content_words, stem
 from slimrag.rag.verdict import answers, kind_of, on_question
 from slimrag.types import Hit

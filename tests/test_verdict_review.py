@@ -14,8 +14,9 @@ from test_verdict_question import built, verdict
 from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
 from slimrag.rag.attribution import attribute
+from slimrag.rag.question import asked_qualifiers
 from slimrag.rag.sentences import split_sentences
-from slimrag.rag.verdict import _asked_qualifiers, answers, judge, kind_of, unfinished
+from slimrag.rag.verdict import answers, judge, kind_of, unfinished
 
 DOCS = {
     "docs/battery.md": ("The battery lasts about 10 hours on a single charge. It charges fully in two hours "
@@ -60,20 +61,20 @@ def test_a_list_item_before_the_end_answers(idx: Index) -> None:
 
 def test_last_as_a_verb_is_no_qualifier(idx: Index) -> None:
     q = "How long does the battery last?"
-    assert _asked_qualifiers(q) == []
+    assert asked_qualifiers(q) == ()
     assert verdict(idx, q, "The battery lasts about 10 hours.") == ("supported", [True])
 
 
 def test_first_in_a_comparison_is_no_qualifier(idx: Index) -> None:
     q = "Which was released first, Django or Flask?"
-    assert _asked_qualifiers(q) == []
+    assert asked_qualifiers(q) == ()
     assert verdict(idx, q, "Django was released in 2005.") == ("supported", [True])
 
 
 def test_qualifiers_after_a_determiner_and_by_stem() -> None:
-    assert _asked_qualifiers("What was the first version of Django?") == [frozenset({"oldest", "earliest", "first"})]
-    assert _asked_qualifiers("What is its last release?") == [frozenset({"latest", "newest", "last"})]
-    assert _asked_qualifiers("Which settings does the server use by defaults?") == [frozenset({"default"})]
+    assert asked_qualifiers("What was the first version of Django?") == (frozenset({"oldest", "earliest", "first"}),)
+    assert asked_qualifiers("What is its last release?") == (frozenset({"latest", "newest", "last"}),)
+    assert asked_qualifiers("Which settings does the server use by defaults?") == (frozenset({"default"}),)
 
 
 def test_a_shell_command_names_code_for_a_way() -> None:

@@ -19,7 +19,7 @@ Algorithm
     answer     1 when the sentence holds what the question's type asks for and the question does
                not already state: a year, month or date for *when* / *what year*; a number for
                *how many / much / long / old / far*; a name (a capitalised word, not a number word) for *who* /
-               *where* / *which*; otherwise 0
+               *where* / *which*; otherwise 0 (`slimrag.rag.question`: `answer_type`, `has_type`)
     rank       1 / (1 + passage rank): the retriever's opinion of the whole passage
     neighbour  the best (cos + overlap) / 2 of the sentences just before and after: an answer
                sentence often follows the one that names the subject ("Its default is 128MB.")
@@ -42,7 +42,6 @@ rest is set arithmetic. No model beyond the embedder is loaded, so `evidence_ans
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -52,7 +51,8 @@ import numpy as np
 
 from slimrag.config import SearchConfig
 from slimrag.rag.guards import DEFAULT_FLOOR, NO_ANSWER, answerable
-from slimrag.rag.sentences import NUMBER_WORDS, Sentence, content_words, key_terms, split_sentences, words
+from slimrag.rag.question import answer_type, has_type
+from slimrag.rag.sentences import Sentence, content_words, key_terms, split_sentences, words
 from slimrag.types import Answer, Evidence, Hit, Usage
 
 #: Shortest candidate sentence, in words.
@@ -115,71 +115,6 @@ class Memo:
         if new:
             self.vectors.update(zip(new, np.asarray(self.embedder.embed(new)), strict=True))
         return np.stack([self.vectors[t] for t in texts]) if texts else np.zeros((0, 0), dtype=np.float32)
-
-
-_YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})s?\b|\b\d{1,2}(st|nd|rd|th)\b|century|centuries", re.I)
-_MONTH = re.compile(r"\b(january|february|march|april|may|june|july|august|september|october|november|"
-                    r"december|spring|summer|autumn|winter)\b", re.I)
-_NUMBER = re.compile(r"\d|\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|"
-                     r"forty|fifty|hundred|thousand|million|billion|dozen|half)\b", re.I)
-#: "when" asks for a time where a verb of the question follows it ("when did", "when is"), it ends the
-#: question ("... is held when ?") or it opens the question with no clause of its own after it (`_when_opens`:
-#: "When exactly did the Berlin Wall fall?"); elsewhere it is a conjunction ("Which argparse action stores
-#: True when a flag is given?" asks for a name; "What can happen when breathing ...", for no kind).
-_WHEN = re.compile(r"\bwhen(\s+|')(did|does|do|was|were|is|are|will|would|can|could|should|has|have|had|"
-                   r"must|might|s)\b|\bwhen\s*\?|\bwhat (year|date|day|month|century|decade|time)\b|"
-                   r"\bwhich (year|century)\b", re.I)
-#: A question that opens with "when" and whose "when" is a conjunction: a comma clause ("When I add files,
-#: what ...") or another question word ("When forces are at right angles ... what can they ...") follows.
-_WHEN_OPENS = re.compile(r"^\W*when\b(?![^?]*(,|\b(what|who|whom|whose|which|where|how|why)\b))", re.I)
-_HOW_MANY = re.compile(r"\bhow (many|much|long|old|far|big|large|high|tall|often|fast)\b|\bwhat (percent|"
-                       r"percentage|number|amount|size|value)\b", re.I)
-_WHO = re.compile(r"\b(who|whom|whose|where|which)\b", re.I)
-
-
-#: Words with which a spoken question takes back what it began ("Where did Kublai um oh no rather when
-#: did he ..."): a take-back only where a question word follows it, fillers aside (`_ASKS_AGAIN`), so
-#: "How many people have no access ..." keeps its "how many".
-_TAKE_BACK = r"no|sorry|rather|i mean|make that|wait|actually|instead|um+|uh|er|oops"
-_RETRACT = re.compile(rf"\b({_TAKE_BACK})\b", re.I)
-_ASKS_AGAIN = re.compile(rf"(?:\s|,|\b(?:{_TAKE_BACK}|oh|shoot|like)\b)*"
-                         r"\b(when|what|who|whom|whose|which|where|how|why)\b", re.I)
-
-
-def answer_type(question: str) -> str | None:
-    """What kind of value the question asks for: "when", "number", "name", or None. A question that
-    takes back its start is typed by what follows its last taking back (`_RETRACT`, `_ASKS_AGAIN`), when
-    that names a kind."""
-    tails = [question[m.end():] for m in _RETRACT.finditer(question)]
-    asked_again = [t for t in tails if _ASKS_AGAIN.match(t)]
-    if asked_again:
-        kind = _kind(asked_again[-1].lstrip(" ,"))
-        if kind is not None:
-            return kind
-    return _kind(question)
-
-
-def _kind(question: str) -> str | None:
-    if _WHEN.search(question) or _WHEN_OPENS.match(question):
-        return "when"
-    if _HOW_MANY.search(question):
-        return "number"
-    if _WHO.search(question):
-        return "name"
-    return None
-
-
-def has_type(kind: str | None, sentence: str, q_terms: set[str]) -> float:
-    """1.0 when ``sentence`` holds a value of the ``kind`` a question asks for (`answer_type`) that
-    ``q_terms`` (the question's numbers and names) does not already state, else 0.0."""
-    if kind is None:
-        return 0.0
-    if kind == "when":
-        return float(bool(_YEAR.search(sentence) or _MONTH.search(sentence)))
-    new = key_terms(sentence) - q_terms
-    if kind == "number":
-        return float(any(any(c.isdigit() for c in t) for t in new) or bool(_NUMBER.search(sentence) and new))
-    return float(any(not any(c.isdigit() for c in t) and t not in NUMBER_WORDS for t in new))  # "first" is no name
 
 
 @dataclass(frozen=True, slots=True)

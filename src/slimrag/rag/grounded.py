@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from slimrag.prompt import Passage, Prompt
-from slimrag.rag.verdict import asks_a_way
+from slimrag.rag.question import asks_a_way
 from slimrag.types import Evidence
 
 #: The grounded mode's system prompt: one short sentence from the sentences given.

@@ -17,7 +17,7 @@ it is presented"):
 A backed sentence *answers* the question (`answers`) when it states something the question does not
 (a content word or a number or name the question lacks, conversation words such as "answer" and
 "question" aside; a question asked back answers nothing) and, for a question that asks for a kind of
-value (when, how many: `slimrag.rag.evidence.answer_type`, `TYPED`), holds a value of that kind that the
+value (when, how many: `slimrag.rag.question.answer_type`, `TYPED`), holds a value of that kind that the
 question does not already state (a lower-case question still names its names: "Mrs. Wolowitz" and "The
 Big Bang Theory" are no new name for "who played mrs wolowitz on the big bang theory?"); for "which" and "what" a name may be code the question does not name
 (`getrecursionlimit` for "which function returns the current recursion limit?") or a number ("which
@@ -54,17 +54,16 @@ A sentence that refers back (opening with "It", "This", "They") right after a se
 answers nothing either: its subject is the unbacked one's ("... use the `deep_copy()` function. This
 method creates a deep copy of the given object." is backed by the passage's `copy.deepcopy`).
 
-A question's qualifier ("default", "oldest", "maximum": `QUALIFIERS`, each with the words that say the
-same, compared by stem; "first" and "last" only after a determiner, not "does the battery last" nor
-"released first, Django or Flask") must be held by the backing sentences or the sentences before them
-(`qualified`): "The default
-level of the root logger is NOTSET." is backed by "When a logger is created, the level is set to
+A question's qualifier ("default", "oldest", "maximum": `slimrag.rag.question.QUALIFIERS`, each with
+the words that say the same, compared by stem; "first" and "last" only after a determiner, not "does the
+battery last" nor "released first, Django or Flask") must be held by the backing sentences or the
+sentences before them (`qualified`): "The default level of the root logger is NOTSET." is backed by "When a logger is created, the level is set to
 NOTSET", a value for another case than the one asked.
 
-A question for a way ("How do I parse an ISO 8601 date string ...?", `_HOW_TO`) is answered by a
+A question for a way ("How do I parse an ISO 8601 date string ...?", ``Question.way``) is answered by a
 sentence that says the asked verb or names code the question does not, a shell command in a code span
 too ("Run `make demo`."; "The `date` class in Python is a built-in datetime object." does neither), and one for code that does something ("Which function
-returns the default timeout ...?", `_WHICH_CODE`) by code whose backing says that verb
+returns the default timeout ...?", ``Question.code_verb``) by code whose backing says that verb
 (`does_what_asked`: `setdefaulttimeout`'s passage says "Set the default timeout"); light verbs
 ("makes", "does") ask for nothing. Nor is a way answered by a purpose clause alone ("To copy an entire
 directory tree rooted at *src* to a new location *dst*.", a span copied from the passage's docs:
@@ -75,7 +74,9 @@ What counts as flagged is what the reader sees: an answer is withheld (``not_bac
 `bench.answers` measures the check's precision over the first two together.
 
 The verdict is a pure function of the attribution, the question, the answer text and the evidence;
-`judge` returns it with the text a shell shows once the answer is complete (`Answer.shown`).
+`judge` returns it with the text a shell shows once the answer is complete (`Answer.shown`). What the
+question asks (its kind, a way and its verb, the code's verb, its qualifiers, its words) is read once
+per answer (`slimrag.rag.question.Question`) and handed to every rule; the rules here read sentences.
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from slimrag.rag.attribution import CONTEXT_BACK, Attribution, identifiers, with_markers
-from slimrag.rag.evidence import answer_type, evidence_text, has_type
+from slimrag.rag.evidence import evidence_text
+from slimrag.rag.question import Question, has_type
 from slimrag.rag.sentences import (
     CHATTER_STEMS,
     STOPWORDS,
@@ -103,7 +105,7 @@ NOT_BACKED = "The model's answer is not backed by the passages, so it is not sho
 #: Evidence sentences quoted under `NOT_BACKED`.
 QUOTED = 3
 
-#: Answer types (`slimrag.rag.evidence.answer_type`) whose value an answer must state: a date for
+#: Answer types (`slimrag.rag.question.answer_type`) whose value an answer must state: a date for
 #: "when", a number for "how many", a name for "who"/"where"/"which". Dropping "name" (an answer to
 #: "who" may be a common noun, "the owner") presented more wrong free answers: on 30 + 30 recorded
 #: answers (bench.answers --recheck), free-form confidently wrong on disfl_qa 0.100 -> 0.167.
@@ -116,9 +118,6 @@ ON_TOPIC = 0.5
 #: (module header). Lower caught fewer confidently wrong answers on the tuning slices, higher withheld
 #: more right grounded ones; the figures are in docs/benchmarks.md ("The check, fourth pass").
 ON_QUESTION = 0.3
-
-#: Questions whose "name" is a person's or a place's: a number never answers them (`answers`).
-_PERSON = re.compile(r"\b(who|whom|whose|where)\b", re.I)
 
 #: Answer types a sentence ending in ':' may state itself ("In 1267 he moved it to the following city:");
 #: a name there is as often its subject ("In Python, you can do it as follows:").
@@ -138,33 +137,6 @@ _TRAILING = re.compile(r"(\w+)\W*$")
 #: A sentence whose subject is the sentence before it ("This method creates a deep copy ..."): after a
 #: sentence no passage backs, its subject is what no passage says, and it answers nothing.
 _REFERS = re.compile(r"(it|its|this|these|that|they|their)\b", re.I)
-
-#: Words that qualify what a question asks for (the default value, the oldest event), each with the words
-#: that say the same, as `stem` writes them: the sentence backing an answer must hold one of them (`qualified`).
-QUALIFIERS = (frozenset({"default"}), frozenset({"oldest", "earliest", "first"}),
-              frozenset({"latest", "newest", "last"}), frozenset({"maximum", "max", "largest", "highest"}),
-              frozenset({"minimum", "min", "smallest", "lowest"}))
-
-#: Qualifiers that are also a verb ("How long does the battery last?") or an adverb of a comparison
-#: ("Which was released first, Django or Flask?"): they qualify only after a determiner ("the first
-#: version", "its last release"; `_asked_qualifiers`).
-_ORDINALS = frozenset({"first", "last"})
-_DETERMINERS = frozenset("the its their his her your my our".split())
-
-#: Verbs that say little of an action: a question's "how do I make ...", "which flag makes ..." asks
-#: for no verb the answer must repeat (`_light`; "do", "does", "has", "have", "use" are stop words already).
-_LIGHT_VERBS = frozenset("make makes get gets give gives let lets uses take takes".split())
-
-#: "How do I <verb> ...?": a way to do something, which an answer states by the verb or by code it names.
-_HOW_TO = re.compile(r"^\W*how (?:do|can|should|would|could) (?:i|you|we|one) (?:\w+ly )?(\w+)", re.I)
-
-#: "How to parse ...?", "How does one ...?": a way asked without a subject (`asks_a_way` only; the
-#: verdict's rules read `_HOW_TO`).
-_HOW_TO_BARE = re.compile(r"^\W*how (?:to|does one) \w+", re.I)
-
-#: "Which function returns ...?": the verb after a kind of code is what the code must be documented doing.
-_WHICH_CODE = re.compile(r"\bwhich (?:[\w.-]+ ){0,2}?(?:function|method|class|module|exception|attribute|"
-                         r"decorator|parameter|argument|flag|option|action|constant|variable)s? (\w+)", re.I)
 
 _PURPOSE = re.compile(r"^\W*[Tt]o [a-z]+\b")
 """A sentence opening with a purpose clause ("To copy a tree ..."): for a question asking a way, it
@@ -206,61 +178,52 @@ def unfinished(sentence: str, last_sentence: bool = True) -> bool:
     return bool(text) and text[-1] not in ".!?:;)]\"'`*" and last is not None and last.group(1).lower() in STOPWORDS
 
 
-def answers(question: str, sentence: str, last_sentence: bool = True) -> bool:
+def answers(question: str | Question, sentence: str, last_sentence: bool = True) -> bool:
     """Whether ``sentence`` states something ``question`` asks for (module header); ``last_sentence``:
     whether it ends the answer (`unfinished`)."""
+    q = Question.read(question)
     text = _FENCE_OPEN.sub("", sentence).rstrip()
     if text.endswith("?") or unfinished(text, last_sentence):  # a question asked back, a cut-off phrase: nothing answered
         return False
-    q_words, q_terms = content_words(question), key_terms(question)
-    asked = {w.lower() for w in words(question)}  # a lower-case question still names its names
-    new = (content_words(sentence) - q_words - CHATTER_STEMS) | (key_terms(sentence) - q_terms - asked)
+    said, named = content_words(sentence), key_terms(sentence)
+    new = (said - q.words - CHATTER_STEMS) | (named - q.terms - q.said)  # a lower-case question still names its names
     if not new:
         return False
-    way = _HOW_TO.search(question)
-    if way and _PURPOSE.match(text) and not _MAIN_CLAUSE.search(text) and not _new_code(question, sentence, asked):
+    if q.way and _PURPOSE.match(text) and not _MAIN_CLAUSE.search(text) and not _new_code(q, sentence):
         return False  # "How do I copy a tree?" -- "To copy an entire directory tree rooted at src." restates the goal
-    kind = answer_type(question)
-    typed = kind in TYPED and (has_type(kind, sentence, q_terms | asked)
-                               or (kind == "when" and bool(_PERIOD.search(text))))
-    if text.endswith(":") and not (typed and kind in _LEAD_TYPED):
+    typed = q.kind in TYPED and (has_type(q.kind, sentence, q.terms | q.said)
+                                 or (q.kind == "when" and bool(_PERIOD.search(text))))
+    if text.endswith(":") and not (typed and q.kind in _LEAD_TYPED):
         # it introduces what follows (a list, code): it answers by the code it names, unless it already
         # states the date or number asked ("Stage 3 has 4 parts, as follows:")
-        return _new_code(question, sentence, asked)
-    if way and not _light(way.group(1)) and stem(way.group(1)) not in content_words(sentence) \
-            and not _new_code(question, sentence, asked):
+        return _new_code(q, sentence)
+    if q.way_verb is not None and q.way_verb not in said and not _new_code(q, sentence):
         return False  # "How do I parse ...?" is not answered by "The `date` class is a built-in object."
-    if kind not in TYPED or typed:
+    if q.kind not in TYPED or typed:
         return True
-    if kind != "name":
+    if q.kind != "name":
         return False
     # a name is also code ("which function ...": `getrecursionlimit`), and "which"/"what" may ask for a
     # number ("which port ...": 8000); "who" and "where" never do
-    if _new_code(question, sentence, asked):
+    if _new_code(q, sentence):
         return True
-    return not _PERSON.search(question) and any(any(c.isdigit() for c in t) for t in key_terms(sentence) - q_terms)
+    return not q.person and any(any(c.isdigit() for c in t) for t in named - q.terms)
 
 
-def asks_a_way(question: str) -> bool:
-    """Whether ``question`` asks how to do something ("How do I parse ...?", "How can I ...?", "How
-    to parse ...?", "How does one ...?"). "How do you say hello in French?" reads as one too."""
-    return _HOW_TO.search(question) is not None or _HOW_TO_BARE.search(question) is not None
-
-
-def _new_code(question: str, sentence: str, asked: set[str]) -> bool:
-    """Whether ``sentence`` names code that ``question`` (its words ``asked``) does not: an identifier
-    (`identifiers`), or a code span with a word the question lacks (a shell command: "Run `make demo`."
-    for "How do I install slimrag?"; "`slimrag`" names nothing new there)."""
-    asked_for = {i.lower() for i in identifiers(question)}
-    if any(i.lower() not in asked_for and i.lower() not in asked for i in identifiers(sentence)):
+def _new_code(q: Question, sentence: str) -> bool:
+    """Whether ``sentence`` names code that question ``q`` does not: an identifier (`identifiers`), or
+    a code span with a word the question lacks (a shell command: "Run `make demo`." for "How do I
+    install slimrag?"; "`slimrag`" names nothing new there)."""
+    asked_for = {i.lower() for i in identifiers(q.text)}
+    if any(i.lower() not in asked_for and i.lower() not in q.said for i in identifiers(sentence)):
         return True
-    return any({w.lower() for w in words(span)} - asked for span in _CODE_SPAN.findall(sentence))
+    return any({w.lower() for w in words(span)} - q.said for span in _CODE_SPAN.findall(sentence))
 
 
-def on_topic(question: str, s: Support, hits: Sequence[Hit]) -> bool:
+def on_topic(question: str | Question, s: Support, hits: Sequence[Hit]) -> bool:
     """Whether the passages backing ``s`` hold at least `ON_TOPIC` of the question's content words
     (module header); True when no hits are given."""
-    asked = content_words(question)
+    asked = Question.read(question).words
     if not hits or not asked:
         return True
     return len(asked & _passage_words(s, hits)) >= ON_TOPIC * len(asked)
@@ -271,29 +234,34 @@ def _passage_words(s: Support, hits: Sequence[Hit]) -> set[str]:
     return set().union(*(content_words(h.text) for h in hits if h.label in s.labels))
 
 
-def on_question(question: str, s: Support, hits: Sequence[Hit] = ()) -> bool:
+def on_question(question: str | Question, s: Support, hits: Sequence[Hit] = (),
+                before: Sequence[str] | None = None) -> bool:
     """Whether ``s``'s sentence and what backs it hold together at least `ON_QUESTION` of the question's
     content words (module header): its backing passage sentences, or for a code block (backed by
     passages, not sentences) the passages themselves. True for a question without content words. A bare
     value ("The answer is: 1978.") is not exempt: on the held-out set exempting it passed three wrong
     backed values for one right (docs/benchmarks.md, "The check, fourth pass"); the sentences just before its
-    backing sentences count for it (`_bare`, module header)."""
-    asked = content_words(question) - CHATTER_STEMS
+    backing sentences count for it (`_bare`, module header); ``before``: those sentences
+    (`_sentences_before`), when the caller has them already."""
+    q = Question.read(question)
+    asked = q.words - CHATTER_STEMS
     if not asked:
         return True
     held = content_words(s.sentence).union(*(content_words(e.text) for e in s.evidence))
-    if s.evidence and hits and _bare(question, s.sentence):  # "The role of Gen. Eisenhower went to Tony Jeffries"
-        held |= set().union(*(content_words(t) for t in _sentences_before(s.evidence, hits)))
+    if s.evidence and hits and _bare(q, s.sentence):  # "The role of Gen. Eisenhower went to Tony Jeffries"
+        if before is None:
+            before = _sentences_before(s.evidence, hits)
+        held |= set().union(*(content_words(t) for t in before))
     if not s.evidence:
         held |= _passage_words(s, hits)
     return len(asked & held) >= ON_QUESTION * len(asked)
 
 
-def _bare(question: str, sentence: str) -> bool:
+def _bare(q: Question, sentence: str) -> bool:
     """Whether all ``sentence`` adds to ``question`` is names ("The answer is: Tony Jeffries.", "Harrison
     Ford."): a bare value, whose backing sentence may leave the question's words to the sentences before it."""
     names = {stem(w) for w in words(sentence) if w[:1].isupper() or any(c.isdigit() for c in w)}
-    said = content_words(sentence) - content_words(question) - CHATTER_STEMS
+    said = content_words(sentence) - q.words - CHATTER_STEMS
     return bool(said) and said <= names
 
 
@@ -307,57 +275,57 @@ def _sentences_before(evidence: Sequence[Evidence], hits: Sequence[Hit]) -> list
     return out
 
 
-def qualified(question: str, s: Support, hits: Sequence[Hit] = ()) -> bool:
-    """Whether each qualifier of ``question`` (`QUALIFIERS`: "default", "oldest") is held, in one of
-    its words, by ``s``'s backing sentences or the sentences before them (`_sentences_before`): a value stated
-    for another case than the one asked ("When a logger is created, the level is set to NOTSET" for
-    the root logger's default level) answers nothing. True for a sentence with no backing sentence."""
-    asked = _asked_qualifiers(question)
+def qualified(question: str | Question, s: Support, hits: Sequence[Hit] = (),
+              before: Sequence[str] | None = None) -> bool:
+    """Whether each qualifier of ``question`` (`slimrag.rag.question.QUALIFIERS`: "default", "oldest")
+    is held, in one of its words, by ``s``'s backing sentences or the sentences before them
+    (``before``, `_sentences_before` when not given): a value stated for another case than the one
+    asked ("When a logger is created, the level is set to NOTSET" for the root logger's default level)
+    answers nothing. True for a sentence with no backing sentence."""
+    asked = Question.read(question).qualifiers
     if not asked or not s.evidence:
         return True
-    held = {stem(w) for t in [*(e.text for e in s.evidence), *_sentences_before(s.evidence, hits)] for w in words(t)}
+    if before is None:
+        before = _sentences_before(s.evidence, hits)
+    held = {stem(w) for t in [*(e.text for e in s.evidence), *before] for w in words(t)}
     return all(group & held for group in asked)
 
 
-def _asked_qualifiers(question: str) -> list[frozenset[str]]:
-    """The `QUALIFIERS` groups ``question`` asks for, its words compared by stem ("defaults"); "first"
-    and "last" only after a determiner (`_ORDINALS`): "the first version", not "does the battery last"."""
-    toks = [w.lower() for w in words(question)]
-    said = {stem(w) for i, w in enumerate(toks) if w not in _ORDINALS or (i and toks[i - 1] in _DETERMINERS)}
-    return [group for group in QUALIFIERS if group & said]
-
-
-def _light(verb: str) -> bool:
-    """Whether ``verb`` says little of an action ("makes", "does", "use"; `_LIGHT_VERBS`, stop words)."""
-    return verb.lower() in _LIGHT_VERBS or verb.lower() in STOPWORDS
-
-
-def does_what_asked(question: str, s: Support) -> bool:
+def does_what_asked(question: str | Question, s: Support) -> bool:
     """Whether the code a "which function returns ..." question asks for is documented by what backs
-    ``s`` as doing what is asked: the verb after the kind of code (`_WHICH_CODE`; "returns", a light verb
+    ``s`` as doing what is asked: the verb after the kind of code (``Question.code_verb``; "returns", a light verb
     aside) is in a backing sentence, not only before it (the function documented before is another). ".. function::
     setdefaulttimeout(timeout)" is backed, and its passage says "Set the default timeout ...", not
     "Return". True for other questions and for a sentence with no backing sentence."""
-    m = _WHICH_CODE.search(question)
-    if m is None or _light(m.group(1)) or not s.evidence:
+    verb = Question.read(question).code_verb
+    if verb is None or not s.evidence:
         return True
-    verb = stem(m.group(1))
     return any(verb in content_words(e.text) for e in s.evidence)
 
 
-def kind_of(question: str, support: Sequence[Support], hits: Sequence[Hit] = (), ended: bool = False) -> str:
+def kind_of(question: str | Question, support: Sequence[Support], hits: Sequence[Hit] = (),
+            ended: bool = False) -> str:
     """``supported``, ``partial`` or ``not_backed`` for an answer whose sentences are ``support``,
     checked against ``hits`` (the retrieved passages; none: the topic rule is skipped). ``ended``:
     the generator stopped by itself (finish reason ``stop``), so its last sentence is whole even
-    without a stop ("- Python 3.10 and above"); False when that is unknown or it hit its token limit."""
-    responsive = [s for i, s in enumerate(support) if s.supported
-                  and answers(question, s.sentence, last_sentence=i == len(support) - 1 and not ended)
-                  and on_topic(question, s, hits) and on_question(question, s, hits)
-                  and not (i and not support[i - 1].supported and _REFERS.match(s.sentence))
-                  and qualified(question, s, hits) and does_what_asked(question, s)]
-    if not responsive:
+    without a stop ("- Python 3.10 and above"); False when that is unknown or it hit its token limit.
+    The question is read once (`Question.read`) for every sentence."""
+    q = Question.read(question)
+    if not any(s.supported and _responsive(q, support, i, hits, ended) for i, s in enumerate(support)):
         return "not_backed"
     return "supported" if all(s.supported for s in support) else "partial"
+
+
+def _responsive(q: Question, support: Sequence[Support], i: int, hits: Sequence[Hit], ended: bool) -> bool:
+    """Whether ``support[i]``, a backed sentence, answers ``q`` (module header): every rule, the
+    sentences before its backing (`_sentences_before`) found once for the two that read them."""
+    s = support[i]
+    if not answers(q, s.sentence, last_sentence=i == len(support) - 1 and not ended) or not on_topic(q, s, hits):
+        return False
+    if i and not support[i - 1].supported and _REFERS.match(s.sentence):
+        return False
+    before = _sentences_before(s.evidence, hits)
+    return on_question(q, s, hits, before) and qualified(q, s, hits, before) and does_what_asked(q, s)
 
 
 def judge(question: str, text: str, check: Attribution, evidence: Sequence[Evidence],

@@ -1,0 +1,46 @@
+"""The question's reading (`slimrag.rag.question.Question`): each reading has one regex and one name,
+and a reading handed to the verdict's rules judges as the question's text does."""
+
+from __future__ import annotations
+
+from slimrag.rag.question import QUALIFIERS, Question, asks_a_way
+from slimrag.rag.sentences import content_words, key_terms, stem
+from slimrag.rag.verdict import answers
+
+
+def test_a_question_is_read_once_for_every_rule() -> None:
+    q = Question.read("How do I parse the default ISO 8601 date string in Python?")
+    assert q.words == content_words(q.text) and q.terms == key_terms(q.text)
+    assert q.way and q.way_verb == stem("parse") and q.code_verb is None
+    assert q.qualifiers == (QUALIFIERS[0],) and q.kind is None and not q.person
+    assert Question.read(q) is q
+
+
+def test_light_verbs_ask_for_no_verb() -> None:
+    q = Question.read("How do I make a copy of a list?")
+    assert q.way and q.way_verb is None
+    assert Question.read("Which function returns the current recursion limit?").code_verb == stem("returns")
+    assert Question.read("Which function sets the default timeout?").code_verb == stem("sets")
+    assert Question.read("Which flag makes the output quiet?").code_verb is None
+
+
+def test_a_person_is_asked_by_who_and_where() -> None:
+    assert Question.read("who played the fugitive in the tv show?").person
+    assert not Question.read("which port does the server listen on?").person
+
+
+def test_asks_a_way_reads_the_bare_form_too() -> None:
+    assert asks_a_way("How to parse an ISO date?") and asks_a_way("How does one parse an ISO date?")
+    assert asks_a_way("How can I parse an ISO date?")
+    assert not asks_a_way("How many moons does Mars have?")
+
+
+def test_a_reading_judges_as_the_question_does() -> None:
+    for question, sentence, answered in [
+        ("How do I parse an ISO 8601 date string?", "The `date` class in Python is a built-in datetime object.", False),
+        ("How do I parse an ISO 8601 date string?", "Use `date.fromisoformat` to parse it.", True),
+        ("How do I copy a directory tree?", "To copy an entire directory tree rooted at src.", False),
+        ("which port does the server listen on?", "The server listens on port 8000.", True),
+        ("who played mrs wolowitz on the big bang theory?", "Mrs. Wolowitz was on The Big Bang Theory.", False),
+    ]:
+        assert answers(Question.read(question), sentence) is answers(question, sentence) is answered, question

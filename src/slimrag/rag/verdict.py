@@ -140,13 +140,24 @@ _REFERS = re.compile(r"(it|its|this|these|that|they|their)\b", re.I)
 
 _PURPOSE = re.compile(r"^\W*[Tt]o [a-z]+\b")
 """A sentence opening with a purpose clause ("To copy a tree ..."): for a question asking a way, it
-restates the goal, and states the way only in a main clause after it ("..., use ..."; `_MAIN_CLAUSE`)
+restates the goal, and states the way only in a main clause after it ("..., use ..."; `_main_clause`)
 or by the code it names. For another question it may answer ("To monitor the carbon cycle ..." for
 "To monitor what event ...?")."""
 _MAIN_CLAUSE = re.compile(r",\s+(?:you|we|one|it|this|they|use|call|run|pass|set|simply|just)\b", re.I)
-"""A main clause after a purpose clause, as a way is told ("..., use ...", "..., you can ..."); a main
-clause opening with another word ("..., shutil provides copytree.") is not seen, and the sentence
-answers nothing unless it names code (`identifiers`, a code span)."""
+"""A main clause after a purpose clause, as a way is told ("..., use ...", "..., you can ..."); one that
+opens with a name is `_NAMED_CLAUSE`'s."""
+_NAMED_CLAUSE = re.compile(r",\s+(?:(?:the|a|an)\s+)?(?P<subject>[\w.]+(?:\s+[\w.]+)?)\s+"
+                           r"(?:can|will|should|must|may|\w+(?<![su]s)(?<!is)s)\b", re.I)
+"""A main clause that opens with a name, one or two words that are no stop words ("the shutil module"),
+then a verb: a modal or one in the present ("..., shutil provides copytree."); "..., its files and
+links." has none (`_main_clause`)."""
+
+
+def _main_clause(text: str) -> bool:
+    """Whether a main clause follows the purpose clause ``text`` opens with (`_MAIN_CLAUSE`, `_NAMED_CLAUSE`)."""
+    return _MAIN_CLAUSE.search(text) is not None or any(
+        not any(w.lower() in STOPWORDS for w in m.group("subject").split()) for m in _NAMED_CLAUSE.finditer(text))
+
 
 #: A code span ("`make demo`").
 _CODE_SPAN = re.compile(r"`([^`\n]+)`")
@@ -189,7 +200,7 @@ def answers(question: str | Question, sentence: str, last_sentence: bool = True)
     new = (said - q.words - CHATTER_STEMS) | (named - q.terms - q.said)  # a lower-case question still names its names
     if not new:
         return False
-    if q.way and _PURPOSE.match(text) and not _MAIN_CLAUSE.search(text) and not _new_code(q, sentence):
+    if q.way and _PURPOSE.match(text) and not _main_clause(text) and not _new_code(q, sentence):
         return False  # "How do I copy a tree?" -- "To copy an entire directory tree rooted at src." restates the goal
     typed = q.kind in TYPED and (has_type(q.kind, sentence, q.terms | q.said)
                                  or (q.kind == "when" and bool(_PERIOD.search(text))))

@@ -85,7 +85,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slimrag.rag.attribution import CONTEXT_BACK, Attribution, identifiers, with_markers
+from slimrag.rag.attribution import _FENCE, CONTEXT_BACK, Attribution, identifiers, with_markers
 from slimrag.rag.evidence import evidence_text
 from slimrag.rag.question import Question, has_type
 from slimrag.rag.sentences import (
@@ -158,6 +158,9 @@ def _main_clause(text: str) -> bool:
     return _MAIN_CLAUSE.search(text) is not None or any(
         not any(w.lower() in STOPWORDS for w in m.group("subject").split()) for m in _NAMED_CLAUSE.finditer(text))
 
+
+#: A citation in brackets ("[json.txt#3]").
+_CITED = re.compile(r"\[[^\[\]\n]*\]")
 
 #: A code span ("`make demo`").
 _CODE_SPAN = re.compile(r"`([^`\n]+)`")
@@ -315,23 +318,38 @@ def does_what_asked(question: str | Question, s: Support) -> bool:
 
 
 def kind_of(question: str | Question, support: Sequence[Support], hits: Sequence[Hit] = (),
-            ended: bool = False) -> str:
+            ended: bool = False, text: str | None = None) -> str:
     """``supported``, ``partial`` or ``not_backed`` for an answer whose sentences are ``support``,
     checked against ``hits`` (the retrieved passages; none: the topic rule is skipped). ``ended``:
     the generator stopped by itself (finish reason ``stop``), so its last sentence is whole even
     without a stop ("- Python 3.10 and above"); False when that is unknown or it hit its token limit.
-    The question is read once (`Question.read`) for every sentence."""
+    ``text``: the answer ``support`` was cut from, which tells which sentence ends it (`_ending`);
+    without it, the last of ``support``. The question is read once (`Question.read`) for every sentence."""
     q = Question.read(question)
-    if not any(s.supported and _responsive(q, support, i, hits, ended) for i, s in enumerate(support)):
+    last = None if ended else (len(support) - 1 if text is None else _ending(text, support))
+    if not any(s.supported and _responsive(q, support, i, hits, i == last) for i, s in enumerate(support)):
         return "not_backed"
     return "supported" if all(s.supported for s in support) else "partial"
 
 
-def _responsive(q: Question, support: Sequence[Support], i: int, hits: Sequence[Hit], ended: bool) -> bool:
-    """Whether ``support[i]``, a backed sentence, answers ``q`` (module header): every rule, the
-    sentences before its backing (`_sentences_before`) found once for the two that read them."""
+def _ending(text: str, support: Sequence[Support]) -> int | None:
+    """The index in ``support`` (`attribute`'s: the sentences of ``text`` out of its code blocks, then
+    each block) of the unit that ends ``text``, where an answer stopped at its token limit is cut: its
+    last sentence when prose ends it, though blocks come after it in ``support``; the last block when
+    an unclosed fence runs to the end; None when a closed fence ends it (a block closed is whole)."""
+    blocks = [m for m in _FENCE.finditer(text) if m.group(1).strip()]
+    if blocks and not _CITED.sub("", text[blocks[-1].end():]).strip():  # a citation after it ends nothing
+        return len(support) - 1 if not blocks[-1].group(0).rstrip().endswith("```") else None
+    last = len(support) - 1 - len(blocks)
+    return last if last >= 0 else None
+
+
+def _responsive(q: Question, support: Sequence[Support], i: int, hits: Sequence[Hit], last: bool) -> bool:
+    """Whether ``support[i]``, a backed sentence, answers ``q`` (module header); ``last``: it ends an
+    answer that may have been cut (`unfinished`). The sentences before its backing
+    (`_sentences_before`) are found once for the two rules that read them."""
     s = support[i]
-    if not answers(q, s.sentence, last_sentence=i == len(support) - 1 and not ended) or not on_topic(q, s, hits):
+    if not answers(q, s.sentence, last_sentence=last) or not on_topic(q, s, hits):
         return False
     if i and not support[i - 1].supported and _REFERS.match(s.sentence):
         return False
@@ -344,7 +362,7 @@ def judge(question: str, text: str, check: Attribution, evidence: Sequence[Evide
     """The verdict on ``text`` and what to show: ``text`` with citations and marks when it is backed,
     else `NOT_BACKED` and the first `QUOTED` evidence sentences, each with its label. ``ended``: the
     generation stopped by itself, not at its token limit (`kind_of`)."""
-    kind = kind_of(question, check.support, hits, ended)
+    kind = kind_of(question, check.support, hits, ended, text)
     if kind != "not_backed":
         return Verdict(kind, with_markers(text, check))
     quoted = evidence_text(evidence[:QUOTED]) if evidence else "(no sentence of the passages answers it)"

@@ -29,10 +29,17 @@ def test_a_person_is_asked_by_who_and_where() -> None:
     assert not Question.read("which port does the server listen on?").person
 
 
-def test_asks_a_way_reads_the_bare_form_too() -> None:
+def test_a_bare_how_to_asks_a_way_for_decoding_and_the_verdict_alike() -> None:
     assert asks_a_way("How to parse an ISO date?") and asks_a_way("How does one parse an ISO date?")
     assert asks_a_way("How can I parse an ISO date?")
     assert not asks_a_way("How many moons does Mars have?")
+    bare, subject = Question.read("How to copy a directory tree?"), Question.read("How do I copy a directory tree?")
+    assert bare.way and bare.way_verb == subject.way_verb == stem("copy")
+    # the purpose clause restates the goal of either, and the asked verb is asked of either
+    for q in (bare, subject):
+        assert not answers(q, "To copy an entire directory tree rooted at src to a new location dst.")
+        assert not answers(q, "The shutil module offers high-level file operations.")
+        assert answers(q, "To copy a directory tree, shutil provides copytree.")
 
 
 def test_a_reading_judges_as_the_question_does() -> None:

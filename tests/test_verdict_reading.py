@@ -3,7 +3,7 @@ and a reading handed to the verdict's rules judges as the question's text does."
 
 from __future__ import annotations
 
-from slimrag.rag.question import QUALIFIERS, Question, asks_a_way
+from slimrag.rag.question import QUALIFIERS, Question, asks_a_way, has_type
 from slimrag.rag.sentences import content_words, key_terms, stem
 from slimrag.rag.verdict import answers
 
@@ -51,3 +51,12 @@ def test_a_reading_judges_as_the_question_does() -> None:
         ("who played mrs wolowitz on the big bang theory?", "Mrs. Wolowitz was on The Big Bang Theory.", False),
     ]:
         assert answers(Question.read(question), sentence) is answers(question, sentence) is answered, question
+
+
+def test_a_period_is_a_when_value_for_evidence_and_the_verdict_alike() -> None:
+    # evidence's "answer" feature and the verdict's typed answers read the same has_type
+    assert has_type("when", "It was built during the reign of Augustus.", set()) == 1.0
+    assert has_type("when", "During World War II the plant made tanks.", set()) == 1.0
+    assert has_type("when", "The road was closed during construction.", set()) == 0.0
+    assert answers("When was the aqueduct built?", "It was built during the reign of Augustus.")
+    assert not answers("When was the aqueduct built?", "It was built during construction.")

@@ -17,7 +17,9 @@ Algorithm
                (``log(1 + n / df)``): a word every sentence has says nothing
     terms      share of the question's numbers and names the sentence holds (0 when it has none)
     answer     1 when the sentence holds what the question's type asks for and the question does
-               not already state: a year, month or date for *when* / *what year*; a number for
+               not already state: a year, month, date or period ("during the reign of Augustus": on
+               disfl_qa 6 of 31 "when" questions gain such a sentence, ev1 and ev2 unchanged) for
+               *when* / *what year*; a number for
                *how many / much / long / old / far*; a name (a capitalised word, not a number word) for *who* /
                *where* / *which*; otherwise 0 (`slimrag.rag.question`: `answer_type`, `has_type`)
     rank       1 / (1 + passage rank): the retriever's opinion of the whole passage

@@ -44,6 +44,9 @@ from slimrag.rag.sentences import NUMBER_WORDS, STOPWORDS, content_words, key_te
 _YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})s?\b|\b\d{1,2}(st|nd|rd|th)\b|century|centuries", re.I)
 _MONTH = re.compile(r"\b(january|february|march|april|may|june|july|august|september|october|november|"
                     r"december|spring|summer|autumn|winter)\b", re.I)
+#: A "when" answer that names a period rather than a date ("during the Roman Empire", "During World War II",
+#: "during the reign of Augustus": a named ruler's reign is a period); "during construction" names none.
+_PERIOD = re.compile(r"\b[Dd]uring (?:the )?(?:(?:reign|rule|time|era|age) of )?[A-Z]")
 _NUMBER = re.compile(r"\d|\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|"
                      r"forty|fifty|hundred|thousand|million|billion|dozen|half)\b", re.I)
 #: "when" asks for a time where a verb of the question follows it ("when did", "when is"), it ends the
@@ -126,11 +129,12 @@ def _kind(question: str) -> str | None:
 
 def has_type(kind: str | None, sentence: str, q_terms: set[str] | frozenset[str]) -> float:
     """1.0 when ``sentence`` holds a value of the ``kind`` a question asks for (`answer_type`) that
-    ``q_terms`` (the question's numbers and names) does not already state, else 0.0."""
+    ``q_terms`` (the question's numbers and names) does not already state, else 0.0. A "when" is
+    answered by a year, a month or a season, or a period (`_PERIOD`: "during the reign of Augustus")."""
     if kind is None:
         return 0.0
     if kind == "when":
-        return float(bool(_YEAR.search(sentence) or _MONTH.search(sentence)))
+        return float(bool(_YEAR.search(sentence) or _MONTH.search(sentence) or _PERIOD.search(sentence)))
     new = key_terms(sentence) - q_terms
     if kind == "number":
         return float(any(any(c.isdigit() for c in t) for t in new) or bool(_NUMBER.search(sentence) and new))

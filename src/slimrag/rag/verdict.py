@@ -44,7 +44,8 @@ stop after a last word that ends nothing, "... with methods like `", as an answe
 limit ends; a list item before it, "- Python 3.10 and above", is whole, and so is the last one when
 the generator stopped by itself, `judge`'s ``ended``) answers nothing: the folder
 set's free answer whose only backed sentence was such a fragment was presented as backed. A "when"
-answer may name a period instead of a date ("During the Roman Empire.", "during the reign of Augustus"). A bare value (all the
+answer may name a period instead of a date ("During the Roman Empire.", "during the reign of Augustus":
+`slimrag.rag.question.has_type`). A bare value (all the
 sentence adds is names: "Harrison Ford.", "The answer is: Tony Jeffries.") counts for `on_question` the
 `CONTEXT_BACK` sentences before each backing sentence too: "The role of Gen. Eisenhower went to Tony
 Jeffries" names the question's role two sentences after its "play" and "Dwight". A sentence that adds
@@ -126,10 +127,6 @@ _LEAD_TYPED = ("when", "number")
 #: A code fence opened at a sentence's end ("Here's how to use it:\n```python").
 _FENCE_OPEN = re.compile(r"\s*```\w*\s*$")
 
-#: A "when" answer that names a period rather than a date ("during the Roman Empire", "During World War II",
-#: "during the reign of Augustus": a named ruler's reign is a period); "during construction" names none.
-_PERIOD = re.compile(r"\b[Dd]uring (?:the )?(?:(?:reign|rule|time|era|age) of )?[A-Z]")
-
 #: The end of a sentence cut off mid-phrase (an answer stopped at its token limit): no stop, and a last
 #: word that ends nothing ("... with methods like `", "... defined by").
 _TRAILING = re.compile(r"(\w+)\W*$")
@@ -205,8 +202,7 @@ def answers(question: str | Question, sentence: str, last_sentence: bool = True)
         return False
     if q.way and _PURPOSE.match(text) and not _main_clause(text) and not _new_code(q, sentence):
         return False  # "How do I copy a tree?" -- "To copy an entire directory tree rooted at src." restates the goal
-    typed = q.kind in TYPED and (has_type(q.kind, sentence, q.terms | q.said)
-                                 or (q.kind == "when" and bool(_PERIOD.search(text))))
+    typed = q.kind in TYPED and bool(has_type(q.kind, sentence, q.terms | q.said))
     if text.endswith(":") and not (typed and q.kind in _LEAD_TYPED):
         # it introduces what follows (a list, code): it answers by the code it names, unless it already
         # states the date or number asked ("Stage 3 has 4 parts, as follows:")

@@ -124,6 +124,10 @@ class Generator(ABC):
         prefix prefills only what follows it. 0 here: nothing is kept."""
         return 0
 
+    def close(self) -> None:  # noqa: B027  (a no-op by default, on purpose)
+        """Release what the generator holds for later requests (a remote one's HTTP connections,
+        the embedded engine's cached KV); its owner calls it when done. Nothing here: it holds none."""
+
     @abstractmethod
     def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:
         """Yield text pieces as they are produced; the last one carries usage and finish reason."""

@@ -69,6 +69,8 @@ class Deferred(Generator):
         self._error: BaseException | None = None
         self._done = threading.Event()
         self._exiting = threading.Event()
+        self._closed = False
+        self._close_lock = threading.Lock()  # the owner's close and the build's end: one of them closes
         self._thread = threading.Thread(target=self._run, args=(build,), name="slimrag-deferred", daemon=True)
         self._thread.start()
         atexit.register(self._at_exit)
@@ -87,9 +89,14 @@ class Deferred(Generator):
             self._error = e
             self._done.set()
             return
-        self._built, self.name = built, built.name
+        with self._close_lock:
+            self._built, self.name = built, built.name
+            closed = self._closed
         self._done.set()
-        if self._exiting.is_set():  # the process is ending: nothing will use the model
+        if closed:  # the owner closed it while it was being built
+            built.close()
+            return
+        if self._exiting.is_set():  # the process is ending or the owner closed it: nothing will use the model
             return
         try:
             built.load()
@@ -124,3 +131,12 @@ class Deferred(Generator):
     def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:
         """The built generator's stream (waits for the build when called)."""
         return self.generator().stream(prompt, config)
+
+    def close(self) -> None:
+        """Close the built generator; a build still under way starts no load and is closed when
+        it ends (the owner is done with it: nothing will use the model)."""
+        self._exiting.set()
+        with self._close_lock:
+            self._closed, built = True, self._built
+        if built is not None:
+            built.close()

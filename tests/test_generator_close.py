@@ -1,0 +1,54 @@
+"""A generator's owner closes it (`Generator.close`; the CLI's ``ask`` and ``chat`` close theirs): a
+`Deferred` closes what its thread built, once, whether the build ends before or after the owner's
+close, and a build that ends after it starts no load."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from slimrag.config import GenerationConfig
+from slimrag.llm.base import Delta, Generator
+from slimrag.llm.declared import Declared
+from slimrag.llm.deferred import Deferred
+from slimrag.prompt import Prompt
+
+
+class Counted(Generator):
+    """Counts its loads and closes."""
+
+    def __init__(self) -> None:
+        self.loads = self.closes = 0
+
+    def load(self) -> None:
+        self.loads += 1
+
+    def stream(self, prompt: Prompt, config: GenerationConfig | None = None) -> Iterator[Delta]:
+        yield Delta("", finish_reason="stop")
+
+    def close(self) -> None:
+        self.closes += 1
+
+
+@pytest.mark.parametrize("close_first", [True, False])
+def test_a_deferred_closes_what_it_built_once(close_first: bool) -> None:
+    built, release = Counted(), threading.Event()
+
+    def build() -> Generator:
+        release.wait(10)
+        return built
+
+    d = Deferred(build, Declared())
+    if close_first:  # the owner is done before the build ends: the thread closes it, and loads nothing
+        d.close()
+        release.set()
+    else:
+        release.set()
+        d.generator()
+        d.close()
+    d._thread.join(10)
+    assert built.closes == 1
+    if close_first:
+        assert built.loads == 0  # closed before its build ended: nothing will use the model

@@ -56,6 +56,17 @@ def test_a_closed_code_block_at_the_end_is_whole(idx: Index) -> None:
     assert by_list == "not_backed"
 
 
+def test_chatter_after_a_closed_block_cuts_nothing(idx: Index) -> None:
+    # attribution drops "Hope this helps!" (it claims nothing): the sentence before the block, which
+    # ends on a stop word, was read as the answer's cut-off end and answered nothing
+    q = "How do I parse a JSON string into a Python object?"
+    said = ("You can parse it with json.loads(s) to deserialize s to a Python object like this\n"
+            "```python\nobj = json.parse_string(s)\n```\nHope this helps!")
+    backed, kind, _ = _judged(idx, q, said)
+    assert backed == [True, False]  # the sentence, then the invented block
+    assert kind == "partial"  # the sentence is whole and answers; the block is marked
+
+
 def test_a_main_clause_may_open_with_a_name() -> None:
     q = "How do I copy a directory tree?"
     assert answers(q, "To copy a directory tree, shutil provides copytree.")
@@ -63,3 +74,14 @@ def test_a_main_clause_may_open_with_a_name() -> None:
     # a purpose clause alone, or with a list after its comma, restates the goal
     assert not answers(q, "To copy an entire directory tree rooted at src to a new location dst.")
     assert not answers(q, "To copy a directory tree, its files and links.")
+    # a noun phrase after the comma is no clause, though a plural noun ends in "s" as a verb does
+    assert not answers(q, "To copy a directory tree rooted at src, class attributes.")
+    assert not answers("How do I parse a date?", "To parse a date, ISO 8601 strings.")
+
+
+def test_a_verb_ending_in_ly_is_the_way_asked() -> None:
+    from slimrag.rag.question import Question
+
+    assert Question.read("How can I multiply two matrices?").way_verb == "multiply"
+    assert Question.read("How do I quickly sort a list?").way_verb == "sort"  # an adverb is skipped
+    assert answers("How can I multiply two matrices?", "You multiply matrices with the @ operator in Python.")

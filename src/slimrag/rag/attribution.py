@@ -135,7 +135,9 @@ Common = Callable[[Iterable[str]], set[str]]
 _CITATION = re.compile(r"\s*\[[^\[\]\n]*#\d+[^\[\]\n]*\]")
 #: A list item's number or letter alone ("1.", "b)"), which the sentence splitter cuts off its item.
 _LIST_MARK = re.compile(r"\s*(?:\d{1,3}|[A-Za-z])[.)]\s*")
-_FENCE = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.S)
+#: A fenced code block (its body in group 1; unclosed, it runs to the end): how attribution and the
+#: verdict's cut-off rule (`slimrag.rag.verdict`) both split an answer into sentences and blocks.
+FENCE = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.S)
 #: Identifiers that code states: dotted names (``json.loads``), calls (``median(``) and a name in
 #: single backticks (Markdown code: `rmtree`).
 _IDENT = re.compile(r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_]+(?:\.[A-Za-z_][A-Za-z0-9_]+)+(?![A-Za-z0-9_])"
@@ -281,8 +283,8 @@ def attribute(question: str, answer: str, hits: Sequence[Hit], embedder: Embeds,
               threshold: float = SUPPORT, common: Common | None = None) -> Attribution:
     """Check ``answer`` against the passages of ``hits`` (module header). ``common``: the corpus's
     vocabulary (`slimrag.rag.vocabulary.Vocabulary.common`), whose words claim nothing."""
-    blocks = [m.group(1) for m in _FENCE.finditer(answer) if m.group(1).strip()]
-    plain = _CITATION.sub("", _FENCE.sub("\n\n", answer))
+    blocks = [m.group(1) for m in FENCE.finditer(answer) if m.group(1).strip()]
+    plain = _CITATION.sub("", FENCE.sub("\n\n", answer))
     sents = [s for s in split_sentences(plain) if _claims(s.text)]
     code = tuple(code_support(b, hits) for b in blocks)
     cands = Candidates.of(hits)

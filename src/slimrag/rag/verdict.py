@@ -86,7 +86,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slimrag.rag.attribution import _FENCE, CONTEXT_BACK, Attribution, identifiers, with_markers
+from slimrag.rag.attribution import CONTEXT_BACK, FENCE, Attribution, identifiers, with_markers
 from slimrag.rag.evidence import evidence_text
 from slimrag.rag.question import Question, has_type
 from slimrag.rag.sentences import (
@@ -144,10 +144,12 @@ _MAIN_CLAUSE = re.compile(r",\s+(?:you|we|one|it|this|they|use|call|run|pass|set
 """A main clause after a purpose clause, as a way is told ("..., use ...", "..., you can ..."); one that
 opens with a name is `_NAMED_CLAUSE`'s."""
 _NAMED_CLAUSE = re.compile(r",\s+(?:(?:the|a|an)\s+)?(?P<subject>[\w.]+(?:\s+[\w.]+)?)\s+"
-                           r"(?:can|will|should|must|may|\w+(?<![su]s)(?<!is)s)\b", re.I)
+                           r"(?:can|will|should|must|may|\w+s(?<!ss)(?<!us)(?<!is))\s+[\w`'\"(]", re.I)
 """A main clause that opens with a name, one or two words that are no stop words ("the shutil module"),
-then a verb: a modal or one in the present ("..., shutil provides copytree."); "..., its files and
-links." has none (`_main_clause`)."""
+then a verb with something after it: a modal or one in the present ("..., shutil provides copytree.");
+"..., its files and links." has none (`_main_clause`), and a noun phrase that ends the sentence ("...,
+class attributes.", "..., ISO 8601 strings.") is no clause, though its last word looks like a verb
+(a plural noun's "s"). A plural subject with a plain verb ("..., scientists use ...") is not read."""
 
 
 def _main_clause(text: str) -> bool:
@@ -332,12 +334,17 @@ def _ending(text: str, support: Sequence[Support]) -> int | None:
     """The index in ``support`` (`attribute`'s: the sentences of ``text`` out of its code blocks, then
     each block) of the unit that ends ``text``, where an answer stopped at its token limit is cut: its
     last sentence when prose ends it, though blocks come after it in ``support``; the last block when
-    an unclosed fence runs to the end; None when a closed fence ends it (a block closed is whole)."""
-    blocks = [m for m in _FENCE.finditer(text) if m.group(1).strip()]
+    an unclosed fence runs to the end; None when a closed fence ends it (a block closed is whole), or
+    when what follows the last block is only what attribution drops as claiming nothing."""
+    blocks = [m for m in FENCE.finditer(text) if m.group(1).strip()]
     if blocks and not _CITED.sub("", text[blocks[-1].end():]).strip():  # a citation after it ends nothing
         return len(support) - 1 if not blocks[-1].group(0).rstrip().endswith("```") else None
     last = len(support) - 1 - len(blocks)
-    return last if last >= 0 else None
+    if last < 0:
+        return None
+    if blocks and support[last].sentence[:24].strip() not in _CITED.sub("", text[blocks[-1].end():]):
+        return None  # what follows the last block claims nothing ("Hope this helps!"): it cuts no claim
+    return last
 
 
 def _responsive(q: Question, support: Sequence[Support], i: int, hits: Sequence[Hit], last: bool) -> bool:

@@ -77,8 +77,10 @@ _PERSON = re.compile(r"\b(who|whom|whose|where)\b", re.I)
 # -- a way, and code that does something ----------------------------------------------------------------
 
 #: "How do I <verb> ...?", "How to <verb> ...?", "How does one ...?": a way to do something, which an
-#: answer states by the verb or by code it names.
-_HOW_TO = re.compile(r"^\W*how (?:(?:do|can|should|would|could) (?:i|you|we|one)|to|does one) (?:\w+ly )?(\w+)",
+#: answer states by the verb or by code it names; an adverb before the verb ("How do I quickly sort
+#: ...?") is skipped, but not a verb that ends in "ly" ("How can I multiply ...?").
+_HOW_TO = re.compile(r"^\W*how (?:(?:do|can|should|would|could) (?:i|you|we|one)|to|does one) "
+                     r"(?:(?!(?:apply|multiply|supply|reply|rely|comply|imply|fly|ally|tally|rally)\b)\w+ly )?(\w+)",
                      re.I)
 
 #: "Which function returns ...?": the verb after a kind of code is what the code must be documented doing.

@@ -1,5 +1,4 @@
-"""A generator's owner closes it (`Generator.close`; the CLI's ``ask`` and ``chat`` close theirs): a
-`Deferred` closes what its thread built, once, whether the build ends before or after the owner's
+"""A generator's owner closes it (`Generator.close`): a `Deferred` closes what its thread built, once, whether the build ends before or after the owner's
 close, and a build that ends after it starts no load."""
 
 from __future__ import annotations
@@ -52,3 +51,17 @@ def test_a_deferred_closes_what_it_built_once(close_first: bool) -> None:
     assert built.closes == 1
     if close_first:
         assert built.loads == 0  # closed before its build ended: nothing will use the model
+
+
+def test_a_served_generator_that_takes_turns_keeps_its_answer_mode_and_closes() -> None:
+    from slimrag.serve.workers import shared
+
+    class Grounded(Counted):
+        thread_safe, default_answer_mode = False, "grounded"
+
+    inner = Grounded()
+    served = shared(inner)
+    assert served is not inner  # not thread-safe: the workers take turns through a wrapper
+    assert served.default_answer_mode == "grounded"  # the wrapper read "free", the base's default
+    served.close()
+    assert inner.closes == 1

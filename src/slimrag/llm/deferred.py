@@ -102,6 +102,10 @@ class Deferred(Generator):
             built.load()
         except Exception as e:  # noqa: BLE001  (raised again by the answer's own load; module header)
             log.info("background load of %s failed (the answer's own load tries again): %s", built.name, e)
+        with self._close_lock:
+            closed = self._closed
+        if closed:  # the owner closed it between the check above and the load: close what the load opened
+            built.close()
 
     def generator(self) -> Generator:
         """The built generator, once its build is done (its load may still run); raises the
@@ -134,7 +138,8 @@ class Deferred(Generator):
 
     def close(self) -> None:
         """Close the built generator; a build still under way starts no load and is closed when
-        it ends (the owner is done with it: nothing will use the model)."""
+        it ends (the owner is done with it: nothing will use the model); a close that lands while the
+        thread's load runs is repeated after it, closing what the load opened (a close is idempotent)."""
         self._exiting.set()
         with self._close_lock:
             self._closed, built = True, self._built

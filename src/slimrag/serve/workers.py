@@ -75,10 +75,13 @@ class _Serialized(Generator):
         self.inner, self.name, self._lock = inner, inner.name, threading.Lock()
         self.default_repetition_penalty = inner.default_repetition_penalty
         self.shadows_prefix_cache = inner.shadows_prefix_cache
-        self.copies = inner.copies
+        self.copies, self.default_answer_mode = inner.copies, inner.default_answer_mode
 
     def load(self) -> LoadReport | None:
         return self.inner.load()
+
+    def close(self) -> None:
+        self.inner.close()
 
     def planning_cache(self) -> PlanningCache | None:
         return self.inner.planning_cache()

@@ -39,7 +39,9 @@ first published in Gospel Songs No. 2 by Ira Sankey and Bliss" does not say who 
 sentence first, then sentences no passage backs, was a partial answer presented as backed; now the
 answer is withheld and the passages quoted, unless another of its backed sentences answers.
 
-A sentence cut off mid-phrase (`unfinished`: an unclosed code span, or, the answer's last sentence, no
+A sentence cut off mid-phrase (`unfinished`: an unclosed code span, or, the unit that ends the answer
+text, `_ending`: prose after a code block, not the block attribution lists after it, and nothing when a
+closed block or only chatter ends it, no
 stop after a last word that ends nothing, "... with methods like `", as an answer stopped at its token
 limit ends; a list item before it, "- Python 3.10 and above", is whole, and so is the last one when
 the generator stopped by itself, `judge`'s ``ended``) answers nothing: the folder

@@ -339,12 +339,13 @@ def _ending(text: str, support: Sequence[Support]) -> int | None:
     an unclosed fence runs to the end; None when a closed fence ends it (a block closed is whole), or
     when what follows the last block is only what attribution drops as claiming nothing."""
     blocks = [m for m in FENCE.finditer(text) if m.group(1).strip()]
-    if blocks and not _CITED.sub("", text[blocks[-1].end():]).strip():  # a citation after it ends nothing
+    after = _CITED.sub("", text[blocks[-1].end():]) if blocks else ""  # a citation after a block ends nothing
+    if blocks and not after.strip():
         return len(support) - 1 if not blocks[-1].group(0).rstrip().endswith("```") else None
     last = len(support) - 1 - len(blocks)
     if last < 0:
         return None
-    if blocks and support[last].sentence[:24].strip() not in _CITED.sub("", text[blocks[-1].end():]):
+    if blocks and support[last].sentence[:24].strip() not in after:
         return None  # what follows the last block claims nothing ("Hope this helps!"): it cuts no claim
     return last
 
@@ -352,13 +353,15 @@ def _ending(text: str, support: Sequence[Support]) -> int | None:
 def _responsive(q: Question, support: Sequence[Support], i: int, hits: Sequence[Hit], last: bool) -> bool:
     """Whether ``support[i]``, a backed sentence, answers ``q`` (module header); ``last``: it ends an
     answer that may have been cut (`unfinished`). The sentences before its backing
-    (`_sentences_before`) are found once for the two rules that read them."""
+    (`_sentences_before`) are found once for the two rules that read them, and only when one does:
+    for a bare value (`_bare`) or a question with qualifiers."""
     s = support[i]
     if not answers(q, s.sentence, last_sentence=last) or not on_topic(q, s, hits):
         return False
     if i and not support[i - 1].supported and _REFERS.match(s.sentence):
         return False
-    before = _sentences_before(s.evidence, hits)
+    read = bool(s.evidence and hits and (q.qualifiers or _bare(q, s.sentence)))
+    before = _sentences_before(s.evidence, hits) if read else []
     return on_question(q, s, hits, before) and qualified(q, s, hits, before) and does_what_asked(q, s)
 
 

@@ -61,7 +61,10 @@ A question's qualifier ("default", "oldest", "maximum": `slimrag.rag.question.QU
 the words that say the same, compared by stem; "first" and "last" only after a determiner, not "does the
 battery last" nor "released first, Django or Flask") must be held by the backing sentences or the
 sentences before them (`qualified`): "The default level of the root logger is NOTSET." is backed by "When a logger is created, the level is set to
-NOTSET", a value for another case than the one asked.
+NOTSET", a value for another case than the one asked. Nor is a default a value that an example sets
+(`_only_set`: "The default precision of the decimal module is 9." backed only by ``>>>
+decimal.getcontext().prec = 9``, where the sentence before says the example changes it); a keyword
+argument in a signature (``lru_cache(maxsize=128)``) does state its default.
 
 A question for a way ("How do I parse an ISO 8601 date string ...?", ``Question.way``) is answered by a
 sentence that says the asked verb or names code the question does not, a shell command in a code span
@@ -302,7 +305,43 @@ def qualified(question: str | Question, s: Support, hits: Sequence[Hit] = (),
     if before is None:
         before = _sentences_before(s.evidence, hits)
     held = {stem(w) for t in [*(e.text for e in s.evidence), *before] for w in words(t)}
-    return all(group & held for group in asked)
+    if not all(group & held for group in asked):
+        return False
+    return _DEFAULT not in asked or not _only_set(s)
+
+
+#: The "default" qualifier (`slimrag.rag.question.QUALIFIERS`).
+_DEFAULT = frozenset({"default"})
+
+#: An operator that holds "=" without setting anything: a comparison.
+_COMPARES = re.compile(r"[=!<>]=|=[=>]")
+
+
+def _without_set(text: str) -> str:
+    """``text`` before what its first statement that sets something sets: up to that line's "=" outside
+    brackets (``>>> decimal.getcontext().prec = 9`` sets 9, and what the example prints after it is the
+    state it set), not a keyword argument (``lru_cache(maxsize=128)`` states the default it names) nor
+    a comparison."""
+    out = []
+    for line in text.splitlines():
+        depth = 0
+        for i, c in enumerate(line):
+            depth += (c in "([{") - (c in ")]}")
+            if c == "=" and depth == 0 and not _COMPARES.search(line, max(i - 1, 0), i + 2):
+                return "\n".join([*out, line[:i]])
+        out.append(line)
+    return "\n".join(out)
+
+
+def _only_set(s: Support) -> bool:
+    """Whether each number ``s``'s sentence states is held by the sentences backing it only as a value
+    an example sets, or shows once set (`_without_set`): for a "default" question that is a value someone chose, not the
+    default. "The default precision of the decimal module is 9." is backed by the example
+    ``>>> decimal.getcontext().prec = 9``, which changes the default of 28."""
+    numbers = {t for t in key_terms(s.sentence) if any(c.isdigit() for c in t)}
+    if not numbers or not s.evidence:
+        return False
+    return not any(numbers & key_terms(_without_set(e.text)) for e in s.evidence)
 
 
 def does_what_asked(question: str | Question, s: Support) -> bool:

@@ -70,7 +70,8 @@ A question for a way ("How do I parse an ISO 8601 date string ...?", ``Question.
 sentence that says the asked verb or names code the question does not, a shell command in a code span
 too ("Run `make demo`."; "The `date` class in Python is a built-in datetime object." does neither), and one for code that does something ("Which function
 returns the default timeout ...?", ``Question.code_verb``) by code whose backing says that verb
-(`does_what_asked`: `setdefaulttimeout`'s passage says "Set the default timeout"); light verbs
+(`does_what_asked`: `setdefaulttimeout`'s passage says "Set the default timeout"; under a backing signature
+line, the sentence that documents it says it: "provides ... key derivation" for "derives"); light verbs
 ("makes", "does") ask for nothing. Nor is a way answered by a purpose clause alone ("To copy an entire
 directory tree rooted at *src* to a new location *dst*.", a span copied from the passage's docs:
 `_PURPOSE`): it restates the goal, unless a main clause ("..., use ...") or code follows.
@@ -344,16 +345,55 @@ def _only_set(s: Support) -> bool:
     return not any(numbers & key_terms(_without_set(e.text)) for e in s.evidence)
 
 
-def does_what_asked(question: str | Question, s: Support) -> bool:
+def does_what_asked(question: str | Question, s: Support, hits: Sequence[Hit] = ()) -> bool:
     """Whether the code a "which function returns ..." question asks for is documented by what backs
-    ``s`` as doing what is asked: the verb after the kind of code (``Question.code_verb``; "returns", a light verb
-    aside) is in a backing sentence, not only before it (the function documented before is another). ".. function::
+    ``s`` as doing what is asked: the verb after the kind of code (``Question.code_verb``; "returns", a
+    light verb aside) is in a backing sentence or, when a signature line backs it, in what that
+    signature documents (the sentences under it in its passage of ``hits``, to the next signature:
+    ".. function:: pbkdf2_hmac(...)", then "The function provides ... key derivation ..."), not in a
+    sentence before it (the function documented before is another). ".. function::
     setdefaulttimeout(timeout)" is backed, and its passage says "Set the default timeout ...", not
-    "Return". True for other questions and for a sentence with no backing sentence."""
+    "Return". A word made from the verb says it too ("derivation" for "derives": `_says`). True for
+    other questions and for a sentence with no backing sentence."""
     verb = Question.read(question).code_verb
     if verb is None or not s.evidence:
         return True
-    return any(verb in content_words(e.text) for e in s.evidence)
+    signed = [e for e in s.evidence if _SIGNATURE.match(e.text)]
+    texts = [t for e in signed for t in [e.text, *_documented(e, hits)]] if signed else [e.text for e in s.evidence]
+    return any(_says(verb, t) for t in texts)
+
+
+#: A signature line, documented by the sentences under it (".. function:: name(args)", ".. c:function::
+#: ..."); a note (".. versionchanged:: 3.5.1") signs nothing.
+_SIGNATURE = re.compile(r"\s*\.\. (?:\w+:)?(?:function|method|classmethod|staticmethod|class|data|attribute|"
+                        r"exception|decorator|decoratormethod|property|macro|member|type|var)::\s+\S")
+
+#: The shortest verb stem that a longer word may carry and still say the verb ("deriv" in "derivation"):
+#: shorter ones ("set", "get") begin unrelated words ("settings", "getter").
+_STEM_IN_WORD = 5
+
+
+def _says(verb: str, text: str) -> bool:
+    """Whether ``text`` says ``verb`` (a stem): one of its content words is the verb, or, for a stem of
+    `_STEM_IN_WORD` letters or more, begins with it."""
+    said = content_words(text)
+    return verb in said or (len(verb) >= _STEM_IN_WORD and any(w.startswith(verb) for w in said))
+
+
+def _documented(signature: Evidence, hits: Sequence[Hit]) -> list[str]:
+    """The sentences under evidence sentence ``signature`` (a signature line) in its passage of
+    ``hits``, up to the next signature line: what documents it."""
+    out: list[str] = []
+    for h in hits:
+        if h.label == signature.label:
+            for x in split_sentences(h.text):
+                if x.start < signature.end:
+                    continue
+                if _SIGNATURE.match(x.text):
+                    break
+                out.append(x.text)
+            break
+    return out
 
 
 def kind_of(question: str | Question, support: Sequence[Support], hits: Sequence[Hit] = (),
@@ -401,7 +441,7 @@ def _responsive(q: Question, support: Sequence[Support], i: int, hits: Sequence[
         return False
     read = bool(s.evidence and hits and (q.qualifiers or _bare(q, s.sentence)))
     before = _sentences_before(s.evidence, hits) if read else []
-    return on_question(q, s, hits, before) and qualified(q, s, hits, before) and does_what_asked(q, s)
+    return on_question(q, s, hits, before) and qualified(q, s, hits, before) and does_what_asked(q, s, hits)
 
 
 def judge(question: str, text: str, check: Attribution, evidence: Sequence[Evidence],

@@ -215,7 +215,7 @@ class LocalGenerator(Generator):
         config = config or GenerationConfig()
         self.load()
         t0 = time.perf_counter()
-        copy = self.copy_constraint(config.copy_from, config.copy_spans) if config.copy_from else None
+        copy = self.copy_constraint(config.copy_from, config.copy_spans) if config.copy_from and self.copies else None
         request = self.start(prompt, config, chooser(config, self.seed, copy), t0)
         yield from lifecycle.stream(request, self.decoding, self.runner.eos, self.decode)
 

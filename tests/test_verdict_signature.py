@@ -1,5 +1,5 @@
 """Code answering "which function <verb>s ...?" is documented by the sentence under its signature (issue
-29, `slimrag.rag.verdict.does_what_asked`): the folder set's free answer "The function `pbkdf2_hmac`
+29, `slimrag.rag.signatures.does_what_asked`): the folder set's free answer "The function `pbkdf2_hmac`
 derives a key from the password." was backed by the signature line alone and withheld, though the
 sentence under it says "key derivation". The passages here are written for this test, in a real index
 built by the real embedder."""
@@ -13,7 +13,7 @@ from test_verdict_question import built, verdict
 
 from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
-from slimrag.rag.verdict import _SIGNATURE, _says
+from slimrag.rag.signatures import SIGNATURE, _says
 
 DOCS = {
     "library/vault.rst.txt": (
@@ -44,6 +44,6 @@ def test_a_word_made_from_the_verb_says_it() -> None:
 
 
 def test_a_note_signs_nothing() -> None:
-    assert _SIGNATURE.match(".. function:: pbkdf2_hmac(hash_name, password, salt, iterations)")
-    assert _SIGNATURE.match(".. c:function:: int Py_EnterRecursiveCall(const char *where)")
-    assert not _SIGNATURE.match(".. versionchanged:: 3.5.1")
+    assert SIGNATURE.match(".. function:: pbkdf2_hmac(hash_name, password, salt, iterations)")
+    assert SIGNATURE.match(".. c:function:: int Py_EnterRecursiveCall(const char *where)")
+    assert not SIGNATURE.match(".. versionchanged:: 3.5.1")

@@ -147,7 +147,9 @@ FINISH_NOTICES: dict[str, str] = {
 class Evidence:
     """A sentence of a retrieved passage that answers the question (`slimrag.rag.evidence`):
     its text, the passage's ``label`` (``source#ordinal``) and chunk id, where it is in the
-    passage's text (``text[start:end]``, what the web page highlights) and its evidence score."""
+    passage's text (``text[start:end]``, what the web page highlights), its evidence score, and
+    what it documents when it stands under a signature line of its passage (``signature``:
+    "uuid4()" for "Generate a random UUID.", `slimrag.rag.signatures`; "" when none)."""
 
     text: str
     label: str
@@ -155,6 +157,14 @@ class Evidence:
     start: int
     end: int
     score: float
+    signature: str = ""
+
+    @property
+    def quoted(self) -> str:
+        """The sentence as a reader reads it, on one line: after its signature when it has one
+        ("`uuid4()`: Generate a random UUID.")."""
+        text = " ".join(self.text.split())
+        return f"`{self.signature}`: {text}" if self.signature else text
 
 
 @dataclass(frozen=True, slots=True)

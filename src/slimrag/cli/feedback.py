@@ -75,7 +75,8 @@ def print_evidence(answer: Any) -> None:
         return
     click.echo("\nEvidence:")
     for e in answer.evidence:
-        click.echo(f"  \"{' '.join(e.text.split())}\" [{e.label}]")
+        said = f'"{" ".join(e.text.split())}"'
+        click.echo(f"  `{e.signature}`: {said} [{e.label}]" if e.signature else f"  {said} [{e.label}]")
 
 
 def print_unsupported(answer: Any) -> None:

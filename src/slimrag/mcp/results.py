@@ -132,7 +132,8 @@ class AnswerUsage:
 @dataclass(frozen=True)
 class EvidenceSentence:
     """A passage sentence that answers the question: its text, its passage's label and chunk id,
-    and where it is in that passage's text (``text[start:end]``)."""
+    where it is in that passage's text (``text[start:end]``), and the signature it documents
+    ("uuid4()" for "Generate a random UUID."; "" when none)."""
 
     text: str
     label: str
@@ -140,6 +141,7 @@ class EvidenceSentence:
     start: int
     end: int
     score: float
+    signature: str = ""
 
     @classmethod
     def from_json(cls, e: dict[str, Any]) -> EvidenceSentence:

@@ -115,6 +115,7 @@ from slimrag.rag.sentences import (
     split_sentences,
     words,
 )
+from slimrag.rag.signatures import signature_of
 from slimrag.types import Evidence, Hit, Support
 
 #: The match (mean of cosine and content-word recall) an answer sentence needs from a passage sentence.
@@ -360,7 +361,8 @@ def _support(s: Sentence, cos: np.ndarray, ps: _Passages, asked: set[str], q_wor
     for score, j in backing[:3]:
         rank, sent = ps.cands.at[j]
         h = ps.hits[rank]
-        evidence.append(Evidence(sent.text, h.label, h.chunk_id, sent.start, sent.end, round(score, 4)))
+        evidence.append(Evidence(sent.text, h.label, h.chunk_id, sent.start, sent.end, round(score, 4),
+                                 signature_of(h.text, sent.start)))
     labels = tuple(dict.fromkeys(e.label for e in evidence))
     return Support(s.text, labels, tuple(evidence), bool(backing) and not unknown, unknown)
 

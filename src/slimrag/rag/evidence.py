@@ -55,6 +55,7 @@ from slimrag.config import SearchConfig
 from slimrag.rag.guards import DEFAULT_FLOOR, NO_ANSWER, answerable
 from slimrag.rag.question import answer_type, has_type
 from slimrag.rag.sentences import Sentence, content_words, key_terms, split_sentences, words
+from slimrag.rag.signatures import signature_of
 from slimrag.types import Answer, Evidence, Hit, Usage
 
 #: Shortest candidate sentence, in words.
@@ -188,14 +189,15 @@ def rank_sentences(question: str, hits: Sequence[Hit], embedder: Embeds,
     for i in order[: cfg.top]:
         rank, s = cands.at[i]
         h = hits[rank]
-        out.append(Evidence(s.text, h.label, h.chunk_id, s.start, s.end, round(float(scores[i]), 4)))
+        out.append(Evidence(s.text, h.label, h.chunk_id, s.start, s.end, round(float(scores[i]), 4),
+                            signature_of(h.text, s.start)))
     return out
 
 
 def evidence_text(evidence: Sequence[Evidence]) -> str:
-    """Evidence as an answer's text: each sentence followed by its passage label in brackets, the
-    citation form answers use, one sentence per line."""
-    return "\n".join(f"{e.text} [{e.label}]" for e in evidence)
+    """Evidence as an answer's text: each sentence (`Evidence.quoted`: after its signature, if any)
+    followed by its passage label in brackets, the citation form answers use, one sentence per line."""
+    return "\n".join(f"{e.quoted} [{e.label}]" for e in evidence)
 
 
 

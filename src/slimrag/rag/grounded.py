@@ -92,6 +92,6 @@ def copy_texts(question: str, evidence: Sequence[Evidence]) -> tuple[str, ...]:
 
 
 def lead_text(evidence: Sequence[Evidence]) -> str:
-    """The first `LEAD` evidence sentences, one a line, each with its label, then a line break
-    before the model's sentence ("" without evidence)."""
-    return "".join(f"{' '.join(e.text.split())} [{e.label}]\n" for e in evidence[:LEAD])
+    """The first `LEAD` evidence sentences, one a line (`Evidence.quoted`: after its signature, if
+    any), each with its label, then a line break before the model's sentence ("" without evidence)."""
+    return "".join(f"{e.quoted} [{e.label}]\n" for e in evidence[:LEAD])

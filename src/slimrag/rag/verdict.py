@@ -104,6 +104,7 @@ from slimrag.rag.sentences import (
     stem,
     words,
 )
+from slimrag.rag.signatures import does_what_asked
 from slimrag.types import Evidence, Hit, Support
 
 #: What a shell says in place of an answer that no passage backs.
@@ -343,57 +344,6 @@ def _only_set(s: Support) -> bool:
     if not numbers or not s.evidence:
         return False
     return not any(numbers & key_terms(_without_set(e.text)) for e in s.evidence)
-
-
-def does_what_asked(question: str | Question, s: Support, hits: Sequence[Hit] = ()) -> bool:
-    """Whether the code a "which function returns ..." question asks for is documented by what backs
-    ``s`` as doing what is asked: the verb after the kind of code (``Question.code_verb``; "returns", a
-    light verb aside) is in a backing sentence or, when a signature line backs it, in what that
-    signature documents (the sentences under it in its passage of ``hits``, to the next signature:
-    ".. function:: pbkdf2_hmac(...)", then "The function provides ... key derivation ..."), not in a
-    sentence before it (the function documented before is another). ".. function::
-    setdefaulttimeout(timeout)" is backed, and its passage says "Set the default timeout ...", not
-    "Return". A word made from the verb says it too ("derivation" for "derives": `_says`). True for
-    other questions and for a sentence with no backing sentence."""
-    verb = Question.read(question).code_verb
-    if verb is None or not s.evidence:
-        return True
-    signed = [e for e in s.evidence if _SIGNATURE.match(e.text)]
-    texts = [t for e in signed for t in [e.text, *_documented(e, hits)]] if signed else [e.text for e in s.evidence]
-    return any(_says(verb, t) for t in texts)
-
-
-#: A signature line, documented by the sentences under it (".. function:: name(args)", ".. c:function::
-#: ..."); a note (".. versionchanged:: 3.5.1") signs nothing.
-_SIGNATURE = re.compile(r"\s*\.\. (?:\w+:)?(?:function|method|classmethod|staticmethod|class|data|attribute|"
-                        r"exception|decorator|decoratormethod|property|macro|member|type|var)::\s+\S")
-
-#: The shortest verb stem that a longer word may carry and still say the verb ("deriv" in "derivation"):
-#: shorter ones ("set", "get") begin unrelated words ("settings", "getter").
-_STEM_IN_WORD = 5
-
-
-def _says(verb: str, text: str) -> bool:
-    """Whether ``text`` says ``verb`` (a stem): one of its content words is the verb, or, for a stem of
-    `_STEM_IN_WORD` letters or more, begins with it."""
-    said = content_words(text)
-    return verb in said or (len(verb) >= _STEM_IN_WORD and any(w.startswith(verb) for w in said))
-
-
-def _documented(signature: Evidence, hits: Sequence[Hit]) -> list[str]:
-    """The sentences under evidence sentence ``signature`` (a signature line) in its passage of
-    ``hits``, up to the next signature line: what documents it."""
-    out: list[str] = []
-    for h in hits:
-        if h.label == signature.label:
-            for x in split_sentences(h.text):
-                if x.start < signature.end:
-                    continue
-                if _SIGNATURE.match(x.text):
-                    break
-                out.append(x.text)
-            break
-    return out
 
 
 def kind_of(question: str | Question, support: Sequence[Support], hits: Sequence[Hit] = (),

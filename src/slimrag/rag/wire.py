@@ -47,9 +47,10 @@ def excerpt_json(ex: Excerpt) -> dict[str, Any]:
 
 
 def evidence_json(e: Evidence) -> dict[str, Any]:
-    """An evidence sentence: its text, passage label and chunk id, offsets in the passage, score."""
+    """An evidence sentence: its text, passage label and chunk id, offsets in the passage, score, and
+    the signature it documents ("" when none)."""
     return {"text": e.text, "label": e.label, "chunk_id": e.chunk_id, "start": e.start, "end": e.end,
-            "score": e.score}
+            "score": e.score, "signature": e.signature}
 
 
 def support_json(s: Support) -> dict[str, Any]:

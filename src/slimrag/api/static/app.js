@@ -143,10 +143,12 @@ function sourceItem(hit, used, evidence = []) {
     used === false ? el("span", { class: "why" }, " · also retrieved, no answer sentence matches it") : null);
 }
 
-/** One evidence sentence: quoted, with the button that opens its passage (highlighted there). */
+/** One evidence sentence: quoted, after the signature it documents when it has one ("uuid4()"), with
+ * the button that opens its passage (highlighted there). */
 function evidenceItem(ev, sources, evidence) {
   const hit = sources.find((s) => s.chunk_id === ev.chunk_id) || { chunk_id: ev.chunk_id, label: ev.label };
-  return el("li", {}, el("q", {}, ev.text), " ", citeButton(hit, `[${ev.label}]`, evidence));
+  return el("li", {}, ev.signature ? el("code", { class: "signature" }, ev.signature) : null, ev.signature ? ": " : null,
+    el("q", {}, ev.text), " ", citeButton(hit, `[${ev.label}]`, evidence));
 }
 
 // -- status -----------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
 from slimrag.llm.base import Delta, Generator
 from slimrag.prompt import Prompt
-from slimrag.rag.attribution import UNSUPPORTED_MARK, attribute, identifiers
+from slimrag.rag.attribution import UNSUPPORTED_MARK, attribute
+from slimrag.rag.code import identifiers
 from slimrag.rag.grounded import IN_SHORT, LEAD
 from slimrag.rag.pipeline import RAG
 from slimrag.rag.verdict import NOT_BACKED, answers

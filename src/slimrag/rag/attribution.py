@@ -51,7 +51,9 @@ Algorithm
       Sphinx role (":func:", ":const:") is markup, not something ``a`` adds;
     - the corpus's vocabulary (``common``, `slimrag.rag.vocabulary`: a word in half the index's
       documents, "Python" in the Python docs) is no claim: it need not be in ``s``, nor anywhere;
-    - a hyphenated name is found where tokenized text spaces its parts ("Lieutenant - Governor").
+    - a hyphenated name is found where tokenized text spaces its parts ("Lieutenant - Governor"); a
+      sentence under a signature line (`slimrag.rag.signatures`) holds its names, for the rules on
+      names, not its match ("The numeric constant ..." under ``.. data:: ZIP_DEFLATED``).
 
     ``a`` is *supported* when some ``s`` that can back it has ``match >= SUPPORT`` (0.4); its
     supporting passages are those of such sentences, best first. Separately, a number or name of
@@ -105,6 +107,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from slimrag.rag.code import FENCE, code_support, code_text, identifiers, shown
 from slimrag.rag.evidence import Candidates, Embeds
 from slimrag.rag.sentences import (
     CHATTER_STEMS,
@@ -136,16 +139,6 @@ Common = Callable[[Iterable[str]], set[str]]
 _CITATION = re.compile(r"\s*\[[^\[\]\n]*#\d+[^\[\]\n]*\]")
 #: A list item's number or letter alone ("1.", "b)"), which the sentence splitter cuts off its item.
 _LIST_MARK = re.compile(r"\s*(?:\d{1,3}|[A-Za-z])[.)]\s*")
-#: A fenced code block (its body in group 1; unclosed, it runs to the end): how attribution and the
-#: verdict's cut-off rule (`slimrag.rag.verdict`) both split an answer into sentences and blocks.
-FENCE = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.S)
-#: Identifiers that code states: dotted names (``json.loads``), calls (``median(``) and a name in
-#: single backticks (Markdown code: `rmtree`).
-_IDENT = re.compile(r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_]+(?:\.[A-Za-z_][A-Za-z0-9_]+)+(?![A-Za-z0-9_])"
-                    r"|(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_]*(?=\((?!s\)))"
-                    r"|(?<=(?<!`)`)[A-Za-z_][A-Za-z0-9_]*(?=`(?!`))")
-#: Names any Python snippet may use without a passage showing them.
-_BUILTIN_CALLS = frozenset("print len str int float list dict set tuple open range isinstance type repr sorted".split())
 #: What marks an unsupported sentence where it stands (`with_markers`).
 UNSUPPORTED_MARK = "[not in the passages]"
 
@@ -199,41 +192,6 @@ def _claims(sentence: str) -> bool:
     return bool(said or terms)
 
 
-def identifiers(text: str) -> set[str]:
-    """The dotted names and called names of ``text`` (``json.loads``, ``median``), less Python's
-    common built-ins: what code states and a passage must show."""
-    return {m.group(0) for m in _IDENT.finditer(text)} - _BUILTIN_CALLS
-
-
-def _shown(ident: str, passages: str) -> bool:
-    """Whether a passage shows ``ident``: the dotted name itself, or its last part where the
-    passage documents a module's function by its bare name (pydoc's ``loads(s, ...)``)."""
-    if re.search(rf"(?<![A-Za-z0-9_]){re.escape(ident)}(?![A-Za-z0-9_])", passages):
-        return True
-    last = ident.rsplit(".", 1)[-1]
-    head = ident.split(".", 1)[0]
-    return ("." in ident and bool(re.search(rf"(?<![A-Za-z0-9_.]){re.escape(last)}\(", passages))
-            and head.lower() in passages.lower())
-
-
-def _code_text(hits: Sequence[Hit]) -> str:
-    """The passages as code is looked up in: each one's source name (``json.txt`` documents the
-    module ``json``) and text."""
-    return "\n".join(f"{h.source}\n{h.text}" for h in hits)
-
-
-def code_support(block: str, hits: Sequence[Hit]) -> Support:
-    """A fenced code block of an answer checked as one unit: supported when every identifier and
-    call it states (`identifiers`) is in some passage; the missing ones are its unknown terms. A
-    block that states none (plain values) is supported only when its text is in a passage."""
-    passages = _code_text(hits)
-    idents = identifiers(block)
-    missing = tuple(sorted(i for i in idents if not _shown(i, passages)))
-    labels = tuple(h.label for h in hits if idents and any(_shown(i, _code_text([h])) for i in idents))
-    ok = not missing if idents else " ".join(block.split()) in " ".join(passages.split())
-    return Support(block.strip(), labels if ok else (), (), ok, missing)
-
-
 @dataclass(frozen=True, slots=True)
 class _Passages:
     """The passage sentences an answer is checked against, with what each rule reads of them."""
@@ -243,7 +201,7 @@ class _Passages:
     own: list[set[str]]  # content words of each sentence
     around: list[set[str]]  # of its neighbours
     before: list[set[str]]  # of the `CONTEXT_BACK` sentences before it in its passage
-    terms: list[set[str]]  # every word of each sentence (`_terms_in`)
+    terms: list[set[str]]  # every word of each sentence (`_terms_in`) and of its signature line
     terms_before: list[set[str]]  # of the sentences before it
     names: list[set[str]]  # its numbers and names (`key_terms`)
     known: set[str]  # every word of the passages and the question
@@ -266,7 +224,7 @@ class _Passages:
     def of(cls, question: str, hits: Sequence[Hit], cands: Candidates) -> _Passages:
         texts = cands.texts
         own = [content_words(t) for t in texts]
-        terms = [_terms_in(t) for t in texts]
+        terms = [_terms_in(f"{signature_of(hits[r].text, x.start)} {x.text}") for r, x in cands.at]
         back = [_before(cands, j) for j in range(len(texts))]
         return cls(hits, cands, own, [set().union(*(own[k] for k in cands.neighbours(j))) for j in range(len(own))],
                    [set().union(*(own[k] for k in b)) for b in back], terms,
@@ -302,13 +260,13 @@ def attribute(question: str, answer: str, hits: Sequence[Hit], embedder: Embeds,
     words_of = [content_words(s.text) for s in sents]
     said = set().union(*terms_of, *words_of)
     general = common(said) if common is not None else set()
-    passages = _code_text(hits)
+    passages = code_text(hits)
     support: list[Support] = []
     asked, q_words = _terms_in(question), content_words(question)  # once per answer, not per sentence
     for i, s in enumerate(sents):
         idents = identifiers(s.text)
         one = _support(s, cos[i], ps, asked, q_words, threshold, general, terms_of[i], words_of[i], idents)
-        missing = tuple(sorted(x for x in idents if not _shown(x, passages)))
+        missing = tuple(sorted(x for x in idents if not shown(x, passages)))
         if missing:  # code it names that no passage shows (item 3 of issue 29)
             one = replace(one, supported=False, unknown_terms=tuple(sorted({*one.unknown_terms, *missing})))
         support.append(one)
@@ -349,7 +307,7 @@ def _support(s: Sentence, cos: np.ndarray, ps: _Passages, asked: set[str], q_wor
             near = ps.own[j] | (ps.around[j] if _PRONOUN.match(text) else set()) | (ps.before[j] if alone else set())
             if 2 * len(topic & near) < len(topic):
                 continue  # the sentence is about something else the passage names (Kubo's father, not its monkey)
-        if not all(_shown(x, ps.code(j)) for x in idents):
+        if not all(shown(x, ps.code(j)) for x in idents):
             continue  # the code it names is not what this sentence (or the next) documents
         if new and _held(new, ps.own[j] | code_all, ps.around[j]) < NEW_SHARE:
             continue  # what the answer adds to the question is not what this sentence says (its code, shown, aside)

@@ -22,6 +22,8 @@ What is read
                  doing, stemmed, unless light
     qualifiers   `QUALIFIERS` asked ("default", "oldest", "maximum"; "first"/"last" only after a
                  determiner: "the first version", not "does the battery last")
+    code         the code it names (`slimrag.rag.code.identifiers`), which an answer naming it again
+                 does not answer
     ============ ===================================================================================
 
 A bare "How to parse ...?" asks a way as "How do I parse ...?" does, for decoding and for the verdict
@@ -37,6 +39,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from slimrag.rag.code import identifiers
 from slimrag.rag.sentences import NUMBER_WORDS, STOPWORDS, content_words, key_terms, stem, words
 
 # -- the kind of value asked (evidence's "answer" feature, the verdict's typed answers) -------------------
@@ -185,6 +188,9 @@ class Question:
     code_verb: str | None
     #: `asked_qualifiers`
     qualifiers: tuple[frozenset[str], ...]
+    #: the code it names, lower-cased (`slimrag.rag.code.identifiers`): no answer to it ("Which function
+    #: does `json.loads` call?" is not answered by ``json.loads``)
+    code: frozenset[str]
 
     @classmethod
     def read(cls, question: str | Question) -> Question:
@@ -204,4 +210,5 @@ class Question:
             way_verb=stem(way.group(1)) if way is not None and not light(way.group(1)) else None,
             code_verb=stem(code.group(1)) if code is not None and not light(code.group(1)) else None,
             qualifiers=asked_qualifiers(question),
+            code=frozenset(i.lower() for i in identifiers(question)),
         )

@@ -92,7 +92,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slimrag.rag.attribution import CONTEXT_BACK, FENCE, Attribution, identifiers, with_markers
+from slimrag.rag.attribution import CONTEXT_BACK, Attribution, with_markers
+from slimrag.rag.code import FENCE, identifiers
 from slimrag.rag.evidence import evidence_text
 from slimrag.rag.question import Question, has_type
 from slimrag.rag.sentences import (
@@ -233,8 +234,7 @@ def _new_code(q: Question, sentence: str) -> bool:
     """Whether ``sentence`` names code that question ``q`` does not: an identifier (`identifiers`), or
     a code span with a word the question lacks (a shell command: "Run `make demo`." for "How do I
     install slimrag?"; "`slimrag`" names nothing new there)."""
-    asked_for = {i.lower() for i in identifiers(q.text)}
-    if any(i.lower() not in asked_for and i.lower() not in q.said for i in identifiers(sentence)):
+    if any(i.lower() not in q.code and i.lower() not in q.said for i in identifiers(sentence)):
         return True
     return any({w.lower() for w in words(span)} - q.said for span in _CODE_SPAN.findall(sentence))
 

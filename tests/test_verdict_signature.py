@@ -1,5 +1,5 @@
 """Code answering "which function <verb>s ...?" is documented by the sentence under its signature (issue
-29, `slimrag.rag.signatures.does_what_asked`): the folder set's free answer "The function `pbkdf2_hmac`
+29, `slimrag.rag.signatures.does_what_asked`), and is what that signature names (`names_what_is_documented`): the folder set's free answer "The function `pbkdf2_hmac`
 derives a key from the password." was backed by the signature line alone and withheld, though the
 sentence under it says "key derivation". The passages here are written for this test, in a real index
 built by the real embedder."""
@@ -21,6 +21,9 @@ DOCS = {
         "   The function provides salted secret-based key derivation for stored secrets.\n\n"
         ".. function:: seal_blob(blob, key)\n\n"
         "   Encrypt *blob* with *key* and return the sealed bytes."),
+    "library/patterns.rst.txt": (
+        ".. data:: X\n          VERBOSE\n\n"
+        "   Ignore whitespace within the pattern; patterns like ``a b c`` then match ``abc``.\n"),
 }
 
 
@@ -47,3 +50,11 @@ def test_a_note_signs_nothing() -> None:
     assert SIGNATURE.match(".. function:: pbkdf2_hmac(hash_name, password, salt, iterations)")
     assert SIGNATURE.match(".. c:function:: int Py_EnterRecursiveCall(const char *where)")
     assert not SIGNATURE.match(".. versionchanged:: 3.5.1")
+
+
+def test_code_named_for_which_flag_is_what_the_backing_documents(idx: Index) -> None:
+    # the folder set's free answer named the example of the flag's description, not the flag
+    q = "Which pattern flag makes the pattern ignore whitespace?"
+    assert verdict(idx, q, "The ``VERBOSE`` flag makes the pattern ignore whitespace.") == ("supported", [True])
+    wrong = "The pattern ``a b c`` is the only flag that makes the pattern ignore whitespace."
+    assert verdict(idx, q, wrong) == ("not_backed", [True])  # backed, and names an example

@@ -52,8 +52,9 @@ Algorithm
     - the corpus's vocabulary (``common``, `slimrag.rag.vocabulary`: a word in half the index's
       documents, "Python" in the Python docs) is no claim: it need not be in ``s``, nor anywhere;
     - a hyphenated name is found where tokenized text spaces its parts ("Lieutenant - Governor"); a
-      sentence under a signature line (`slimrag.rag.signatures`) holds its names, for the rules on
-      names, not its match ("The numeric constant ..." under ``.. data:: ZIP_DEFLATED``).
+      sentence under a signature line (`slimrag.rag.signatures`) holds its names and words, for the
+      rules on names and on what ``a`` adds, not for its match ("The numeric constant ..." under
+      ``.. data:: ZIP_DEFLATED``).
 
     ``a`` is *supported* when some ``s`` that can back it has ``match >= SUPPORT`` (0.4); its
     supporting passages are those of such sentences, best first. Separately, a number or name of
@@ -205,6 +206,7 @@ class _Passages:
     terms_before: list[set[str]]  # of the sentences before it
     names: list[set[str]]  # its numbers and names (`key_terms`)
     known: set[str]  # every word of the passages and the question
+    signed: list[set[str]]  # content words of the signature line it stands under (`signature_of`)
     _code: dict[int, str] = field(default_factory=dict)  # `code`'s, built on first use
 
     def code(self, j: int) -> str:
@@ -224,12 +226,13 @@ class _Passages:
     def of(cls, question: str, hits: Sequence[Hit], cands: Candidates) -> _Passages:
         texts = cands.texts
         own = [content_words(t) for t in texts]
-        terms = [_terms_in(f"{signature_of(hits[r].text, x.start)} {x.text}") for r, x in cands.at]
+        sigs = [signature_of(hits[r].text, x.start) for r, x in cands.at]
+        terms = [_terms_in(f"{sig} {t}") for sig, t in zip(sigs, texts, strict=True)]
         back = [_before(cands, j) for j in range(len(texts))]
         return cls(hits, cands, own, [set().union(*(own[k] for k in cands.neighbours(j))) for j in range(len(own))],
                    [set().union(*(own[k] for k in b)) for b in back], terms,
                    [set().union(*(terms[k] for k in b)) for b in back], [key_terms(t) for t in texts],
-                   set().union(*terms) | _terms_in(question))
+                   set().union(*terms) | _terms_in(question), [content_words(sig) for sig in sigs])
 
 
 def _before(cands: Candidates, j: int) -> list[int]:
@@ -309,7 +312,7 @@ def _support(s: Sentence, cos: np.ndarray, ps: _Passages, asked: set[str], q_wor
                 continue  # the sentence is about something else the passage names (Kubo's father, not its monkey)
         if not all(shown(x, ps.code(j)) for x in idents):
             continue  # the code it names is not what this sentence (or the next) documents
-        if new and _held(new, ps.own[j] | code_all, ps.around[j]) < NEW_SHARE:
+        if new and _held(new, ps.own[j] | code_all | ps.signed[j], ps.around[j]) < NEW_SHARE:
             continue  # what the answer adds to the question is not what this sentence says (its code, shown, aside)
         score = (float(cos[j]) + _held(words_a, ps.own[j], ps.around[j])) / 2
         if score >= threshold:

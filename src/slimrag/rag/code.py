@@ -25,6 +25,8 @@ FENCE = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.S)
 _IDENT = re.compile(r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_]+(?:\.[A-Za-z_][A-Za-z0-9_]+)+(?![A-Za-z0-9_])"
                     r"|(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_]*(?=\((?!s\)))"
                     r"|(?<=(?<!`)`)[A-Za-z_][A-Za-z0-9_]*(?=`(?!`))")
+#: A code span of Markdown ("`make demo`", "``[A-Z]``": its text in group 1).
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
 #: Names any Python snippet may use without a passage showing them.
 _BUILTIN_CALLS = frozenset("print len str int float list dict set tuple open range isinstance type repr sorted".split())
 

@@ -19,7 +19,7 @@ What is read
                  does one ...?" (`_HOW_TO`, `asks_a_way`); ``way_verb`` is its verb unless a light one
                  (`light`: "make", "get")
     code_verb    "Which function <verb>s ...?" (`_WHICH_CODE`): the verb the code must be documented
-                 doing, stemmed, unless light
+                 doing, stemmed, unless light; ``code_kind``: the kind of code asked ("function", "flag")
     qualifiers   `QUALIFIERS` asked ("default", "oldest", "maximum"; "first"/"last" only after a
                  determiner: "the first version", not "does the battery last")
     code         the code it names (`slimrag.rag.code.identifiers`), which an answer naming it again
@@ -87,7 +87,7 @@ _HOW_TO = re.compile(r"^\W*how (?:(?:do|can|should|would|could) (?:i|you|we|one)
                      re.I)
 
 #: "Which function returns ...?": the verb after a kind of code is what the code must be documented doing.
-_WHICH_CODE = re.compile(r"\bwhich (?:[\w.-]+ ){0,2}?(?:function|method|class|module|exception|attribute|"
+_WHICH_CODE = re.compile(r"\bwhich (?:[\w.-]+ ){0,2}?(function|method|class|module|exception|attribute|"
                          r"decorator|parameter|argument|flag|option|action|constant|variable)s? (\w+)", re.I)
 
 #: Verbs that say little of an action: a question's "how do I make ...", "which flag makes ..." asks
@@ -186,6 +186,9 @@ class Question:
     #: the stemmed verb a "which function <verb>s ...?" question asks the code to do (`_WHICH_CODE`),
     #: None when light or not such a question
     code_verb: str | None
+    #: the kind of code a "which <kind> ...?" question asks for ("function", "flag": `_WHICH_CODE`), the
+    #: verb light or not; None for other questions
+    code_kind: str | None
     #: `asked_qualifiers`
     qualifiers: tuple[frozenset[str], ...]
     #: the code it names, lower-cased (`slimrag.rag.code.identifiers`): no answer to it ("Which function
@@ -208,7 +211,8 @@ class Question:
             person=_PERSON.search(question) is not None,
             way=way is not None,
             way_verb=stem(way.group(1)) if way is not None and not light(way.group(1)) else None,
-            code_verb=stem(code.group(1)) if code is not None and not light(code.group(1)) else None,
+            code_verb=stem(code.group(2)) if code is not None and not light(code.group(2)) else None,
+            code_kind=code.group(1).lower() if code is not None else None,
             qualifiers=asked_qualifiers(question),
             code=frozenset(i.lower() for i in identifiers(question)),
         )

@@ -25,8 +25,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from slimrag.rag.code import CODE_SPAN, identifiers
 from slimrag.rag.question import Question
-from slimrag.rag.sentences import content_words, split_sentences
+from slimrag.rag.sentences import content_words, split_sentences, words
 from slimrag.types import Evidence, Hit, Support
 
 #: A reStructuredText signature line (".. function:: uuid4()", ".. data:: I", ".. c:function:: int
@@ -90,6 +91,34 @@ def does_what_asked(question: str | Question, s: Support, hits: Sequence[Hit] = 
     signed = [e for e in s.evidence if SIGNATURE.match(e.text)]
     texts = [t for e in signed for t in [e.text, *_documented(e, hits)]] if signed else [e.text for e in s.evidence]
     return any(_says(verb, t) for t in texts)
+
+
+def names_what_is_documented(question: str | Question, s: Support) -> bool:
+    """Whether the code ``s`` names for a "which <kind> ...?" question (``Question.code_kind``: "Which
+    regular expression flag makes matching case-insensitive?") is what its backing sentences
+    document, when they stand under a signature (`Evidence.signature`) or are one: some word of the
+    code it names that the question does not (an identifier's parts, a code span's words) is in
+    such a signature. "``[A-Z]`` is the only one that makes case-insensitive matching." is backed by
+    the sentence under ``.. data:: I / IGNORECASE``, where ``[A-Z]`` is an example, not the flag asked.
+    True for other questions, for a sentence that names no new code, and when no backing sentence
+    stands under a signature."""
+    q = Question.read(question)
+    if q.code_kind is None or not s.evidence:
+        return True
+    documented = [e.signature or _names(e.text) for e in s.evidence]
+    held = {w.lower() for d in documented for w in words(d)}
+    if not held:
+        return True
+    named = {w.lower() for i in identifiers(s.sentence) for w in words(i.replace(".", " "))}
+    named |= {w.lower() for span in CODE_SPAN.findall(s.sentence) for w in words(span)}
+    named -= q.said | q.code
+    return not named or bool(named & held)
+
+
+def _names(text: str) -> str:
+    """What the signature line ``text`` names ("" when it is none)."""
+    m = SIGNATURE.match(text)
+    return m.group("names") if m is not None else ""
 
 
 #: The shortest verb stem that a longer word may carry and still say the verb ("deriv" in "derivation"):

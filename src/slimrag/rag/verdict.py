@@ -93,7 +93,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from slimrag.rag.attribution import CONTEXT_BACK, Attribution, with_markers
-from slimrag.rag.code import FENCE, identifiers
+from slimrag.rag.code import CODE_SPAN, FENCE, identifiers
 from slimrag.rag.evidence import evidence_text
 from slimrag.rag.question import Question, has_type
 from slimrag.rag.sentences import (
@@ -105,7 +105,7 @@ from slimrag.rag.sentences import (
     stem,
     words,
 )
-from slimrag.rag.signatures import does_what_asked
+from slimrag.rag.signatures import does_what_asked, names_what_is_documented
 from slimrag.types import Evidence, Hit, Support
 
 #: What a shell says in place of an answer that no passage backs.
@@ -169,8 +169,6 @@ def _main_clause(text: str) -> bool:
 #: A citation in brackets ("[json.txt#3]").
 _CITED = re.compile(r"\[[^\[\]\n]*\]")
 
-#: A code span ("`make demo`").
-_CODE_SPAN = re.compile(r"`([^`\n]+)`")
 
 #: The verdicts, in order from best to worst.
 VERDICTS = ("supported", "partial", "not_backed")
@@ -236,7 +234,7 @@ def _new_code(q: Question, sentence: str) -> bool:
     install slimrag?"; "`slimrag`" names nothing new there)."""
     if any(i.lower() not in q.code and i.lower() not in q.said for i in identifiers(sentence)):
         return True
-    return any({w.lower() for w in words(span)} - q.said for span in _CODE_SPAN.findall(sentence))
+    return any({w.lower() for w in words(span)} - q.said for span in CODE_SPAN.findall(sentence))
 
 
 def on_topic(question: str | Question, s: Support, hits: Sequence[Hit]) -> bool:
@@ -391,7 +389,8 @@ def _responsive(q: Question, support: Sequence[Support], i: int, hits: Sequence[
         return False
     read = bool(s.evidence and hits and (q.qualifiers or _bare(q, s.sentence)))
     before = _sentences_before(s.evidence, hits) if read else []
-    return on_question(q, s, hits, before) and qualified(q, s, hits, before) and does_what_asked(q, s, hits)
+    return (on_question(q, s, hits, before) and qualified(q, s, hits, before)
+            and does_what_asked(q, s, hits) and names_what_is_documented(q, s))
 
 
 def judge(question: str, text: str, check: Attribution, evidence: Sequence[Evidence],

@@ -13,7 +13,7 @@ from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
 from slimrag.rag.evidence import EvidenceConfig, evidence_text, rank_sentences
 from slimrag.rag.grounded import lead_text
-from slimrag.rag.signatures import signature_of
+from slimrag.rag.signatures import signature_names, signature_of
 from slimrag.rag.wire import evidence_json
 
 UUID = """The module defines these functions.
@@ -52,6 +52,30 @@ An example usage of the module:
 """
 
 
+#: The text of a built HTML page (Sphinx), as `slimrag.ingest.readers.read_html` gives it: each
+#: signature and heading ends in the permalink's pilcrow, the body is not indented.
+HTML = """Note that for backward compatibility, the re.U flag still exists.
+
+re.DEBUG¶
+
+Display debug information about compiled expression. No corresponding inline flag.
+
+re.I¶
+
+re.IGNORECASE¶
+
+Perform case-insensitive matching; expressions like [A-Z] will also match lowercase letters.
+
+Example¶
+
+Checking for a pair with a regular expression.
+
+class uuid.UUID(hex=None, bytes=None)¶
+
+Create a UUID from a string of 32 hexadecimal digits.
+"""
+
+
 def at(text: str, sentence: str) -> str:
     return signature_of(text, text.index(sentence))
 
@@ -78,6 +102,78 @@ def test_a_continued_signature_names_each_and_a_note_names_nothing() -> None:
 
 def test_a_signature_documents_nothing_itself() -> None:
     assert at(UUID, ".. function:: uuid4()") == ""
+
+
+def test_a_built_html_page_signs_with_its_pilcrow() -> None:
+    assert at(HTML, "Display debug information") == "re.DEBUG"
+    assert at(HTML, "No corresponding inline flag.") == "re.DEBUG"
+    # two signatures with nothing but blank lines between them document one body
+    assert at(HTML, "Perform case-insensitive matching") == "re.I, re.IGNORECASE"
+    assert at(HTML, "Checking for a pair") == ""  # a heading ends the body; it names no code
+    assert at(HTML, "Create a UUID from a string") == "uuid.UUID(hex=None, bytes=None)"  # "class" is no name
+    assert at(HTML, "Note that for backward") == ""
+    assert at(HTML, "re.I¶") == ""
+
+
+NESTED = """.. class:: dict(**kwargs)
+
+   Return a new dictionary initialized from an optional positional argument.
+
+   .. describe:: len(d)
+
+      Return the number of items in the dictionary *d*.
+
+   .. method:: clear()
+
+      Remove all items from the dictionary.
+
+      .. code-block:: python
+
+         d.clear() empties the dictionary d in place.
+
+      .. versionchanged:: 3.9
+         Now much faster than before.
+
+   Dictionaries compare equal if and only if they have the same pairs.
+
+.. exception:: ExceptionGroup(msg, excs)
+.. exception:: BaseExceptionGroup(msg, excs)
+
+   Both of these exception types wrap the exceptions in the sequence *excs*.
+
+.. function:: HTTPConnection(host, port=None, \\
+                  blocksize=8192)
+
+   An HTTPConnection instance represents one transaction with an HTTP server.
+"""
+
+
+def test_bodies_nest() -> None:
+    assert at(NESTED, "Return a new dictionary") == "dict(**kwargs)"
+    assert at(NESTED, "Return the number of items") == "len(d)"  # a describe directive signs too
+    assert at(NESTED, "Remove all items") == "clear()"
+    assert at(NESTED, "d.clear() empties") == ""  # a code block's body documents nothing named
+    assert at(NESTED, "Now much faster") == "clear()"  # a note's body documents what is around it
+    assert at(NESTED, "Dictionaries compare equal") == "dict(**kwargs)"  # the class again, after its method
+
+
+def test_two_signature_lines_sign_one_body_and_a_backslash_continues_one() -> None:
+    assert at(NESTED, "Both of these exception types") == "ExceptionGroup(msg, excs), BaseExceptionGroup(msg, excs)"
+    assert at(NESTED, "An HTTPConnection instance") == "HTTPConnection(host, port=None, blocksize=8192)"
+
+
+def test_an_offset_outside_the_text_has_no_signature() -> None:
+    assert signature_of(UUID, len(UUID) + 10) == ""
+    assert signature_of(UUID, -1) == ""
+
+
+def test_the_names_of_a_signature_leave_its_arguments() -> None:
+    assert signature_names("memoize(maxsize=256, typed=False)") == ["memoize"]
+    assert signature_names("re.I, re.IGNORECASE") == ["re.I", "re.IGNORECASE"]
+    assert signature_names("ExceptionGroup(msg, excs), BaseExceptionGroup(msg, excs)") == [
+        "ExceptionGroup", "BaseExceptionGroup"]
+    assert signature_names("@functools.lru_cache(maxsize=128)") == ["functools.lru_cache"]
+    assert signature_names("str.removeprefix(prefix, /) → str") == ["str.removeprefix"]
 
 
 @pytest.fixture(scope="module")

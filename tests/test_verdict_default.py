@@ -48,6 +48,13 @@ def test_what_statements_set() -> None:
     assert _without_set(">>> ctx.prec = 9\n9") == ">>> ctx.prec "
     assert _without_set("memoize(maxsize=256, typed=False)") == "memoize(maxsize=256, typed=False)"
     assert _without_set(">>> x == 9\n>>> y <= 9 and z != 9 and w >= 9") == ">>> x == 9\n>>> y <= 9 and z != 9 and w >= 9"
-    assert _without_set("d = {'a': 1}\nn += 2") == "d "
+    # only a doctest statement sets: a configuration file, prose and a continued signature state values
+    assert _without_set("d = {'a': 1}\nn += 2") == "d = {'a': 1}\nn += 2"
+    prose = "When created with ``maxidle=16`` (the default), a pool keeps at most 16 idle workers."
+    assert _without_set(prose) == prose
+    continued = ".. decorator:: memoize(typed=False, \\\n                   maxsize=256)"
+    assert _without_set(continued) == continued
+    # an example ends at a blank line: what follows is stated again
+    assert _without_set(">>> pool.size = 9\n9\n\n>>> pool.workers\n4") == ">>> pool.size \n\n>>> pool.workers\n4"
     # what the example prints after it sets a value is the state it set
     assert _without_set(">>> ctx.prec\n28\n>>> ctx.prec = 9\n>>> ctx.prec\n9") == ">>> ctx.prec\n28\n>>> ctx.prec "

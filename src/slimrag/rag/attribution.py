@@ -119,7 +119,7 @@ from slimrag.rag.sentences import (
     split_sentences,
     words,
 )
-from slimrag.rag.signatures import signature_of
+from slimrag.rag.signatures import signature_names, signature_of
 from slimrag.types import Evidence, Hit, Support
 
 #: The match (mean of cosine and content-word recall) an answer sentence needs from a passage sentence.
@@ -202,11 +202,11 @@ class _Passages:
     own: list[set[str]]  # content words of each sentence
     around: list[set[str]]  # of its neighbours
     before: list[set[str]]  # of the `CONTEXT_BACK` sentences before it in its passage
-    terms: list[set[str]]  # every word of each sentence (`_terms_in`) and of its signature line
+    terms: list[set[str]]  # every word of each sentence (`_terms_in`) and of its signature's names
     terms_before: list[set[str]]  # of the sentences before it
     names: list[set[str]]  # its numbers and names (`key_terms`)
     known: set[str]  # every word of the passages and the question
-    signed: list[set[str]]  # content words of the signature line it stands under (`signature_of`)
+    signed: list[set[str]]  # content words of the names of the signature it stands under (`signature_names`)
     _code: dict[int, str] = field(default_factory=dict)  # `code`'s, built on first use
 
     def code(self, j: int) -> str:
@@ -226,7 +226,7 @@ class _Passages:
     def of(cls, question: str, hits: Sequence[Hit], cands: Candidates) -> _Passages:
         texts = cands.texts
         own = [content_words(t) for t in texts]
-        sigs = [signature_of(hits[r].text, x.start) for r, x in cands.at]
+        sigs = [" ".join(signature_names(signature_of(hits[r].text, x.start))) for r, x in cands.at]
         terms = [_terms_in(f"{sig} {t}") for sig, t in zip(sigs, texts, strict=True)]
         back = [_before(cands, j) for j in range(len(texts))]
         return cls(hits, cands, own, [set().union(*(own[k] for k in cands.neighbours(j))) for j in range(len(own))],

@@ -7,13 +7,22 @@ random UUID?" without the one word the reader needs. On the folder set (the Pyth
 grounded answers that lacked the gold answer, whose passage was retrieved, quoted such a sentence
 whose signature stood in the same passage (docs/benchmarks.md, "Evidence under its signature").
 
-`signature_of` finds, for a sentence at an offset of its passage, the reStructuredText signature
-line whose indented body holds it; evidence carries it (`slimrag.types.Evidence.signature`) and shows
-it before the sentence. Only signature directives count (`SIGNATURE`: function, method, class, data,
-attribute, exception, decorator, ...); a note (``.. versionchanged:: 3.5.1``) names nothing. A
-signature continued on the lines right under it (``.. data:: I`` then ``IGNORECASE`` aligned under
-the ``I``) names each. A signature in another passage (the chunk starts mid-body) is not looked for:
-evidence reads the retrieved passages only.
+`signature_of` finds, for a sentence at an offset of its passage, the signature whose body holds it;
+evidence carries it (`slimrag.types.Evidence.signature`) and shows it before the sentence. Two forms
+of the same documentation are read:
+
+- reStructuredText: a signature directive (`SIGNATURE`: function, method, class, data, attribute,
+  exception, decorator, ...) and the lines indented under it; a note (``.. versionchanged:: 3.5.1``)
+  names nothing, and a signature continued on the lines right under it (``.. data:: I`` then
+  ``IGNORECASE`` aligned under the ``I``) names each;
+- the text of a built HTML page (Sphinx's, as `slimrag.ingest.readers.read_html` gives it): a dotted
+  or called name alone on its line before the permalink's "¶" (`HTML_SIGNATURE`:
+  "sys.getrecursionlimit()¶"), and the lines after it up to the next line ending in "¶" (another
+  signature or a heading, "Example¶"); signatures with only blank lines between them ("re.I¶",
+  "re.IGNORECASE¶") document one body.
+
+A signature in another passage (the chunk starts mid-body) is not looked for: evidence reads the
+retrieved passages only.
 
 The other way round, a signature's sentences say what its code does: `does_what_asked` reads them
 when the verdict (`slimrag.rag.verdict`) asks whether code named for "which function returns ...?"
@@ -23,18 +32,42 @@ is documented as doing that.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from slimrag.rag.code import CODE_SPAN, identifiers
 from slimrag.rag.question import Question
 from slimrag.rag.sentences import content_words, split_sentences, words
 from slimrag.types import Evidence, Hit, Support
 
-#: A reStructuredText signature line (".. function:: uuid4()", ".. data:: I", ".. c:function:: int
-#: f(void)"): the sentences indented under it document what it names.
-SIGNATURE = re.compile(r"(?P<indent>[ \t]*)\.\. (?:\w+:)?(?:function|method|classmethod|staticmethod|class|data|"
-                       r"attribute|exception|decorator|decoratormethod|property|macro|member|type|var)::"
+#: A reStructuredText directive line (".. function:: uuid4()", ".. versionchanged:: 3.5"): its kind
+#: and what follows it.
+DIRECTIVE = re.compile(r"(?P<indent>[ \t]*)\.\. (?:\w+:)?(?P<kind>[\w-]+)::(?:[ \t]+(?P<names>\S[^\n]*))?")
+
+#: Directives whose body goes on documenting what the signature around them documents: a note, a
+#: version, an index entry ("Flags may now be combined." under ``.. versionchanged:: 3.7`` in a flag's
+#: body documents the flag). Any other directive that is no signature (``.. code-block::``, ``..
+#: productionlist::``) opens a body that documents nothing named.
+_NOTES = frozenset("""versionadded versionchanged versionremoved deprecated deprecated-removed note warning
+seealso important tip hint caution attention danger error admonition impl-detail index audit-event
+availability""".split())
+
+#: Signature directives, Python's and C's (".. c:function::"): the sentences indented under one
+#: document what it names. Others (``.. module::``, ``.. toctree::``) name nothing a sentence documents.
+_SIGNATURES = frozenset("""function method classmethod staticmethod abstractmethod class data attribute exception
+decorator decoratormethod property coroutinefunction coroutinemethod awaitablefunction awaitablemethod describe
+envvar option cmdoption opcode pdbcommand macro member type var struct enum enumerator""".split())
+
+#: A signature directive line (`DIRECTIVE` of a kind in `_SIGNATURES`); ``names`` is what it names.
+SIGNATURE = re.compile(r"(?P<indent>[ \t]*)\.\. (?:\w+:)?(?:" + "|".join(sorted(_SIGNATURES)) + r")::"
                        r"[ \t]+(?P<names>\S[^\n]*)")
+
+#: A signature in the text of a built HTML page: a dotted or called name alone on its line, after an
+#: optional keyword ("class", "exception", "async", ...), before the permalink's "¶" that the page's
+#: text keeps ("sys.getrecursionlimit()¶", "class uuid.UUID(hex=None, ...)¶", "re.IGNORECASE¶"); a heading
+#: ("Example¶", "Module contents¶") has neither a dot nor a call.
+HTML_SIGNATURE = re.compile(r"(?:(?:class|exception|async|await|classmethod|staticmethod|abstractmethod|property|"
+                            r"decorator|coroutine|awaitable)\s+)*(?P<names>@?[A-Za-z_]\w*(?:(?:\.\w+)+(?:\(.*\))?|\(.*\))"
+                            r"(?:\s*→\s*\S.*)?)¶")
 
 #: An option line under a directive (":noindex:", ":type: int"): no continued signature.
 _OPTION = re.compile(r"\s*:[\w-]+:")
@@ -42,37 +75,115 @@ _OPTION = re.compile(r"\s*:[\w-]+:")
 
 def signature_of(text: str, start: int) -> str:
     """What the sentence at offset ``start`` of passage ``text`` documents: the names of the signature
-    line whose indented body holds it ("uuid4()"; "I, IGNORECASE" for a signature continued on the
-    next line), "" when none holds it (a line as little indented as the signature ends its body) or
-    when the sentence is a signature itself."""
-    indent = -1  # the open signature's indentation; -1: none
-    names: list[str] = []
-    continued = False  # the line just before was the signature or its continuation
+    whose body holds it, in reStructuredText (`_rst_signature`) or in the text of a built HTML page
+    (`_html_signature`); "" when none holds it, when the sentence is a signature itself, or when
+    ``start`` is not in ``text``."""
+    if not 0 <= start <= len(text):
+        return ""
+    return _rst_signature(text, start) or _html_signature(text, start)
+
+
+def signature_names(signature: str) -> list[str]:
+    """The names a signature gives (`signature_of`'s), without their arguments, defaults or return
+    type: "memoize", "re.I", "uuid.UUID" of "memoize(maxsize=256)", "re.I, re.IGNORECASE", "class
+    uuid.UUID(hex=None)". A default in the arguments (``maxsize=256``) is no name of what the body
+    says: the body may give another value for another case."""
+    out, depth, part = [], 0, []
+    for c in signature.split("→", 1)[0]:
+        depth += (c in "([{") - (c in ")]}")
+        if depth == 0 and c == ",":
+            out.append("".join(part))
+            part = []
+        elif depth == 0 and c not in ")]}":
+            part.append(c)
+    out.append("".join(part))
+    return [m.group(1) for x in out if (m := _NAME.search(x)) is not None]
+
+
+#: The name in a part of a signature: a dotted name, after a keyword ("class") or "@".
+_NAME = re.compile(r"@?([A-Za-z_][\w.]*)\s*$")
+
+
+def _lines(text: str, start: int) -> Iterator[tuple[str, bool]]:
+    """The lines of ``text`` up to the one holding offset ``start``, each with whether it holds it."""
     at = 0
     for line in text.split("\n"):
         holds = at <= start <= at + len(line)
+        yield line, holds
+        if holds:
+            return
         at += len(line) + 1
+
+
+def _rst_signature(text: str, start: int) -> str:
+    """The names of the reST signature whose indented body holds offset ``start`` ("uuid4()"; "I,
+    IGNORECASE" for a signature continued on the lines under it; both names of two signature lines
+    with no body between them). Bodies nest: a line as little indented as a directive ends its body,
+    and the signature around it documents what follows (a class's body after a method's); a note's
+    body (`_NOTES`) documents what the signature around it does, another directive's nothing named."""
+    scopes: list[tuple[int, list[str] | None]] = []  # (indentation, names; None: a body naming nothing)
+    fresh = False  # the innermost signature has had no body line yet
+    continued = False  # the line just before was a signature line or its continuation
+    for line, holds in _lines(text, start):
         body = line.strip()
         if not body:
             continued = False
-            if holds:
-                break
             continue
         depth = len(line) - len(line.lstrip())
-        m = SIGNATURE.match(line)
-        if m is not None:
+        m = DIRECTIVE.match(line)
+        if m is not None and holds and m.group("kind") in _SIGNATURES:
+            return ""
+        if continued and m is None and depth > scopes[-1][0] and not _OPTION.match(line) and not holds:
+            names = scopes[-1][1]
+            assert names is not None
+            if names[-1].endswith("\\"):  # a signature continued after a backslash: one name
+                names[-1] = f"{names[-1][:-1].rstrip()} {body}"
+            else:
+                names.append(body)  # ".. data:: I" / "IGNORECASE": one signature, two names
+            continue
+        if continued and _OPTION.match(line):
+            continue
+        popped = None
+        while scopes and scopes[-1][0] >= depth:
+            popped = scopes.pop()
+        if m is None:
+            fresh = continued = False
+            continue
+        kind = m.group("kind")
+        if kind in _SIGNATURES and m.group("names"):
+            names = [m.group("names").strip()]
+            if fresh and popped is not None and popped[0] == depth and popped[1] is not None:
+                names = popped[1] + names  # ".. exception:: ExceptionGroup(...)" then "BaseExceptionGroup(...)"
+            scopes.append((depth, names))
+            fresh = continued = True
+        else:
+            if kind not in _NOTES:
+                scopes.append((depth, None))
+            fresh = continued = False
+    names = scopes[-1][1] if scopes else None
+    return ", ".join(names) if names else ""
+
+
+def _html_signature(text: str, start: int) -> str:
+    """The names of the signature of a built HTML page (`HTML_SIGNATURE`: "sys.getrecursionlimit()¶",
+    the permalink's "¶" kept by the page's text) whose body holds offset ``start``: the lines after it
+    up to the next line ending in "¶" (another signature, or a heading: "Example¶"). Signatures with
+    nothing between them but blank lines ("re.I¶", "re.IGNORECASE¶") document the same body."""
+    names: list[str] = []
+    fresh = False  # no body line since the last signature
+    for line, holds in _lines(text, start):
+        body = line.strip()
+        if body.endswith("¶"):
             if holds:
                 return ""
-            indent, names, continued = depth, [m.group("names").strip()], True
-        elif indent >= 0 and depth <= indent:
-            indent, names, continued = -1, [], False
-        elif continued and not _OPTION.match(line) and not holds:
-            names.append(body)  # ".. data:: I" / "IGNORECASE": one signature, two names
-        else:
-            continued = False
-        if holds:
-            break
-    return ", ".join(names) if indent >= 0 else ""
+            m = HTML_SIGNATURE.fullmatch(body)
+            if m is None:
+                names, fresh = [], False  # a heading ends what the signature documents
+            else:
+                names, fresh = ([*names] if fresh else []) + [m.group("names")], True
+        elif body:
+            fresh = False
+    return ", ".join(names)
 
 
 def does_what_asked(question: str | Question, s: Support, hits: Sequence[Hit] = ()) -> bool:
@@ -94,25 +205,36 @@ def does_what_asked(question: str | Question, s: Support, hits: Sequence[Hit] = 
 
 
 def names_what_is_documented(question: str | Question, s: Support) -> bool:
-    """Whether the code ``s`` names for a "which <kind> ...?" question (``Question.code_kind``: "Which
-    regular expression flag makes matching case-insensitive?") is what its backing sentences
-    document, when they stand under a signature (`Evidence.signature`) or are one: some word of the
-    code it names that the question does not (an identifier's parts, a code span's words) is in
-    such a signature. "``[A-Z]`` is the only one that makes case-insensitive matching." is backed by
-    the sentence under ``.. data:: I / IGNORECASE``, where ``[A-Z]`` is an example, not the flag asked.
-    True for other questions, for a sentence that names no new code, and when no backing sentence
-    stands under a signature."""
+    """Whether the code ``s`` names for a "which <kind> ...?" question whose answer a signature names
+    (`_NAMED_KINDS`: "Which regular expression flag makes matching case-insensitive?") is what its
+    backing sentences document, when they stand under a signature (`Evidence.signature`) or are one:
+    some part of the code it names that the question does not (an identifier's dotted parts, a code
+    span's words) is in such a signature. "``[A-Z]`` is the only one that makes case-insensitive
+    matching." is backed by the sentence under ``.. data:: I / IGNORECASE``, where ``[A-Z]`` is an
+    example, not the flag asked. True for other questions, for a sentence that names no new code, and
+    when no backing sentence stands under a signature."""
     q = Question.read(question)
-    if q.code_kind is None or not s.evidence:
+    if q.code_kind not in _NAMED_KINDS or not s.evidence:
         return True
-    documented = [e.signature or _names(e.text) for e in s.evidence]
-    held = {w.lower() for d in documented for w in words(d)}
+    held = {w for e in s.evidence for w in _parts(e.signature or _names(e.text))}
     if not held:
         return True
-    named = {w.lower() for i in identifiers(s.sentence) for w in words(i.replace(".", " "))}
-    named |= {w.lower() for span in CODE_SPAN.findall(s.sentence) for w in words(span)}
-    named -= q.said | q.code
+    named = {w for i in identifiers(s.sentence) for w in _parts(i)}
+    named |= {w for span in CODE_SPAN.findall(s.sentence) for w in _parts(span)}
+    named -= {w for t in q.said | q.code for w in _parts(t)}
     return not named or bool(named & held)
+
+
+#: Kinds of code whose signature names the answer: not "exception" nor "module" ("Which exception does
+#: json.loads raise ...?" is answered in the body of ``loads``, which names ``JSONDecodeError``), nor a
+#: parameter, an option or a variable, which a body names as often.
+_NAMED_KINDS = frozenset("function method class flag constant attribute decorator".split())
+
+
+def _parts(text: str) -> set[str]:
+    """The words of ``text`` lower-cased, a dotted name cut at its dots ("logger.setlevel" -> "logger",
+    "setlevel"): code named as ``setLevel()`` is the signature's ``Logger.setLevel(level)``."""
+    return {p for w in words(text) for p in w.lower().split(".") if p}
 
 
 def _names(text: str) -> str:
@@ -135,14 +257,15 @@ def _says(verb: str, text: str) -> bool:
 
 def _documented(signature: Evidence, hits: Sequence[Hit]) -> list[str]:
     """The sentences under evidence sentence ``signature`` (a signature line) in its passage of
-    ``hits``, up to the next signature line: what documents it."""
+    ``hits`` that it documents (`signature_of`: its indented body, to the first sentence it does not)."""
+    names = _names(signature.text).strip()
     out: list[str] = []
     for h in hits:
         if h.label == signature.label:
             for x in split_sentences(h.text):
                 if x.start < signature.end:
                     continue
-                if SIGNATURE.match(x.text):
+                if names not in signature_of(h.text, x.start):
                     break
                 out.append(x.text)
             break

@@ -318,17 +318,25 @@ _COMPARES = re.compile(r"[=!<>]=|=[=>]")
 
 
 def _without_set(text: str) -> str:
-    """``text`` before what its first statement that sets something sets: up to that line's "=" outside
-    brackets (``>>> decimal.getcontext().prec = 9`` sets 9, and what the example prints after it is the
-    state it set), not a keyword argument (``lru_cache(maxsize=128)`` states the default it names) nor
-    a comparison."""
-    out = []
+    """``text`` less what its examples set: from a doctest statement that sets something (``>>>
+    decimal.getcontext().prec = 9``: an "=" outside brackets, not a comparison) to the end of its
+    example (a blank line), the value set and what the example prints once it is set. Prose, a
+    signature's keyword argument (``lru_cache(maxsize=128)``) and a configuration file state values."""
+    out: list[str] = []
+    cut = False
     for line in text.splitlines():
-        depth = 0
-        for i, c in enumerate(line):
-            depth += (c in "([{") - (c in ")]}")
-            if c == "=" and depth == 0 and not _COMPARES.search(line, max(i - 1, 0), i + 2):
-                return "\n".join([*out, line[:i]])
+        if not line.strip():
+            cut = False
+        elif cut:
+            continue
+        code = line.lstrip()
+        if code.startswith(">>>"):
+            depth = 0
+            for i, c in enumerate(code):
+                depth += (c in "([{") - (c in ")]}")
+                if c == "=" and depth == 0 and not _COMPARES.search(code, max(i - 1, 0), i + 2):
+                    line, cut = code[:i], True
+                    break
         out.append(line)
     return "\n".join(out)
 

@@ -74,7 +74,7 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 import numpy as np  # noqa: E402
 
-from bench.pydocs_qa import pydocs  # noqa: E402
+from bench.pydocs_qa import pydocs, pydocs_html  # noqa: E402
 from bench.qa_sets import SETS, Item  # noqa: E402
 from bench.qa_workload import normalize  # noqa: E402
 from slimrag.rag.evidence import FEATURES, Candidates, Weights, features  # noqa: E402
@@ -84,7 +84,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "answers.json"
 LABELS = Path(__file__).resolve().parent / "check_labels.json"
 #: Every set ``--sets`` may name: the QA sets of `bench.qa_sets` and the folder of files (`bench.pydocs_qa`,
 #: ``pydocs``: its index is built on first use, minutes, so it is not among the defaults).
-ALL_SETS = {**SETS, "pydocs": pydocs}
+ALL_SETS = {**SETS, "pydocs": pydocs, "pydocs_html": pydocs_html}
 MODES = ("vector", "keyword", "hybrid")
 #: Values tried for each weight but the cosine's (fixed at 1) by ``--tune``.
 GRID = (0.0, 0.25, 0.5, 1.0, 2.0)

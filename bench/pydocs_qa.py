@@ -13,6 +13,11 @@ and nothing was tuned on this set.
 The index is built on first use into `INDEX` (``bench/data/pydocs-497.slimrag``; a link to an index
 built elsewhere serves as well), from `bench.datasets.python_docs_dir`. Building it embeds every
 chunk: about 10 minutes on 2 cores.
+
+``pydocs_html`` asks the same questions of the same documentation as a user more often has it: the
+built HTML pages (``html/``, 530 pages, the navigation and search pages among them), indexed with the
+same defaults into `INDEX_HTML`, its reST sources (``_sources/``, the other set) left out by a
+``.slimragignore`` written there. A gold file ``library/json.rst.txt`` is ``library/json.html`` there.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from bench.qa_sets import Item
 FIXTURE = Path(__file__).resolve().with_name("pydocs_qa.json")
 #: Where the set's index lives.
 INDEX = DATA / "pydocs-497.slimrag"
+#: Where the HTML pages' index lives (``pydocs_html``).
+INDEX_HTML = DATA / "pydocs-html.slimrag"
 
 
 def items() -> list[Item]:
@@ -42,3 +49,15 @@ def pydocs() -> tuple[Any, list[Item]]:
     if (INDEX / "manifest.json").is_file():
         return Index.open(INDEX), items()
     return Index.build(python_docs_dir(), INDEX), items()
+
+
+def pydocs_html() -> tuple[Any, list[Item]]:
+    """The same questions over the built HTML pages (module header), the index built on first use."""
+    from slimrag.index.core import Index
+
+    asked = [Item(it.question, it.answer, it.source.removesuffix(".rst.txt") + ".html") for it in items()]
+    if (INDEX_HTML / "manifest.json").is_file():
+        return Index.open(INDEX_HTML), asked
+    html = python_docs_dir().parent
+    (html / ".slimragignore").write_text("# the reST sources are the other set (pydocs)\n_sources/\n")
+    return Index.build(html, INDEX_HTML), asked

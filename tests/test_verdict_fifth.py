@@ -144,3 +144,12 @@ def test_a_way_is_answered_by_its_verb_or_by_code() -> None:
     assert answers(q, "You parse it with the date class's ISO 8601 constructor.")
     # a light verb asks for nothing ("make" need not be repeated)
     assert answers("How do I make a deep copy of an object?", "A deep copy constructs a new compound object.")
+
+
+def test_an_open_bracket_at_the_end_is_cut_off() -> None:
+    # the HTML folder set's free answer ended in a code block cut inside a call, presented as backed
+    assert unfinished("def is_zipfile(obj):\n    return isinstance(obj, zlib.Z")
+    assert unfinished("It appeared on four series ( Law & Order , Law & Order : Criminal Intent")
+    assert not unfinished("It appeared on four series ( Law & Order , Law & Order : Criminal Intent ) .")
+    assert not unfinished("def f(x): return g(x)", last_sentence=True)
+    assert not unfinished("The call (as in f(x", last_sentence=False)  # only where the answer ends

@@ -184,8 +184,9 @@ class Verdict:
 
 def unfinished(sentence: str, last_sentence: bool = True) -> bool:
     """Whether ``sentence`` was cut off mid-phrase: it holds an unclosed code span (an odd number of
-    backticks), or, the answer's last sentence (``last_sentence``), it ends without a stop on a stop
-    word ("... defined by"), where an answer stopped at its token limit ends. Earlier in an answer such
+    backticks), or, the answer's last sentence (``last_sentence``), it leaves a bracket open (a code
+    block cut inside a call) or ends without a stop on a stop word ("... defined by"), where an answer
+    stopped at its token limit ends. Earlier in an answer such
     an ending is a list item or a line ("- Python 3.10 and above"), whole. A cut-off sentence states no
     whole claim, so it answers nothing (module header)."""
     text = sentence.rstrip()
@@ -193,6 +194,8 @@ def unfinished(sentence: str, last_sentence: bool = True) -> bool:
         return True
     if not last_sentence:
         return False
+    if text.count("(") > text.count(")"):
+        return True  # an open bracket: cut inside a call or an aside ("isinstance(obj, zlib.Z")
     last = _TRAILING.search(text)
     return bool(text) and text[-1] not in ".!?:;)]\"'`*" and last is not None and last.group(1).lower() in STOPWORDS
 

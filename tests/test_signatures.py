@@ -162,6 +162,43 @@ def test_two_signature_lines_sign_one_body_and_a_backslash_continues_one() -> No
     assert at(NESTED, "An HTTPConnection instance") == "HTTPConnection(host, port=None, blocksize=8192)"
 
 
+MARKDOWN = """# The shutil module
+
+High-level operations on files.
+
+## `shutil.rmtree(path, ignore_errors=False)`
+
+Delete an entire directory tree; *path* must point to a directory.
+
+### Example
+
+```python
+# shutil.copytree(src, dst) is no heading here
+shutil.rmtree("build")
+```
+
+It removes the folder named build.
+
+## `copyfile`
+
+Copy the contents of the file named *src* to a file named *dst*.
+
+## Notes
+
+Both functions follow symbolic links.
+"""
+
+
+def test_a_markdown_heading_that_names_code_signs_its_section() -> None:
+    assert at(MARKDOWN, "High-level operations") == ""  # a heading that names no code
+    assert at(MARKDOWN, "Delete an entire directory tree") == "shutil.rmtree(path, ignore_errors=False)"
+    # a deeper heading that names no code is part of the section, and a comment in a fence is no heading
+    assert at(MARKDOWN, "It removes the folder") == "shutil.rmtree(path, ignore_errors=False)"
+    assert at(MARKDOWN, "Copy the contents") == "copyfile"
+    assert at(MARKDOWN, "Both functions follow") == ""  # a heading of the same level ends the section
+    assert at(MARKDOWN, "## `copyfile`") == ""
+
+
 def test_an_offset_outside_the_text_has_no_signature() -> None:
     assert signature_of(UUID, len(UUID) + 10) == ""
     assert signature_of(UUID, -1) == ""

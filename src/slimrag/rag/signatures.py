@@ -19,7 +19,10 @@ of the same documentation are read:
   or called name alone on its line before the permalink's "¶" (`HTML_SIGNATURE`:
   "sys.getrecursionlimit()¶"), and the lines after it up to the next line ending in "¶" (another
   signature or a heading, "Example¶"); signatures with only blank lines between them ("re.I¶",
-  "re.IGNORECASE¶") document one body.
+  "re.IGNORECASE¶") document one body;
+- Markdown: a heading that names code ("## `shutil.rmtree(path)`") and its section, to the next
+  heading of its level or higher (not measured on a set of questions: no Markdown API docs among
+  the benchmark's folders).
 
 A signature in another passage (the chunk starts mid-body) is not looked for: evidence reads the
 retrieved passages only.
@@ -69,18 +72,28 @@ HTML_SIGNATURE = re.compile(r"(?:(?:class|exception|async|await|classmethod|stat
                             r"decorator|coroutine|awaitable)\s+)*(?P<names>@?[A-Za-z_]\w*(?:(?:\.\w+)+(?:\(.*\))?|\(.*\))"
                             r"(?:\s*→\s*\S.*)?)¶")
 
+#: A Markdown heading at the start of its line ("## `shutil.rmtree(path)`"): its level and title.
+_MD_HEADING = re.compile(r"(#{1,6})[ \t]+(.*?)[ \t#]*")
+#: A heading title that names code, in backticks or not: a dotted or called name after an optional
+#: keyword ("class uuid.UUID(hex=None)", "`rmtree(path)`"), or one name in backticks ("`rmtree`").
+_MD_CODE = re.compile(r"(?:(?:class|exception|async|def|function|method|property|decorator)\s+)?`?"
+                      r"(?P<names>@?[A-Za-z_]\w*(?:(?:\.\w+)+(?:\(.*\))?|\(.*\)))`?|`(?P<name>[A-Za-z_][\w.]*)`")
+#: A Markdown code fence: its lines are code (a "# comment" there is no heading).
+_MD_FENCE = re.compile(r"[ \t]{0,3}(```|~~~)")
+
 #: An option line under a directive (":noindex:", ":type: int"): no continued signature.
 _OPTION = re.compile(r"\s*:[\w-]+:")
 
 
 def signature_of(text: str, start: int) -> str:
     """What the sentence at offset ``start`` of passage ``text`` documents: the names of the signature
-    whose body holds it, in reStructuredText (`_rst_signature`) or in the text of a built HTML page
-    (`_html_signature`); "" when none holds it, when the sentence is a signature itself, or when
+    whose body holds it, in reStructuredText (`_rst_signature`), in the text of a built HTML page
+    (`_html_signature`) or under a Markdown heading that names code (`_markdown_signature`); "" when
+    none holds it, when the sentence is a signature itself, or when
     ``start`` is not in ``text``."""
     if not 0 <= start <= len(text):
         return ""
-    return _rst_signature(text, start) or _html_signature(text, start)
+    return _rst_signature(text, start) or _html_signature(text, start) or _markdown_signature(text, start)
 
 
 def signature_names(signature: str) -> list[str]:
@@ -162,6 +175,31 @@ def _rst_signature(text: str, start: int) -> str:
             fresh = continued = False
     names = scopes[-1][1] if scopes else None
     return ", ".join(names) if names else ""
+
+
+def _markdown_signature(text: str, start: int) -> str:
+    """The names of the Markdown heading that names code (`_MD_CODE`: "## `shutil.rmtree(path)`") whose
+    section holds offset ``start``: the lines after it up to the next heading of its level or higher.
+    A deeper heading that names no code ("### Example") is part of its section; one that does opens
+    its own. Lines in a code fence are code, never headings."""
+    scopes: list[tuple[int, str]] = []  # (level, names) of the open sections that name code
+    fenced = False
+    for line, holds in _lines(text, start):
+        if _MD_FENCE.match(line):
+            fenced = not fenced
+            continue
+        m = None if fenced else _MD_HEADING.fullmatch(line)
+        if m is None:
+            continue
+        if holds:
+            return ""
+        level = len(m.group(1))
+        while scopes and scopes[-1][0] >= level:
+            scopes.pop()
+        code = _MD_CODE.fullmatch(m.group(2))
+        if code is not None:
+            scopes.append((level, code.group("names") or code.group("name")))
+    return scopes[-1][1] if scopes else ""
 
 
 def _html_signature(text: str, start: int) -> str:

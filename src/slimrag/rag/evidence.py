@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -177,7 +177,10 @@ def features(question: str, hits: Sequence[Hit], cands: Candidates, q_vec: np.nd
 
 def rank_sentences(question: str, hits: Sequence[Hit], embedder: Embeds,
                    config: EvidenceConfig | None = None) -> list[Evidence]:
-    """The ``config.top`` best evidence sentences of ``hits`` (best first) for ``question``."""
+    """The ``config.top`` best evidence sentences of ``hits`` (best first) for ``question``, each once:
+    neighbouring chunks overlap, and a sentence they share is quoted from the better-ranked one, or
+    from the other when only that one holds the signature it documents ("A value of None indicates
+    ..." under ``getdefaulttimeout()``, whose signature the next chunk cut off)."""
     cfg = config or EvidenceConfig()
     cands = Candidates.of(hits)
     if not cands.at:
@@ -185,12 +188,22 @@ def rank_sentences(question: str, hits: Sequence[Hit], embedder: Embeds,
     vecs = np.asarray(embedder.embed([question, *cands.texts]), dtype=np.float64)
     scores = features(question, hits, cands, vecs[0], vecs[1:]) @ cfg.weights.vector()
     order = sorted(range(len(scores)), key=lambda i: (-scores[i], cands.at[i][0], cands.at[i][1].start))
-    out = []
-    for i in order[: cfg.top]:
+    out: list[Evidence] = []
+    at: dict[str, int] = {}  # a sentence's text -> its place in ``out``
+    for i in order:
         rank, s = cands.at[i]
+        said = " ".join(s.text.split())
+        k = at.get(said)
+        if k is None and len(out) == cfg.top or k is not None and out[k].signature:
+            continue
         h = hits[rank]
-        out.append(Evidence(s.text, h.label, h.chunk_id, s.start, s.end, round(float(scores[i]), 4),
-                            signature_of(h.text, s.start)))
+        e = Evidence(s.text, h.label, h.chunk_id, s.start, s.end, round(float(scores[i]), 4),
+                     signature_of(h.text, s.start))
+        if k is None:
+            at[said] = len(out)
+            out.append(e)
+        elif e.signature:  # the same sentence in the overlap of two chunks: quoted once, at its best
+            out[k] = replace(e, score=out[k].score)  # rank, from the chunk that holds its signature
     return out
 
 

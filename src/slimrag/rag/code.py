@@ -39,16 +39,8 @@ def identifiers(text: str) -> set[str]:
 
 def shown(ident: str, passages: str) -> bool:
     """Whether a passage shows ``ident``: the dotted name itself, or its last part where the
-    passage documents a module's function by its bare name (pydoc's ``loads(s, ...)``). A name
-    without a dot is shown only as code: beside a bracket, a dot, a quote, a backtick, "=", "*", a
-    role's ":" or a path's "/", or after "import" ("`random` module" is not shown by "Generate a
-    random UUID.": an English word in prose is no code; "shutil.rmtree(", "action='store_true'",
-    "*maxlen*" and "import random" show theirs)."""
-    name = re.escape(ident)
-    if "." in ident and re.search(rf"(?<![A-Za-z0-9_]){name}(?![A-Za-z0-9_])", passages):
-        return True
-    if "." not in ident and re.search(rf"(?:[`'\".*(\[,:]\s*|import\s+){name}(?![A-Za-z0-9_])"
-                                      rf"|(?<![A-Za-z0-9_]){name}\s*[(.=\]`'\"*\[/]", passages):
+    passage documents a module's function by its bare name (pydoc's ``loads(s, ...)``)."""
+    if re.search(rf"(?<![A-Za-z0-9_]){re.escape(ident)}(?![A-Za-z0-9_])", passages):
         return True
     last = ident.rsplit(".", 1)[-1]
     head = ident.split(".", 1)[0]

@@ -76,8 +76,8 @@ Create a UUID from a string of 32 hexadecimal digits.
 """
 
 
-def at(text: str, sentence: str) -> str:
-    return signature_of(text, text.index(sentence))
+def at(text: str, sentence: str, source: str = "") -> str:
+    return signature_of(text, text.index(sentence), source)
 
 
 def test_a_sentence_under_a_signature_documents_it() -> None:
@@ -102,6 +102,13 @@ def test_a_continued_signature_names_each_and_a_note_names_nothing() -> None:
 
 def test_a_signature_documents_nothing_itself() -> None:
     assert at(UUID, ".. function:: uuid4()") == ""
+
+
+def test_a_signature_without_its_pilcrow_ends_the_body_before_it() -> None:
+    text = ("breakpoint(*args, **kws)¶\n\nDrops you into the debugger.\n\nclass bytearray(source=b'')\n\n"
+            "Return a new array of bytes.")
+    assert at(text, "Drops you into") == "breakpoint(*args, **kws)"
+    assert at(text, "Return a new array") == ""
 
 
 def test_a_built_html_page_signs_with_its_pilcrow() -> None:
@@ -189,14 +196,32 @@ Both functions follow symbolic links.
 """
 
 
+MD = "shutil.md"
+
+
 def test_a_markdown_heading_that_names_code_signs_its_section() -> None:
-    assert at(MARKDOWN, "High-level operations") == ""  # a heading that names no code
-    assert at(MARKDOWN, "Delete an entire directory tree") == "shutil.rmtree(path, ignore_errors=False)"
+    assert at(MARKDOWN, "High-level operations", MD) == ""  # a heading that names no code
+    assert at(MARKDOWN, "Delete an entire directory tree", MD) == "shutil.rmtree(path, ignore_errors=False)"
     # a deeper heading that names no code is part of the section, and a comment in a fence is no heading
-    assert at(MARKDOWN, "It removes the folder") == "shutil.rmtree(path, ignore_errors=False)"
-    assert at(MARKDOWN, "Copy the contents") == "copyfile"
-    assert at(MARKDOWN, "Both functions follow") == ""  # a heading of the same level ends the section
-    assert at(MARKDOWN, "## `copyfile`") == ""
+    assert at(MARKDOWN, "It removes the folder", MD) == "shutil.rmtree(path, ignore_errors=False)"
+    assert at(MARKDOWN, "Copy the contents", MD) == "copyfile"
+    assert at(MARKDOWN, "Both functions follow", MD) == ""  # a heading of the same level ends the section
+    assert at(MARKDOWN, "## `copyfile`", MD) == ""
+
+
+def test_only_markdown_has_headings() -> None:
+    # a comment at the start of a line of code, or in a page's example, is no heading
+    code = 'import os\n\n# os.getcwd()\nx = 1\n\ndef helper():\n    """Remove the tree."""\n'
+    assert at(code, "Remove the tree", "tools/helper.py") == ""
+    assert at(MARKDOWN, "Copy the contents", "guide.txt") == ""
+
+
+def test_setext_headings_and_fence_kinds() -> None:
+    text = "## `foo()`\n\nFoo prose.\n\nOther\n=====\n\nUnrelated prose here.\n"
+    assert at(text, "Foo prose", MD) == "foo()"
+    assert at(text, "Unrelated prose", MD) == ""  # a setext heading of level 1 ends the section
+    text = "## `foo()`\n\n~~~\n```\n~~~\n\n## Bar\n\nBar prose.\n"
+    assert at(text, "Bar prose", MD) == ""  # a ``` inside a ~~~ fence closes nothing
 
 
 def test_an_offset_outside_the_text_has_no_signature() -> None:

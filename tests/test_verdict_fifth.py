@@ -153,3 +153,9 @@ def test_an_open_bracket_at_the_end_is_cut_off() -> None:
     assert not unfinished("It appeared on four series ( Law & Order , Law & Order : Criminal Intent ) .")
     assert not unfinished("def f(x): return g(x)", last_sentence=True)
     assert not unfinished("The call (as in f(x", last_sentence=False)  # only where the answer ends
+
+
+def test_a_bracket_in_a_code_span_or_a_face_opens_nothing() -> None:
+    assert not unfinished('Use `s.partition("(")`.')
+    assert not unfinished("The pattern `[(]` matches an opening parenthesis.")
+    assert not unfinished("That's all you need :(")

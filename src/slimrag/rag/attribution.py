@@ -226,7 +226,7 @@ class _Passages:
     def of(cls, question: str, hits: Sequence[Hit], cands: Candidates) -> _Passages:
         texts = cands.texts
         own = [content_words(t) for t in texts]
-        sigs = [" ".join(signature_names(signature_of(hits[r].text, x.start))) for r, x in cands.at]
+        sigs = [" ".join(signature_names(signature_of(hits[r].text, x.start, hits[r].source))) for r, x in cands.at]
         terms = [_terms_in(f"{sig} {t}") for sig, t in zip(sigs, texts, strict=True)]
         back = [_before(cands, j) for j in range(len(texts))]
         return cls(hits, cands, own, [set().union(*(own[k] for k in cands.neighbours(j))) for j in range(len(own))],
@@ -323,7 +323,7 @@ def _support(s: Sentence, cos: np.ndarray, ps: _Passages, asked: set[str], q_wor
         rank, sent = ps.cands.at[j]
         h = ps.hits[rank]
         evidence.append(Evidence(sent.text, h.label, h.chunk_id, sent.start, sent.end, round(score, 4),
-                                 signature_of(h.text, sent.start)))
+                                 signature_of(h.text, sent.start, h.source)))
     labels = tuple(dict.fromkeys(e.label for e in evidence))
     return Support(s.text, labels, tuple(evidence), bool(backing) and not unknown, unknown)
 

@@ -179,7 +179,7 @@ def rank_sentences(question: str, hits: Sequence[Hit], embedder: Embeds,
                    config: EvidenceConfig | None = None) -> list[Evidence]:
     """The ``config.top`` best evidence sentences of ``hits`` (best first) for ``question``, each once:
     neighbouring chunks overlap, and a sentence they share is quoted from the better-ranked one, or
-    from the other when only that one holds the signature it documents ("A value of None indicates
+    from the other chunk of the same file when only that one holds the signature it documents ("A value of None indicates
     ..." under ``getdefaulttimeout()``, whose signature the next chunk cut off)."""
     cfg = config or EvidenceConfig()
     cands = Candidates.of(hits)
@@ -189,21 +189,21 @@ def rank_sentences(question: str, hits: Sequence[Hit], embedder: Embeds,
     scores = features(question, hits, cands, vecs[0], vecs[1:]) @ cfg.weights.vector()
     order = sorted(range(len(scores)), key=lambda i: (-scores[i], cands.at[i][0], cands.at[i][1].start))
     out: list[Evidence] = []
-    at: dict[str, int] = {}  # a sentence's text -> its place in ``out``
+    at: dict[str, tuple[int, str]] = {}  # a sentence's text -> its place in ``out``, its source
     for i in order:
         rank, s = cands.at[i]
-        said = " ".join(s.text.split())
-        k = at.get(said)
-        if k is None and len(out) == cfg.top or k is not None and out[k].signature:
-            continue
         h = hits[rank]
+        said = " ".join(s.text.split())
+        k, source = at.get(said, (None, ""))
+        if k is None and len(out) == cfg.top or k is not None and (out[k].signature or source != h.source):
+            continue
         e = Evidence(s.text, h.label, h.chunk_id, s.start, s.end, round(float(scores[i]), 4),
-                     signature_of(h.text, s.start))
+                     signature_of(h.text, s.start, h.source))
         if k is None:
-            at[said] = len(out)
+            at[said] = (len(out), h.source)
             out.append(e)
-        elif e.signature:  # the same sentence in the overlap of two chunks: quoted once, at its best
-            out[k] = replace(e, score=out[k].score)  # rank, from the chunk that holds its signature
+        elif e.signature:  # the same sentence in the overlap of two chunks of one file: quoted once, at
+            out[k] = replace(e, score=out[k].score)  # its best rank, from the chunk that holds its signature
     return out
 
 

@@ -78,6 +78,8 @@ _MD_HEADING = re.compile(r"(#{1,6})[ \t]+(.*?)[ \t#]*")
 #: keyword ("class uuid.UUID(hex=None)", "`rmtree(path)`"), or one name in backticks ("`rmtree`").
 _MD_CODE = re.compile(r"(?:(?:class|exception|async|def|function|method|property|decorator)\s+)?`?"
                       r"(?P<names>@?[A-Za-z_]\w*(?:(?:\.\w+)+(?:\(.*\))?|\(.*\)))`?|`(?P<name>[A-Za-z_][\w.]*)`")
+#: The underline of a setext heading ("=====" for level 1, "-----" for level 2).
+_MD_SETEXT = re.compile(r"[ \t]{0,3}(?:=+|-{2,})[ \t]*")
 #: A Markdown code fence: its lines are code (a "# comment" there is no heading).
 _MD_FENCE = re.compile(r"[ \t]{0,3}(```|~~~)")
 
@@ -85,15 +87,22 @@ _MD_FENCE = re.compile(r"[ \t]{0,3}(```|~~~)")
 _OPTION = re.compile(r"\s*:[\w-]+:")
 
 
-def signature_of(text: str, start: int) -> str:
+#: Sources whose text is Markdown (`_markdown_signature` reads only them: a "# comment" at the start of
+#: a line of code, or of an example in a page's text, is no heading).
+MARKDOWN_SUFFIXES = (".md", ".markdown", ".mdx")
+
+
+def signature_of(text: str, start: int, source: str = "") -> str:
     """What the sentence at offset ``start`` of passage ``text`` documents: the names of the signature
     whose body holds it, in reStructuredText (`_rst_signature`), in the text of a built HTML page
-    (`_html_signature`) or under a Markdown heading that names code (`_markdown_signature`); "" when
-    none holds it, when the sentence is a signature itself, or when
+    (`_html_signature`) or, in a Markdown ``source`` (`MARKDOWN_SUFFIXES`), under a heading that names
+    code (`_markdown_signature`); "" when none holds it, when the sentence is a signature itself, or when
     ``start`` is not in ``text``."""
     if not 0 <= start <= len(text):
         return ""
-    return _rst_signature(text, start) or _html_signature(text, start) or _markdown_signature(text, start)
+    markdown = source.lower().endswith(MARKDOWN_SUFFIXES)
+    return _rst_signature(text, start) or _html_signature(text, start) or (
+        _markdown_signature(text, start) if markdown else "")
 
 
 def signature_names(signature: str) -> list[str]:
@@ -183,12 +192,18 @@ def _markdown_signature(text: str, start: int) -> str:
     A deeper heading that names no code ("### Example") is part of its section; one that does opens
     its own. Lines in a code fence are code, never headings."""
     scopes: list[tuple[int, str]] = []  # (level, names) of the open sections that name code
-    fenced = False
+    fence = ""  # the open fence's marker ("```" or "~~~"): only the same one closes it
     for line, holds in _lines(text, start):
-        if _MD_FENCE.match(line):
-            fenced = not fenced
+        f = _MD_FENCE.match(line)
+        if f is not None and fence in ("", f.group(1)):
+            fence = "" if fence else f.group(1)
             continue
-        m = None if fenced else _MD_HEADING.fullmatch(line)
+        if fence:
+            continue
+        if _MD_SETEXT.fullmatch(line) and not holds:
+            scopes = [x for x in scopes if x[0] < (1 if line.lstrip()[0] == "=" else 2)]  # "Title\n====="
+            continue
+        m = _MD_HEADING.fullmatch(line)
         if m is None:
             continue
         if holds:
@@ -219,6 +234,8 @@ def _html_signature(text: str, start: int) -> str:
                 names, fresh = [], False  # a heading ends what the signature documents
             else:
                 names, fresh = ([*names] if fresh else []) + [m.group("names")], True
+        elif HTML_SIGNATURE.fullmatch(body + "¶") and "(" in body and not holds:
+            names, fresh = [], False  # a signature without its permalink (":noindex:"): another's body
         elif body:
             fresh = False
     return ", ".join(names)

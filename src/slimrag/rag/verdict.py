@@ -139,6 +139,9 @@ _FENCE_OPEN = re.compile(r"\s*```\w*\s*$")
 #: word that ends nothing ("... with methods like `", "... defined by").
 _TRAILING = re.compile(r"(\w+)\W*$")
 
+#: A face written with a bracket (":(", ";-("): no bracket left open.
+_OPENED_FACE = re.compile(r"[:;]-?\(")
+
 #: A sentence whose subject is the sentence before it ("This method creates a deep copy ..."): after a
 #: sentence no passage backs, its subject is what no passage says, and it answers nothing.
 _REFERS = re.compile(r"(it|its|this|these|that|they|their)\b", re.I)
@@ -194,7 +197,8 @@ def unfinished(sentence: str, last_sentence: bool = True) -> bool:
         return True
     if not last_sentence:
         return False
-    if text.count("(") > text.count(")"):
+    bare = _OPENED_FACE.sub("", CODE_SPAN.sub("", text))  # a bracket in a code span or a face opens nothing
+    if bare.count("(") > bare.count(")"):
         return True  # an open bracket: cut inside a call or an aside ("isinstance(obj, zlib.Z")
     last = _TRAILING.search(text)
     return bool(text) and text[-1] not in ".!?:;)]\"'`*" and last is not None and last.group(1).lower() in STOPWORDS

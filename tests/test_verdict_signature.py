@@ -13,7 +13,7 @@ from test_verdict_question import built, verdict
 
 from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
-from slimrag.rag.signatures import SIGNATURE, _says
+from slimrag.rag.signatures import _says, signature_line
 
 DOCS = {
     "library/vault.rst.txt": (
@@ -47,9 +47,9 @@ def test_a_word_made_from_the_verb_says_it() -> None:
 
 
 def test_a_note_signs_nothing() -> None:
-    assert SIGNATURE.match(".. function:: pbkdf2_hmac(hash_name, password, salt, iterations)")
-    assert SIGNATURE.match(".. c:function:: int Py_EnterRecursiveCall(const char *where)")
-    assert not SIGNATURE.match(".. versionchanged:: 3.5.1")
+    assert signature_line(".. function:: pbkdf2_hmac(hash_name, password, salt, iterations)")
+    assert signature_line(".. c:function:: int Py_EnterRecursiveCall(const char *where)")
+    assert not signature_line(".. versionchanged:: 3.5.1")
 
 
 def test_code_named_for_which_flag_is_what_the_backing_documents(idx: Index) -> None:

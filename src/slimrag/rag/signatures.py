@@ -8,10 +8,10 @@ grounded answers that lacked the gold answer, whose passage was retrieved, quote
 whose signature stood in the same passage (docs/benchmarks.md, "Evidence under its signature").
 
 `signature_of` finds, for a sentence at an offset of its passage, the signature whose body holds it;
-evidence carries it (`slimrag.types.Evidence.signature`) and shows it before the sentence. Two forms
-of the same documentation are read:
+evidence carries it (`slimrag.types.Evidence.signature`) and shows it before the sentence. Three forms
+of documentation are read:
 
-- reStructuredText: a signature directive (`SIGNATURE`: function, method, class, data, attribute,
+- reStructuredText: a signature directive (`signature_line`: function, method, class, data, attribute,
   exception, decorator, ...) and the lines indented under it; a note (``.. versionchanged:: 3.5.1``)
   names nothing, and a signature continued on the lines right under it (``.. data:: I`` then
   ``IGNORECASE`` aligned under the ``I``) names each;
@@ -20,9 +20,9 @@ of the same documentation are read:
   "sys.getrecursionlimit()¶"), and the lines after it up to the next line ending in "¶" (another
   signature or a heading, "Example¶"); signatures with only blank lines between them ("re.I¶",
   "re.IGNORECASE¶") document one body;
-- Markdown: a heading that names code ("## `shutil.rmtree(path)`") and its section, to the next
-  heading of its level or higher (not measured on a set of questions: no Markdown API docs among
-  the benchmark's folders).
+- Markdown (a source named ``.md``, `MARKDOWN_SUFFIXES`): a heading that names code ("##
+  `shutil.rmtree(path)`") and its section, to the next heading of its level or higher (not
+  measured on a set of questions: no Markdown API docs among the benchmark's folders).
 
 A signature in another passage (the chunk starts mid-body) is not looked for: evidence reads the
 retrieved passages only.
@@ -60,24 +60,24 @@ _SIGNATURES = frozenset("""function method classmethod staticmethod abstractmeth
 decorator decoratormethod property coroutinefunction coroutinemethod awaitablefunction awaitablemethod describe
 envvar option cmdoption opcode pdbcommand macro member type var struct enum enumerator""".split())
 
-#: A signature directive line (`DIRECTIVE` of a kind in `_SIGNATURES`); ``names`` is what it names.
-SIGNATURE = re.compile(r"(?P<indent>[ \t]*)\.\. (?:\w+:)?(?:" + "|".join(sorted(_SIGNATURES)) + r")::"
-                       r"[ \t]+(?P<names>\S[^\n]*)")
+#: A name that code documents: a dotted name or a call, with its arguments ("sys.getrecursionlimit()",
+#: "re.IGNORECASE", "uuid.UUID(hex=None)"); a word alone ("Example") is none. Read by the HTML and the
+#: Markdown forms (`HTML_SIGNATURE`, `_MD_CODE`).
+_CODE_NAME = r"@?[A-Za-z_]\w*(?:(?:\.\w+)+(?:\(.*\))?|\(.*\))"
 
 #: A signature in the text of a built HTML page: a dotted or called name alone on its line, after an
 #: optional keyword ("class", "exception", "async", ...), before the permalink's "¶" that the page's
 #: text keeps ("sys.getrecursionlimit()¶", "class uuid.UUID(hex=None, ...)¶", "re.IGNORECASE¶"); a heading
 #: ("Example¶", "Module contents¶") has neither a dot nor a call.
 HTML_SIGNATURE = re.compile(r"(?:(?:class|exception|async|await|classmethod|staticmethod|abstractmethod|property|"
-                            r"decorator|coroutine|awaitable)\s+)*(?P<names>@?[A-Za-z_]\w*(?:(?:\.\w+)+(?:\(.*\))?|\(.*\))"
-                            r"(?:\s*→\s*\S.*)?)¶")
+                            r"decorator|coroutine|awaitable)\s+)*(?P<names>" + _CODE_NAME + r"(?:\s*→\s*\S.*)?)¶")
 
 #: A Markdown heading at the start of its line ("## `shutil.rmtree(path)`"): its level and title.
 _MD_HEADING = re.compile(r"(#{1,6})[ \t]+(.*?)[ \t#]*")
 #: A heading title that names code, in backticks or not: a dotted or called name after an optional
 #: keyword ("class uuid.UUID(hex=None)", "`rmtree(path)`"), or one name in backticks ("`rmtree`").
 _MD_CODE = re.compile(r"(?:(?:class|exception|async|def|function|method|property|decorator)\s+)?`?"
-                      r"(?P<names>@?[A-Za-z_]\w*(?:(?:\.\w+)+(?:\(.*\))?|\(.*\)))`?|`(?P<name>[A-Za-z_][\w.]*)`")
+                      r"(?P<names>" + _CODE_NAME + r")`?|`(?P<name>[A-Za-z_][\w.]*)`")
 #: The underline of a setext heading ("=====" for level 1, "-----" for level 2).
 _MD_SETEXT = re.compile(r"[ \t]{0,3}(?:=+|-{2,})[ \t]*")
 #: A Markdown code fence: its lines are code (a "# comment" there is no heading).
@@ -254,7 +254,7 @@ def does_what_asked(question: str | Question, s: Support, hits: Sequence[Hit] = 
     verb = Question.read(question).code_verb
     if verb is None or not s.evidence:
         return True
-    signed = [e for e in s.evidence if SIGNATURE.match(e.text)]
+    signed = [e for e in s.evidence if signature_line(e.text)]
     texts = [t for e in signed for t in [e.text, *_documented(e, hits)]] if signed else [e.text for e in s.evidence]
     return any(_says(verb, t) for t in texts)
 
@@ -271,7 +271,7 @@ def names_what_is_documented(question: str | Question, s: Support) -> bool:
     q = Question.read(question)
     if q.code_kind not in _NAMED_KINDS or not s.evidence:
         return True
-    held = {w for e in s.evidence for w in _parts(e.signature or _names(e.text))}
+    held = {w for e in s.evidence for w in _parts(e.signature or signature_line(e.text))}
     if not held:
         return True
     named = {w for i in identifiers(s.sentence) for w in _parts(i)}
@@ -292,10 +292,12 @@ def _parts(text: str) -> set[str]:
     return {p for w in words(text) for p in w.lower().split(".") if p}
 
 
-def _names(text: str) -> str:
-    """What the signature line ``text`` names ("" when it is none)."""
-    m = SIGNATURE.match(text)
-    return m.group("names") if m is not None else ""
+def signature_line(text: str) -> str:
+    """What ``text`` names when it opens with a reST signature directive (`DIRECTIVE` of a kind in
+    `_SIGNATURES`: ".. function:: pbkdf2_hmac(...)", ".. c:function:: ..."); "" for any other text
+    (".. versionchanged:: 3.5.1" names nothing a sentence documents)."""
+    m = DIRECTIVE.match(text)
+    return m.group("names") or "" if m is not None and m.group("kind") in _SIGNATURES else ""
 
 
 #: The shortest verb stem that a longer word may carry and still say the verb ("deriv" in "derivation"):
@@ -313,7 +315,7 @@ def _says(verb: str, text: str) -> bool:
 def _documented(signature: Evidence, hits: Sequence[Hit]) -> list[str]:
     """The sentences under evidence sentence ``signature`` (a signature line) in its passage of
     ``hits`` that it documents (`signature_of`: its indented body, to the first sentence it does not)."""
-    names = _names(signature.text).strip()
+    names = signature_line(signature.text).strip()
     out: list[str] = []
     for h in hits:
         if h.label == signature.label:

@@ -206,7 +206,8 @@ class _Passages:
     terms_before: list[set[str]]  # of the sentences before it
     names: list[set[str]]  # its numbers and names (`key_terms`)
     known: set[str]  # every word of the passages and the question
-    signed: list[set[str]]  # content words of the names of the signature it stands under (`signature_names`)
+    signature: list[str]  # the signature it stands under (`signature_of`), "" when none
+    signed: list[set[str]]  # content words of that signature's names (`signature_names`)
     _code: dict[int, str] = field(default_factory=dict)  # `code`'s, built on first use
 
     def code(self, j: int) -> str:
@@ -226,13 +227,14 @@ class _Passages:
     def of(cls, question: str, hits: Sequence[Hit], cands: Candidates) -> _Passages:
         texts = cands.texts
         own = [content_words(t) for t in texts]
-        sigs = [" ".join(signature_names(signature_of(hits[r].text, x.start, hits[r].source))) for r, x in cands.at]
-        terms = [_terms_in(f"{sig} {t}") for sig, t in zip(sigs, texts, strict=True)]
+        signature = [signature_of(hits[r].text, x.start, hits[r].source) for r, x in cands.at]
+        names = [" ".join(signature_names(sig)) for sig in signature]
+        terms = [_terms_in(f"{n} {t}") for n, t in zip(names, texts, strict=True)]
         back = [_before(cands, j) for j in range(len(texts))]
         return cls(hits, cands, own, [set().union(*(own[k] for k in cands.neighbours(j))) for j in range(len(own))],
                    [set().union(*(own[k] for k in b)) for b in back], terms,
                    [set().union(*(terms[k] for k in b)) for b in back], [key_terms(t) for t in texts],
-                   set().union(*terms) | _terms_in(question), [content_words(sig) for sig in sigs])
+                   set().union(*terms) | _terms_in(question), signature, [content_words(n) for n in names])
 
 
 def _before(cands: Candidates, j: int) -> list[int]:
@@ -323,7 +325,7 @@ def _support(s: Sentence, cos: np.ndarray, ps: _Passages, asked: set[str], q_wor
         rank, sent = ps.cands.at[j]
         h = ps.hits[rank]
         evidence.append(Evidence(sent.text, h.label, h.chunk_id, sent.start, sent.end, round(score, 4),
-                                 signature_of(h.text, sent.start, h.source)))
+                                 ps.signature[j]))
     labels = tuple(dict.fromkeys(e.label for e in evidence))
     return Support(s.text, labels, tuple(evidence), bool(backing) and not unknown, unknown)
 

@@ -23,6 +23,7 @@ same defaults into `INDEX_HTML`, its reST sources (``_sources/``, the other set)
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,20 +45,26 @@ def items() -> list[Item]:
 
 def pydocs() -> tuple[Any, list[Item]]:
     """The Python docs folder index (built on first use) and the set's items."""
-    from slimrag.index.core import Index
-
-    if (INDEX / "manifest.json").is_file():
-        return Index.open(INDEX), items()
-    return Index.build(python_docs_dir(), INDEX), items()
+    return _opened(INDEX, python_docs_dir), items()
 
 
 def pydocs_html() -> tuple[Any, list[Item]]:
     """The same questions over the built HTML pages (module header), the index built on first use."""
-    from slimrag.index.core import Index
-
     asked = [Item(it.question, it.answer, it.source.removesuffix(".rst.txt") + ".html") for it in items()]
-    if (INDEX_HTML / "manifest.json").is_file():
-        return Index.open(INDEX_HTML), asked
+    return _opened(INDEX_HTML, _html_folder), asked
+
+
+def _html_folder() -> Path:
+    """The built HTML pages, their reST sources (the other set) left out by a ``.slimragignore``."""
     html = python_docs_dir().parent
     (html / ".slimragignore").write_text("# the reST sources are the other set (pydocs)\n_sources/\n")
-    return Index.build(html, INDEX_HTML), asked
+    return html
+
+
+def _opened(index: Path, folder: Callable[[], Path]) -> Any:
+    """The index at ``index``, built from ``folder()`` (with the defaults) when there is none yet."""
+    from slimrag.index.core import Index
+
+    if (index / "manifest.json").is_file():
+        return Index.open(index)
+    return Index.build(folder(), index)

@@ -27,6 +27,11 @@ of documentation are read:
 A signature in another passage (the chunk starts mid-body) is not looked for: evidence reads the
 retrieved passages only.
 
+A passage is read once: each form's rules run in one pass over its lines, which `sections` cuts into
+the runs that document one signature, and `signature_of` looks its offset up there. Evidence,
+attribution and the verdict ask about the same passages, so the sections of the last `CACHED` (256)
+passages are kept; a larger cache serves a server's repeated passages, a smaller one holds less text.
+
 The other way round, a signature's sentences say what its code does: `does_what_asked` reads them
 when the verdict (`slimrag.rag.verdict`) asks whether code named for "which function returns ...?"
 is documented as doing that.
@@ -34,8 +39,13 @@ is documented as doing that.
 
 from __future__ import annotations
 
+import bisect
+import functools
+import itertools
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from operator import attrgetter
 
 from slimrag.rag.code import CODE_SPAN, identifiers
 from slimrag.rag.question import Question
@@ -92,17 +102,62 @@ _OPTION = re.compile(r"\s*:[\w-]+:")
 MARKDOWN_SUFFIXES = (".md", ".markdown", ".mdx")
 
 
+#: How many passages' sections (`sections`) are kept: evidence, attribution and the verdict of one
+#: answer ask about the same few passages, a server's answers about many.
+CACHED = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A run of whole lines of a passage whose every offset, from ``start`` up to ``end`` (the newline
+    after its last line included), `signature_of` answers with ``signature`` ("" where none)."""
+
+    start: int
+    end: int
+    signature: str
+
+
+def sections(text: str, source: str = "") -> tuple[Section, ...]:
+    """Passage ``text`` as the runs of lines that document one signature (`Section`), read once in one
+    pass over its lines by each form (`_rst_lines`, `_html_lines` and, in a Markdown ``source``,
+    `_markdown_lines`); they cover every offset from 0 to ``len(text)`` in order. The last `CACHED`
+    passages' sections are kept."""
+    return _sections(text, source.lower().endswith(MARKDOWN_SUFFIXES))
+
+
 def signature_of(text: str, start: int, source: str = "") -> str:
     """What the sentence at offset ``start`` of passage ``text`` documents: the names of the signature
-    whose body holds it, in reStructuredText (`_rst_signature`), in the text of a built HTML page
-    (`_html_signature`) or, in a Markdown ``source`` (`MARKDOWN_SUFFIXES`), under a heading that names
-    code (`_markdown_signature`); "" when none holds it, when the sentence is a signature itself, or when
-    ``start`` is not in ``text``."""
+    whose body holds it, in reStructuredText (`_rst_lines`), in the text of a built HTML page
+    (`_html_lines`) or, in a Markdown ``source`` (`MARKDOWN_SUFFIXES`), under a heading that names
+    code (`_markdown_lines`); "" when none holds it, when the sentence is a signature itself, or when
+    ``start`` is not in ``text``. Read from the passage's `sections`."""
     if not 0 <= start <= len(text):
         return ""
-    markdown = source.lower().endswith(MARKDOWN_SUFFIXES)
-    return _rst_signature(text, start) or _html_signature(text, start) or (
-        _markdown_signature(text, start) if markdown else "")
+    runs = sections(text, source)
+    return runs[bisect.bisect_right(runs, start, key=_START) - 1].signature
+
+
+_START = attrgetter("start")
+
+
+@functools.lru_cache(maxsize=CACHED)
+def _sections(text: str, markdown: bool) -> tuple[Section, ...]:
+    """`sections` of ``text``, Markdown headings read when ``markdown``. A line's signature is the
+    first form's that gives one (reST, HTML, Markdown); an offset at a line's end (its newline)
+    belongs to that line."""
+    lines = text.split("\n")
+    md: Iterable[str] = _markdown_lines(lines) if markdown else itertools.repeat("", len(lines))
+    out: list[Section] = []
+    at = 0
+    for line, rst, html, mark in zip(lines, _rst_lines(lines), _html_lines(lines), md, strict=True):
+        signature = rst or html or mark
+        end = at + len(line) + 1
+        if out and out[-1].signature == signature:
+            out[-1] = Section(out[-1].start, end, signature)
+        else:
+            out.append(Section(at, end, signature))
+        at = end
+    return tuple(out)
 
 
 def signature_names(signature: str) -> list[str]:
@@ -126,36 +181,41 @@ def signature_names(signature: str) -> list[str]:
 _NAME = re.compile(r"@?([A-Za-z_][\w.]*)\s*$")
 
 
-def _lines(text: str, start: int) -> Iterator[tuple[str, bool]]:
-    """The lines of ``text`` up to the one holding offset ``start``, each with whether it holds it."""
-    at = 0
-    for line in text.split("\n"):
-        holds = at <= start <= at + len(line)
-        yield line, holds
-        if holds:
-            return
-        at += len(line) + 1
+def _innermost(scopes: Sequence[tuple[int, list[str] | None]], depth: int | None = None) -> str:
+    """The names of the innermost reST scope (of those less indented than ``depth``, when given)."""
+    for indent, names in reversed(scopes):
+        if depth is None or indent < depth:
+            return ", ".join(names) if names else ""
+    return ""
 
 
-def _rst_signature(text: str, start: int) -> str:
-    """The names of the reST signature whose indented body holds offset ``start`` ("uuid4()"; "I,
+def _rst_lines(lines: Iterable[str]) -> Iterator[str]:
+    """For each line, the names of the reST signature whose indented body holds it ("uuid4()"; "I,
     IGNORECASE" for a signature continued on the lines under it; both names of two signature lines
-    with no body between them). Bodies nest: a line as little indented as a directive ends its body,
-    and the signature around it documents what follows (a class's body after a method's); a note's
-    body (`_NOTES`) documents what the signature around it does, another directive's nothing named."""
+    with no body between them); "" on a signature line. Bodies nest: a line as little indented as a
+    directive ends its body, and the signature around it documents what follows (a class's body after
+    a method's); a note's body (`_NOTES`) documents what the signature around it does, another
+    directive's nothing named."""
     scopes: list[tuple[int, list[str] | None]] = []  # (indentation, names; None: a body naming nothing)
     fresh = False  # the innermost signature has had no body line yet
     continued = False  # the line just before was a signature line or its continuation
-    for line, holds in _lines(text, start):
+    for line in lines:
         body = line.strip()
         if not body:
+            yield _innermost(scopes)
             continued = False
             continue
         depth = len(line) - len(line.lstrip())
         m = DIRECTIVE.match(line)
-        if m is not None and holds and m.group("kind") in _SIGNATURES:
-            return ""
-        if continued and m is None and depth > scopes[-1][0] and not _OPTION.match(line) and not holds:
+        kind = m.group("kind") if m is not None else None
+        option = _OPTION.match(line) is not None
+        if kind in _SIGNATURES:
+            yield ""  # a signature line documents nothing itself
+        elif continued and option:
+            yield _innermost(scopes)
+        else:  # what stays open once this line has ended the bodies it ends
+            yield _innermost(scopes, depth) if kind is None or kind in _NOTES else ""
+        if continued and m is None and depth > scopes[-1][0] and not option:
             names = scopes[-1][1]
             assert names is not None
             if names[-1].endswith("\\"):  # a signature continued after a backslash: one name
@@ -163,7 +223,7 @@ def _rst_signature(text: str, start: int) -> str:
             else:
                 names.append(body)  # ".. data:: I" / "IGNORECASE": one signature, two names
             continue
-        if continued and _OPTION.match(line):
+        if continued and option:
             continue
         popped = None
         while scopes and scopes[-1][0] >= depth:
@@ -171,7 +231,6 @@ def _rst_signature(text: str, start: int) -> str:
         if m is None:
             fresh = continued = False
             continue
-        kind = m.group("kind")
         if kind in _SIGNATURES and m.group("names"):
             names = [m.group("names").strip()]
             if fresh and popped is not None and popped[0] == depth and popped[1] is not None:
@@ -182,63 +241,63 @@ def _rst_signature(text: str, start: int) -> str:
             if kind not in _NOTES:
                 scopes.append((depth, None))
             fresh = continued = False
-    names = scopes[-1][1] if scopes else None
-    return ", ".join(names) if names else ""
 
 
-def _markdown_signature(text: str, start: int) -> str:
-    """The names of the Markdown heading that names code (`_MD_CODE`: "## `shutil.rmtree(path)`") whose
-    section holds offset ``start``: the lines after it up to the next heading of its level or higher.
-    A deeper heading that names no code ("### Example") is part of its section; one that does opens
-    its own. Lines in a code fence are code, never headings."""
+def _markdown_lines(lines: Iterable[str]) -> Iterator[str]:
+    """For each line, the names of the Markdown heading that names code (`_MD_CODE`: "##
+    `shutil.rmtree(path)`") whose section holds it: the lines after it up to the next heading of its
+    level or higher; "" on a heading. A deeper heading that names no code ("### Example") is part of
+    its section; one that does opens its own. Lines in a code fence are code, never headings."""
     scopes: list[tuple[int, str]] = []  # (level, names) of the open sections that name code
     fence = ""  # the open fence's marker ("```" or "~~~"): only the same one closes it
-    for line, holds in _lines(text, start):
+    for line in lines:
+        inner = scopes[-1][1] if scopes else ""
         f = _MD_FENCE.match(line)
         if f is not None and fence in ("", f.group(1)):
+            yield inner
             fence = "" if fence else f.group(1)
             continue
         if fence:
-            continue
-        if _MD_SETEXT.fullmatch(line) and not holds:
-            scopes = [x for x in scopes if x[0] < (1 if line.lstrip()[0] == "=" else 2)]  # "Title\n====="
+            yield inner
             continue
         m = _MD_HEADING.fullmatch(line)
+        yield "" if m is not None else inner
+        if _MD_SETEXT.fullmatch(line):
+            scopes = [x for x in scopes if x[0] < (1 if line.lstrip()[0] == "=" else 2)]  # "Title\n====="
+            continue
         if m is None:
             continue
-        if holds:
-            return ""
         level = len(m.group(1))
         while scopes and scopes[-1][0] >= level:
             scopes.pop()
         code = _MD_CODE.fullmatch(m.group(2))
         if code is not None:
             scopes.append((level, code.group("names") or code.group("name")))
-    return scopes[-1][1] if scopes else ""
 
 
-def _html_signature(text: str, start: int) -> str:
-    """The names of the signature of a built HTML page (`HTML_SIGNATURE`: "sys.getrecursionlimit()¶",
-    the permalink's "¶" kept by the page's text) whose body holds offset ``start``: the lines after it
-    up to the next line ending in "¶" (another signature, or a heading: "Example¶"). Signatures with
-    nothing between them but blank lines ("re.I¶", "re.IGNORECASE¶") document the same body."""
+def _html_lines(lines: Iterable[str]) -> Iterator[str]:
+    """For each line, the names of the signature of a built HTML page (`HTML_SIGNATURE`:
+    "sys.getrecursionlimit()¶", the permalink's "¶" kept by the page's text) whose body holds it: the
+    lines after it up to the next line ending in "¶" (another signature, or a heading: "Example¶"),
+    which gets "". Signatures with nothing between them but blank lines ("re.I¶", "re.IGNORECASE¶")
+    document the same body."""
     names: list[str] = []
     fresh = False  # no body line since the last signature
-    for line, holds in _lines(text, start):
+    for line in lines:
         body = line.strip()
         if body.endswith("¶"):
-            if holds:
-                return ""
+            yield ""
             m = HTML_SIGNATURE.fullmatch(body)
             if m is None:
                 names, fresh = [], False  # a heading ends what the signature documents
             else:
                 names, fresh = ([*names] if fresh else []) + [m.group("names")], True
-        elif HTML_SIGNATURE.fullmatch(body + "¶") and "(" in body and not holds:
+            continue
+        yield ", ".join(names)
+        if HTML_SIGNATURE.fullmatch(body + "¶") and "(" in body:
             names, fresh = [], False  # a signature without its permalink (":noindex:"): another's body
         elif body:
             fresh = False
-    return ", ".join(names)
 
 
 def does_what_asked(question: str | Question, s: Support, hits: Sequence[Hit] = ()) -> bool:

@@ -43,7 +43,7 @@ from slimrag.llm.base import Delta, Generator
 from slimrag.llm.declared import LOCAL
 from slimrag.llm.engine import lifecycle
 from slimrag.llm.engine.batcher import BatchConfig, BatchStats, DecodeLoop
-from slimrag.llm.engine.copying import CopyConstraint
+from slimrag.llm.engine.copying import CopyConstraint, Joining
 from slimrag.llm.engine.decoding import Chooser, chooser
 from slimrag.llm.engine.keys import cache_path, tree_path
 from slimrag.llm.engine.request import Request
@@ -115,6 +115,7 @@ class LocalGenerator(Generator):
         self._cache_spec: CacheSpec = cache
         self._reuse: KVReuse | None = None
         self._lock, self._tok_lock = runner.lock, threading.Lock()
+        self._joining: Joining | None = None  # the copy rule's connectors in this model's tokens
 
     # -- loading and the KV reuse --------------------------------------------------------------
 
@@ -183,12 +184,18 @@ class LocalGenerator(Generator):
         with self._tok_lock:  # not the model lock: a stream detokenizes while a decode step runs
             return str(tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False))
 
+    def _piece(self, token: int) -> str:
+        """The text of one token id (`decode`)."""
+        return self.decode([token])
+
     def copy_constraint(self, texts: Sequence[str], spans: int = 1) -> CopyConstraint:
         """The copy rule over ``texts`` for one request (`slimrag.llm.engine.copying`), in this
         model's tokens; ``spans``: how many spans it may copy (0: any number)."""
         loaded = self.load()
-        return CopyConstraint.build(texts, self.encode_texts, lambda t: self.decode([t]), self.runner.eos,
-                                    loaded.model.config.vocab_size, spans or None)
+        if self._joining is None:  # one tokenizer: its connectors read once (two racing reads agree)
+            self._joining = Joining.of(self.encode_texts, self._piece)
+        return CopyConstraint.build(texts, self.encode_texts, self._piece, self.runner.eos,
+                                    loaded.model.config.vocab_size, spans or None, self._joining)
 
     def cache_path(self, segments: list[Segment]) -> tuple[str, list[str]]:
         """The tree root and passage keys of a prompt's cacheable segments (all but the last)."""

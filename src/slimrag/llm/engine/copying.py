@@ -39,6 +39,8 @@ same tokens, cached or not, batched or alone (the mask depends only on the reque
 Cost: a token's allowed ids (a few hundred) are listed and their logits gathered, and the token is
 picked among them (`CopyConstraint.choose_with`): 0.3 ms a token measured for three evidence
 sentences and a question (233 ids allowed, on a loaded machine), against ~10-20 ms for the forward.
+Building a request's constraint tokenizes its texts only: the connectors' and marks' ids are the same
+for every request, read once per tokenizer (`Joining`, which the generator keeps).
 
 Knobs
     ``spans`` (1, above). `CONNECTORS`: more words make the answer read better and let more be
@@ -49,6 +51,7 @@ Knobs
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -105,27 +108,18 @@ class CopyConstraint:
     @classmethod
     def build(cls, texts: Sequence[str], encode: Callable[[list[str]], list[list[int]]],
               piece: Callable[[int], str], ends: Iterable[int], vocab: int,
-              spans: int | None = None) -> CopyConstraint:
+              spans: int | None = None, joining: Joining | None = None) -> CopyConstraint:
         """The constraint for copying from ``texts``: ``encode`` tokenizes a list of texts (no
         special tokens), ``piece`` decodes one id, ``ends`` are the ids that end the answer
-        besides a line break, ``vocab`` the logits' length, ``spans`` as in the class."""
-        words = [w for c in CONNECTORS for w in (c, c.capitalize())]
-        spaced = encode([" " + t for t in (*texts, *words)])
-        alone = encode([t for t in (*texts, *(w.capitalize() for w in CONNECTORS))])
-        marks = encode(list(PUNCTUATION))
-        starts: set[int] = set()
-        for ids in spaced:
-            for t in ids:
-                text = piece(t)
-                if text[:1].isspace() or text in PUNCTUATION:
-                    starts.add(t)
-        starts.update(t for ids in marks for t in ids[:1])
-        openers = {ids[0] for ids in alone if ids}
-        newline = encode(["\n"])[0]
-        stops = {ids[0] for ids in encode(["."]) if ids}
-        joiners = {t for ids in (*spaced[len(texts):], *alone[len(texts):]) for t in ids[:1]}
-        joiners.update(t for ids in marks for t in ids[:1])
-        return cls([*spaced, *alone, *marks], starts, openers, {*ends, *newline[:1]}, vocab, spans, stops, joiners)
+        besides a line break, ``vocab`` the logits' length, ``spans`` as in the class; ``joining``:
+        the connectors and marks in the same tokens (`Joining.of`, read here when not given)."""
+        join = joining or Joining.of(encode, piece)
+        spaced = encode([" " + t for t in texts])
+        alone = encode(list(texts))
+        starts = {t for ids in spaced for t in ids if _starts_word(piece(t))} | join.starts
+        openers = {ids[0] for ids in alone if ids} | join.openers
+        return cls([*spaced, *join.spaced, *alone, *join.alone, *join.marks], starts, openers,
+                   {*ends, *join.ends}, vocab, spans, join.stops, join.joiners)
 
     def allowed(self) -> list[int]:
         """The ids the next token may be (sorted)."""
@@ -173,3 +167,41 @@ class CopyConstraint:
             return token
 
         return constrained
+
+
+def _starts_word(piece: str) -> bool:
+    """Whether a token's text may open a copy: it begins with a space or is punctuation."""
+    return piece[:1].isspace() or piece in PUNCTUATION
+
+
+@dataclass(frozen=True, slots=True)
+class Joining:
+    """What the copy rule adds to every request's texts, in one tokenizer's ids: `CONNECTORS` after a
+    space (as written and capitalised) and capitalised alone (opening the answer), and `PUNCTUATION`.
+    The same for every request, so read once per tokenizer (`of`) and handed to `CopyConstraint.build`.
+
+    spaced, alone, marks: their id sequences (sources to copy from); starts: those that open a word
+    or are a mark; openers: the first ids of ``alone``; ends: a line break's first id; stops: a full
+    stop's; joiners: the first ids of all three, whose copy counts as no span."""
+
+    spaced: tuple[tuple[int, ...], ...]
+    alone: tuple[tuple[int, ...], ...]
+    marks: tuple[tuple[int, ...], ...]
+    starts: frozenset[int]
+    openers: frozenset[int]
+    ends: frozenset[int]
+    stops: frozenset[int]
+    joiners: frozenset[int]
+
+    @classmethod
+    def of(cls, encode: Callable[[list[str]], list[list[int]]], piece: Callable[[int], str]) -> Joining:
+        """The connectors and marks in the ids of ``encode`` (a list of texts, no special tokens) and
+        ``piece`` (one id's text)."""
+        spaced = [tuple(ids) for ids in encode([" " + w for c in CONNECTORS for w in (c, c.capitalize())])]
+        alone = [tuple(ids) for ids in encode([c.capitalize() for c in CONNECTORS])]
+        marks = [tuple(ids) for ids in encode(list(PUNCTUATION))]
+        firsts = {t for ids in (*spaced, *alone, *marks) for t in ids[:1]}
+        starts = {t for ids in spaced for t in ids if _starts_word(piece(t))} | {t for ids in marks for t in ids[:1]}
+        return cls(tuple(spaced), tuple(alone), tuple(marks), frozenset(starts),
+                   frozenset(ids[0] for ids in alone if ids), frozenset(encode(["\n"])[0][:1]),
+                   frozenset(ids[0] for ids in encode(["."]) if ids), frozenset(firsts))

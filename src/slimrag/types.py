@@ -160,11 +160,20 @@ class Evidence:
     signature: str = ""
 
     @property
+    def line(self) -> str:
+        """The sentence on one line, each run of white space one space."""
+        return " ".join(self.text.split())
+
+    @property
+    def lead(self) -> str:
+        """What is shown before the sentence: its signature ("`uuid4()`: "), or "" when it has none."""
+        return f"`{self.signature}`: " if self.signature else ""
+
+    @property
     def quoted(self) -> str:
-        """The sentence as a reader reads it, on one line: after its signature when it has one
+        """The sentence as a reader reads it, on one line (`line`), after its `lead`
         ("`uuid4()`: Generate a random UUID.")."""
-        text = " ".join(self.text.split())
-        return f"`{self.signature}`: {text}" if self.signature else text
+        return self.lead + self.line
 
 
 @dataclass(frozen=True, slots=True)

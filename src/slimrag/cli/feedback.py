@@ -75,8 +75,7 @@ def print_evidence(answer: Any) -> None:
         return
     click.echo("\nEvidence:")
     for e in answer.evidence:
-        said = f'"{" ".join(e.text.split())}"'
-        click.echo(f"  `{e.signature}`: {said} [{e.label}]" if e.signature else f"  {said} [{e.label}]")
+        click.echo(f'  {e.lead}"{e.line}" [{e.label}]')  # as `Evidence.quoted`, the sentence in quotes
 
 
 def print_unsupported(answer: Any) -> None:

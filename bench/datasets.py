@@ -21,10 +21,15 @@ import urllib.request
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import numpy as np
+
+    from slimrag.index.core import Index
+    from slimrag.ingest.source import Inputs
 
 DATA = Path(__file__).resolve().parent / "data"
 BIGBENCH = "bigbench-1.0.0.tar.gz"
@@ -33,6 +38,18 @@ DISFL_MEMBER = "bigbench-1.0.0/bigbench/benchmark_tasks/disfl_qa/task.json"
 
 def _run(cmd: list[str], cwd: Path) -> None:
     subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, text=True)
+
+
+def saved_index(path: Path, inputs: Callable[[], Inputs], **build: Any) -> Index:
+    """The index saved at ``path`` (a built one has its manifest), or, when there is none yet, the one
+    `Index.build` makes there from ``inputs()`` with the keywords ``build`` (``storage``,
+    ``overwrite``): the benchmarks' sets are indexed once, on first use. ``inputs`` is called only to
+    build (reading a corpus can take minutes)."""
+    from slimrag.index.core import Index
+
+    if (path / "manifest.json").is_file():
+        return Index.open(path)
+    return Index.build(inputs(), path, **build)
 
 
 def python_docs_dir() -> Path:

@@ -23,11 +23,10 @@ same defaults into `INDEX_HTML`, its reST sources (``_sources/``, the other set)
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.datasets import DATA, python_docs_dir
+from bench.datasets import DATA, python_docs_dir, saved_index
 from bench.qa_sets import Item
 
 #: The questions, their gold answers and gold files.
@@ -45,13 +44,13 @@ def items() -> list[Item]:
 
 def pydocs() -> tuple[Any, list[Item]]:
     """The Python docs folder index (built on first use) and the set's items."""
-    return _opened(INDEX, python_docs_dir), items()
+    return saved_index(INDEX, python_docs_dir), items()
 
 
 def pydocs_html() -> tuple[Any, list[Item]]:
     """The same questions over the built HTML pages (module header), the index built on first use."""
     asked = [Item(it.question, it.answer, it.source.removesuffix(".rst.txt") + ".html") for it in items()]
-    return _opened(INDEX_HTML, _html_folder), asked
+    return saved_index(INDEX_HTML, _html_folder), asked
 
 
 def _html_folder() -> Path:
@@ -59,12 +58,3 @@ def _html_folder() -> Path:
     html = python_docs_dir().parent
     (html / ".slimragignore").write_text("# the reST sources are the other set (pydocs)\n_sources/\n")
     return html
-
-
-def _opened(index: Path, folder: Callable[[], Path]) -> Any:
-    """The index at ``index``, built from ``folder()`` (with the defaults) when there is none yet."""
-    from slimrag.index.core import Index
-
-    if (index / "manifest.json").is_file():
-        return Index.open(index)
-    return Index.build(folder(), index)

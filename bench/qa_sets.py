@@ -25,7 +25,7 @@ import tarfile
 from dataclasses import dataclass
 from typing import Any
 
-from bench.datasets import DATA, bigbench_archive
+from bench.datasets import DATA, bigbench_archive, saved_index
 from bench.qa_workload import flat_index, normalize, passages_and_questions
 
 NQ_MEMBER = "bigbench-1.0.0/bigbench/benchmark_tasks/contextual_parametric_knowledge_conflicts/task.json"
@@ -61,13 +61,10 @@ def nq_conflicts_rows() -> list[dict[str, str]]:
 
 def nq_conflicts() -> tuple[Any, list[Item]]:
     """The nq_conflicts flat index (built on first use) and its items."""
-    from slimrag.index.core import Index
-
     rows = random.Random(0).sample(nq_conflicts_rows(), NQ_PASSAGES)
     path = DATA / f"nq_conflicts-{NQ_PASSAGES}.slimrag"
     pairs = [(f"nq/{i:04d}.txt", r["context"]) for i, r in enumerate(rows)]
-    idx = Index.open(path) if (path / "manifest.json").is_file() else Index.build(pairs, path, storage="flat",
-                                                                                   overwrite=True)
+    idx = saved_index(path, lambda: pairs, storage="flat", overwrite=True)
     return idx, [Item(r["question"], r["answer"], src) for (src, _), r in zip(pairs, rows, strict=True)]
 
 

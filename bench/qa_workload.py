@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.datasets import DATA, QA, disfl_qa
+from bench.datasets import DATA, QA, disfl_qa, saved_index
 from slimrag.prompt import Passage
 
 INDEX = DATA / "disfl_qa.slimrag"
@@ -76,13 +76,11 @@ def passages_and_questions() -> tuple[list[str], dict[int, list[QA]]]:
 def flat_index(path: Path = INDEX, storage: str = "flat"):  # noqa: ANN201  (slimrag.index.core.Index; imported lazily)
     """The index of all disfl_qa passages, built on first use (a few minutes on 2 cores); flat
     unless ``storage`` says otherwise (`bench.floor` builds a slim one)."""
-    from slimrag.index.core import Index
+    def pairs() -> list[tuple[str, str]]:
+        texts, _ = passages_and_questions()
+        return [(f"disfl_qa/{i:04d}.txt", t) for i, t in enumerate(texts)]
 
-    if (path / "manifest.json").is_file():
-        return Index.open(path)
-    texts, _ = passages_and_questions()
-    pairs = [(f"disfl_qa/{i:04d}.txt", t) for i, t in enumerate(texts)]
-    return Index.build(pairs, path, storage=storage, overwrite=True)
+    return saved_index(path, pairs, storage=storage, overwrite=True)
 
 
 def grouped(passages: int, seed: int = 0) -> list[Question]:

@@ -51,7 +51,7 @@ from typing import Any
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
-from bench.datasets import DATA, python_doc_paragraphs  # noqa: E402
+from bench.datasets import DATA, python_doc_paragraphs, saved_index  # noqa: E402
 from bench.qa_workload import flat_index, passages_and_questions  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "retrieval.json"
@@ -81,11 +81,9 @@ def disfl(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str]]]:
 
 
 def pydocs(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str]]]:
-    from slimrag.index.core import Index
-
     paras = python_doc_paragraphs()[: args.pydocs]
     path = DATA / f"pydocs-{len(paras)}.slimrag"
-    idx = Index.open(path) if (path / "manifest.json").is_file() else Index.build(paras, path, overwrite=True)
+    idx = saved_index(path, lambda: paras, overwrite=True)
     rng = random.Random(args.seed)
     sample = rng.sample(paras, min(args.questions, len(paras)))
     return idx, [(" ".join(text.split()[4:16]), source) for source, text in sample]

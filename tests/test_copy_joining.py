@@ -7,15 +7,13 @@ from __future__ import annotations
 import pytest
 
 from slimrag.llm.engine.copying import CopyConstraint
+from slimrag.llm.local import LocalGenerator
+from slimrag.llm.weights import LoadedModel
 
 
 @pytest.fixture(scope="module")
-def gen():
-    from slimrag.llm.local import LocalGenerator
-
-    g = LocalGenerator()
-    g.load()
-    return g
+def gen(smollm: LoadedModel) -> LocalGenerator:
+    return LocalGenerator(loaded=smollm)  # the session's loaded model: its tokenizer, no second load
 
 
 TEXTS = ("The earliest recorded incidents of civil disobedience occurred during the Roman Empire.",
@@ -23,7 +21,7 @@ TEXTS = ("The earliest recorded incidents of civil disobedience occurred during 
          "What does json.loads return?")
 
 
-def test_a_kept_joining_builds_the_constraint_a_fresh_read_does(gen) -> None:
+def test_a_kept_joining_builds_the_constraint_a_fresh_read_does(gen: LocalGenerator) -> None:
     first = gen.copy_constraint(TEXTS[:1])
     kept = gen._joining
     cached = gen.copy_constraint(TEXTS, spans=1)

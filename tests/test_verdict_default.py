@@ -1,4 +1,4 @@
-"""A default is not a value an example sets (issue 29, `slimrag.rag.verdict._only_set`): the folder
+"""A default is not a value an example sets (issue 29, `slimrag.rag.stated.only_set`): the folder
 set's free answer "The default precision of the decimal module is 9." was backed by the example
 ``>>> decimal.getcontext().prec = 9``, which changes the default of 28. The passages here are written
 for this test (a client's timeout, a cache's signature), in a real index built by the real embedder."""
@@ -12,7 +12,7 @@ from test_verdict_question import built, verdict
 
 from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
-from slimrag.rag.verdict import _without_set
+from slimrag.rag.stated import without_set
 
 DOCS = {
     "library/netclient.rst.txt": (
@@ -45,16 +45,16 @@ def test_a_keyword_argument_in_a_signature_states_its_default(idx: Index) -> Non
 
 
 def test_what_statements_set() -> None:
-    assert _without_set(">>> ctx.prec = 9\n9") == ">>> ctx.prec "
-    assert _without_set("memoize(maxsize=256, typed=False)") == "memoize(maxsize=256, typed=False)"
-    assert _without_set(">>> x == 9\n>>> y <= 9 and z != 9 and w >= 9") == ">>> x == 9\n>>> y <= 9 and z != 9 and w >= 9"
+    assert without_set(">>> ctx.prec = 9\n9") == ">>> ctx.prec "
+    assert without_set("memoize(maxsize=256, typed=False)") == "memoize(maxsize=256, typed=False)"
+    assert without_set(">>> x == 9\n>>> y <= 9 and z != 9 and w >= 9") == ">>> x == 9\n>>> y <= 9 and z != 9 and w >= 9"
     # only a doctest statement sets: a configuration file, prose and a continued signature state values
-    assert _without_set("d = {'a': 1}\nn += 2") == "d = {'a': 1}\nn += 2"
+    assert without_set("d = {'a': 1}\nn += 2") == "d = {'a': 1}\nn += 2"
     prose = "When created with ``maxidle=16`` (the default), a pool keeps at most 16 idle workers."
-    assert _without_set(prose) == prose
+    assert without_set(prose) == prose
     continued = ".. decorator:: memoize(typed=False, \\\n                   maxsize=256)"
-    assert _without_set(continued) == continued
+    assert without_set(continued) == continued
     # an example ends at a blank line: what follows is stated again
-    assert _without_set(">>> pool.size = 9\n9\n\n>>> pool.workers\n4") == ">>> pool.size \n\n>>> pool.workers\n4"
+    assert without_set(">>> pool.size = 9\n9\n\n>>> pool.workers\n4") == ">>> pool.size \n\n>>> pool.workers\n4"
     # what the example prints after it sets a value is the state it set
-    assert _without_set(">>> ctx.prec\n28\n>>> ctx.prec = 9\n>>> ctx.prec\n9") == ">>> ctx.prec\n28\n>>> ctx.prec "
+    assert without_set(">>> ctx.prec\n28\n>>> ctx.prec = 9\n>>> ctx.prec\n9") == ">>> ctx.prec\n28\n>>> ctx.prec "

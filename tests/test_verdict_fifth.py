@@ -142,8 +142,10 @@ def test_a_way_is_answered_by_its_verb_or_by_code() -> None:
     assert not answers(q, "The `date` class in Python is a built-in datetime object.")
     assert answers(q, "Use `date.fromisoformat()` on the string.")
     assert answers(q, "You parse it with the date class's ISO 8601 constructor.")
-    # a light verb asks for nothing ("make" need not be repeated)
-    assert answers("How do I make a deep copy of an object?", "A deep copy constructs a new compound object.")
+    # a light verb need not be repeated ("make"), but a means must be told: what a deep copy is tells none
+    # (tests/test_verdict_superseded.py)
+    assert answers("How do I make a deep copy of an object?", "Use the copy module's deepcopy function.")
+    assert not answers("How do I make a deep copy of an object?", "A deep copy constructs a new compound object.")
 
 
 def test_an_open_bracket_at_the_end_is_cut_off() -> None:

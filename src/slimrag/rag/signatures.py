@@ -314,7 +314,7 @@ def does_what_asked(question: str | Question, s: Support, hits: Sequence[Hit] = 
     if verb is None or not s.evidence:
         return True
     signed = [e for e in s.evidence if signature_line(e.text)]
-    texts = [t for e in signed for t in [e.text, *_documented(e, hits)]] if signed else [e.text for e in s.evidence]
+    texts = [t for e in signed for t in [e.text, *documented(e, hits)]] if signed else [e.text for e in s.evidence]
     return any(_says(verb, t) for t in texts)
 
 
@@ -371,7 +371,7 @@ def _says(verb: str, text: str) -> bool:
     return verb in said or (len(verb) >= _STEM_IN_WORD and any(w.startswith(verb) for w in said))
 
 
-def _documented(signature: Evidence, hits: Sequence[Hit]) -> list[str]:
+def documented(signature: Evidence, hits: Sequence[Hit]) -> list[str]:
     """The sentences under evidence sentence ``signature`` (a signature line) in its passage of
     ``hits`` that it documents (`signature_of`: its indented body, to the first sentence it does not)."""
     names = signature_line(signature.text).strip()

@@ -57,12 +57,17 @@ A sentence that refers back (opening with "It", "This", "They") right after a se
 answers nothing either: its subject is the unbacked one's ("... use the `deep_copy()` function. This
 method creates a deep copy of the given object." is backed by the passage's `copy.deepcopy`).
 
+A number inside a name ("the PEP 8 standard", `_NAMED_NUMBER`) counts nothing asked ("How much
+indentation ...?"). A value a passage no longer states answers nothing: a version note that a later note
+restates ("Changed in version 3.0: The default protocol is 3."), or a value an example sets
+(`slimrag.rag.stated`).
+
 A question's qualifier ("default", "oldest", "maximum": `slimrag.rag.question.QUALIFIERS`, each with
 the words that say the same, compared by stem; "first" and "last" only after a determiner, not "does the
 battery last" nor "released first, Django or Flask") must be held by the backing sentences or the
 sentences before them (`qualified`): "The default level of the root logger is NOTSET." is backed by "When a logger is created, the level is set to
 NOTSET", a value for another case than the one asked. Nor is a default a value that an example sets
-(`_only_set`: "The default precision of the decimal module is 9." backed only by ``>>>
+(`slimrag.rag.stated.only_set`: "The default precision of the decimal module is 9." backed only by ``>>>
 decimal.getcontext().prec = 9``, where the sentence before says the example changes it); a keyword
 argument in a signature (``lru_cache(maxsize=128)``) does state its default.
 
@@ -71,8 +76,10 @@ sentence that says the asked verb or names code the question does not, a shell c
 too ("Run `make demo`."; "The `date` class in Python is a built-in datetime object." does neither), and one for code that does something ("Which function
 returns the default timeout ...?", ``Question.code_verb``) by code whose backing says that verb
 (`does_what_asked`: `setdefaulttimeout`'s passage says "Set the default timeout"; under a backing signature
-line, the sentence that documents it says it: "provides ... key derivation" for "derives"); light verbs
-("makes", "does") ask for nothing. Nor is a way answered by a purpose clause alone ("To copy an entire
+line, the sentence that documents it says it: "provides ... key derivation" for "derives"). A light verb
+("How do I make a deep copy ...?") need not be said, but a means must be (`_MEANS`: "use", "call",
+"by", or code): "A shallow copy constructs a new object with references to the original." describes, and
+tells no way. Nor is a way answered by a purpose clause alone ("To copy an entire
 directory tree rooted at *src* to a new location *dst*.", a span copied from the passage's docs:
 `_PURPOSE`): it restates the goal, unless a main clause ("..., use ...") or code follows.
 
@@ -105,7 +112,8 @@ from slimrag.rag.sentences import (
     stem,
     words,
 )
-from slimrag.rag.signatures import does_what_asked, names_what_is_documented
+from slimrag.rag.signatures import documented, does_what_asked, names_what_is_documented, signature_line
+from slimrag.rag.stated import current, only_set
 from slimrag.types import Evidence, Hit, Support
 
 #: What a shell says in place of an answer that no passage backs.
@@ -173,6 +181,14 @@ def _main_clause(text: str) -> bool:
 _CITED = re.compile(r"\[[^\[\]\n]*\]")
 
 
+#: A number that is part of a name: after a capitalised word that does not open the sentence ("the PEP 8
+#: standard", "Gospel Songs No. 2", "in Python 3.8"). It names something; it counts nothing.
+_NAMED_NUMBER = re.compile(r"(?<=\S\s|\s\()(?P<name>[A-Z][\w-]*\.?)\s+\d+(?:\.\d+)*\b")
+
+#: Words that tell a means ("use the ... module", "by calling ...", "call ...") for a way asked with a
+#: light verb ("How do I make a deep copy ...?"), whose verb asks for nothing (`answers`).
+_MEANS = frozenset(stem(w) for w in "use using call calling run running pass passing by via import".split())
+
 #: The verdicts, in order from best to worst.
 VERDICTS = ("supported", "partial", "not_backed")
 
@@ -217,13 +233,16 @@ def answers(question: str | Question, sentence: str, last_sentence: bool = True)
         return False
     if q.way and _PURPOSE.match(text) and not _main_clause(text) and not _new_code(q, sentence):
         return False  # "How do I copy a tree?" -- "To copy an entire directory tree rooted at src." restates the goal
-    typed = q.kind in TYPED and bool(has_type(q.kind, sentence, q.terms | q.said))
+    counted = _NAMED_NUMBER.sub(r"\g<name>", sentence) if q.kind == "number" else sentence  # "PEP 8" counts nothing
+    typed = q.kind in TYPED and bool(has_type(q.kind, counted, q.terms | q.said))
     if text.endswith(":") and not (typed and q.kind in _LEAD_TYPED):
         # it introduces what follows (a list, code): it answers by the code it names, unless it already
         # states the date or number asked ("Stage 3 has 4 parts, as follows:")
         return _new_code(q, sentence)
     if q.way_verb is not None and q.way_verb not in said and not _new_code(q, sentence):
         return False  # "How do I parse ...?" is not answered by "The `date` class is a built-in object."
+    if q.way and q.way_verb is None and not _MEANS & {stem(w.lower()) for w in words(text)} and not _new_code(q, sentence):
+        return False  # "How do I make a deep copy?" -- "A shallow copy constructs a new object ..." tells no means
     if q.kind not in TYPED or typed:
         return True
     if q.kind != "name":
@@ -261,8 +280,9 @@ def _passage_words(s: Support, hits: Sequence[Hit]) -> set[str]:
 def on_question(question: str | Question, s: Support, hits: Sequence[Hit] = (),
                 before: Sequence[str] | None = None) -> bool:
     """Whether ``s``'s sentence and what backs it hold together at least `ON_QUESTION` of the question's
-    content words (module header): its backing passage sentences, or for a code block (backed by
-    passages, not sentences) the passages themselves. True for a question without content words. A bare
+    content words (module header): its backing passage sentences (a signature line with the sentences
+    it documents, `slimrag.rag.signatures.documented`), or for a code block (backed by passages, not
+    sentences) the passages themselves. True for a question without content words. A bare
     value ("The answer is: 1978.") is not exempt: on the held-out set exempting it passed three wrong
     backed values for one right (docs/benchmarks.md, "The check, fourth pass"); the sentences just before its
     backing sentences count for it (`_bare`, module header); ``before``: those sentences
@@ -272,6 +292,9 @@ def on_question(question: str | Question, s: Support, hits: Sequence[Hit] = (),
     if not asked:
         return True
     held = content_words(s.sentence).union(*(content_words(e.text) for e in s.evidence))
+    for e in s.evidence:  # a signature line holds what its body says: ".. function:: deepcopy(x)", "Return a deep copy"
+        if hits and signature_line(e.text):
+            held = held.union(*(content_words(t) for t in documented(e, hits)))
     if s.evidence and hits and _bare(q, s.sentence):  # "The role of Gen. Eisenhower went to Tony Jeffries"
         if before is None:
             before = _sentences_before(s.evidence, hits)
@@ -314,50 +337,11 @@ def qualified(question: str | Question, s: Support, hits: Sequence[Hit] = (),
     held = {stem(w) for t in [*(e.text for e in s.evidence), *before] for w in words(t)}
     if not all(group & held for group in asked):
         return False
-    return _DEFAULT not in asked or not _only_set(s)
+    return _DEFAULT not in asked or not only_set(s)
 
 
 #: The "default" qualifier (`slimrag.rag.question.QUALIFIERS`).
 _DEFAULT = frozenset({"default"})
-
-#: An operator that holds "=" without setting anything: a comparison.
-_COMPARES = re.compile(r"[=!<>]=|=[=>]")
-
-
-def _without_set(text: str) -> str:
-    """``text`` less what its examples set: from a doctest statement that sets something (``>>>
-    decimal.getcontext().prec = 9``: an "=" outside brackets, not a comparison) to the end of its
-    example (a blank line), the value set and what the example prints once it is set. Prose, a
-    signature's keyword argument (``lru_cache(maxsize=128)``) and a configuration file state values."""
-    out: list[str] = []
-    cut = False
-    for line in text.splitlines():
-        if not line.strip():
-            cut = False
-        elif cut:
-            continue
-        code = line.lstrip()
-        if code.startswith(">>>"):
-            depth = 0
-            for i, c in enumerate(code):
-                depth += (c in "([{") - (c in ")]}")
-                if c == "=" and depth == 0 and not _COMPARES.search(code, max(i - 1, 0), i + 2):
-                    line, cut = code[:i], True
-                    break
-        out.append(line)
-    return "\n".join(out)
-
-
-def _only_set(s: Support) -> bool:
-    """Whether each number ``s``'s sentence states is held by the sentences backing it only as a value
-    an example sets, or shows once set (`_without_set`): for a "default" question that is a value someone chose, not the
-    default. "The default precision of the decimal module is 9." is backed by the example
-    ``>>> decimal.getcontext().prec = 9``, which changes the default of 28."""
-    numbers = {t for t in key_terms(s.sentence) if any(c.isdigit() for c in t)}
-    if not numbers or not s.evidence:
-        return False
-    return not any(numbers & key_terms(_without_set(e.text)) for e in s.evidence)
-
 
 def kind_of(question: str | Question, support: Sequence[Support], hits: Sequence[Hit] = (),
             ended: bool = False, text: str | None = None) -> str:
@@ -404,7 +388,7 @@ def _responsive(q: Question, support: Sequence[Support], i: int, hits: Sequence[
         return False
     read = bool(s.evidence and hits and (q.qualifiers or _bare(q, s.sentence)))
     before = _sentences_before(s.evidence, hits) if read else []
-    return (on_question(q, s, hits, before) and qualified(q, s, hits, before)
+    return (on_question(q, s, hits, before) and qualified(q, s, hits, before) and current(s, hits)
             and does_what_asked(q, s, hits) and names_what_is_documented(q, s))
 
 

@@ -68,6 +68,13 @@ regime where it can. The bound then also gives the reuse of one replica at that 
 with the three replicas' memory (references, see `reuse_bound`), with the working and hot sets.
 Each part reports the tokens every replica's tree held at its end.
 
+Reuse: ``--reuse blend --recompute POLICY`` runs every replica with ``serve --reuse blend``: a
+passage's entry (its KV right after the system segment) is placed wherever the passage stands
+(`slimrag.llm.kv.blend`), so what a replica can save is every entry it holds of a chat's passages,
+not only the cached path in front; the router reads the mode from each replica's ``/healthz``
+(`slimrag.route.kv_view.KVView.reusable`), and so does the bench's mirror for "chose the longest".
+The bounds stay exact reuse's (one replica of unlimited memory reusing every cached path).
+
 Start deadline: each replica has ``--start-timeout`` (180 s, the model load on a loaded machine
 included) to answer ``/healthz`` and the in-process router 30 s; one that exits or misses it stops
 the bench with `StartError`, naming it and the end of its ``serve.log``. Replicas run unbuffered
@@ -157,8 +164,9 @@ class Replica:
     """A `slimrag serve` process with its own ``$SLIMRAG_HOME`` (fresh KV, shared models); its
     output goes to ``serve.log`` there, shown when it fails to start."""
 
-    def __init__(self, home: Path, events: bool = True, kv_budget: int | None = None) -> None:
-        self.home, self.events, self.kv_budget = home, events, kv_budget
+    def __init__(self, home: Path, events: bool = True, kv_budget: int | None = None,
+                 reuse: tuple[str, ...] = ()) -> None:
+        self.home, self.events, self.kv_budget, self.reuse = home, events, kv_budget, reuse
         self.port, self.ev_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = home / "serve.log"
@@ -176,6 +184,7 @@ class Replica:
             cmd += ["--kv-events", f"tcp://127.0.0.1:{self.ev_port}"]
         if self.kv_budget is not None:
             cmd += ["--kv-budget", str(self.kv_budget)]
+        cmd += list(self.reuse)
         env = {**os.environ, "SLIMRAG_HOME": str(self.home), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
                "PYTHONUNBUFFERED": "1"}
         with open(self.log, "ab") as log:
@@ -213,10 +222,12 @@ class Replica:
 
 @contextmanager
 def replicas(root: Path, events: tuple[bool, ...] = (True, True, True),
-             timeout: float = START_TIMEOUT, kv_budget: int | None = None) -> Iterator[list[Replica]]:
-    """Replicas started together (each with ``serve --kv-budget kv_budget`` when given), each given
-    ``timeout`` seconds from its start to answer; all killed on the way out (and when one fails to start)."""
-    reps = [Replica(root / f"r{i}", e, kv_budget) for i, e in enumerate(events)]
+             timeout: float = START_TIMEOUT, kv_budget: int | None = None,
+             reuse: tuple[str, ...] = ()) -> Iterator[list[Replica]]:
+    """Replicas started together (each with ``serve --kv-budget kv_budget`` when given, and the
+    ``serve`` flags ``reuse``: ``--reuse blend --recompute ...``), each given ``timeout`` seconds
+    from its start to answer; all killed on the way out (and when one fails to start)."""
+    reps = [Replica(root / f"r{i}", e, kv_budget, reuse) for i, e in enumerate(events)]
     try:
         for r in reps:
             r.start()
@@ -262,7 +273,8 @@ def serving(app: Any, timeout: float = 30.0) -> Iterator[str]:
 class Mirror:
     """The bench's own view of every replica's tree, from their events, on a loop thread."""
 
-    def __init__(self, reps: list[Replica]) -> None:
+    def __init__(self, reps: list[Replica], reuse: str = "exact") -> None:
+        self.reuse = reuse
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -282,7 +294,7 @@ class Mirror:
 
     def cached(self, plan: RoutePlan) -> list[int]:
         async def read() -> list[int]:
-            return [s.view.plan(plan.keys).cached_tokens if s is not None else 0 for s in self.streams]
+            return [s.view.reusable(plan.keys, self.reuse) if s is not None else 0 for s in self.streams]
 
         return asyncio.run_coroutine_threadsafe(read(), self.loop).result()
 
@@ -340,7 +352,7 @@ def run_policy(policy: str, reps: list[Replica], plans: dict[str, RoutePlan | No
     """The workload through ``policy`` over running ``reps``; per-request records and summary."""
     from slimrag.route.app import create_router_app
 
-    mirror = Mirror(reps)
+    mirror = Mirror(reps, "blend" if "blend" in reps[0].reuse else "exact")
     time.sleep(1.0)  # the mirror's first replays
     urls = [r.url for r in reps]
     kind, _, spread = policy.partition(":")  # "events:X": the events policy with spread_share X
@@ -571,6 +583,9 @@ def main() -> None:
                     help="RouterConfig.spread_share of the events policy (slimrag.route.kv_policy)")
     ap.add_argument("--kv-budget", type=int, metavar="MIB",
                     help="each replica's KV budget (serve --kv-budget; memory only, no disk tier); default: unbounded")
+    ap.add_argument("--reuse", choices=("exact", "blend"), default="exact",
+                    help="the replicas' serve --reuse; blend: a passage's KV placed wherever it stands")
+    ap.add_argument("--recompute", help="the replicas' serve --recompute (with --reuse blend)")
     ap.add_argument("--faults", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--calibrate", type=int, default=3)
     ap.add_argument("--fleet", default="16,64")
@@ -602,12 +617,14 @@ def main() -> None:
     with timing_lock(), tempfile.TemporaryDirectory(prefix="route-bench-") as tmp:
         root = Path(tmp)
         for n, (label, policy) in enumerate(labelled(args.policies.split(","))):
-            with replicas(root / f"{policy}-{n}", timeout=args.start_timeout, kv_budget=args.kv_budget) as reps:
+            with replicas(root / f"{policy}-{n}", timeout=args.start_timeout, kv_budget=args.kv_budget,
+                          reuse=reuse_flags(args)) as reps:
                 out["policies"][label] = run_policy(policy, reps, plans, questions, direct, args) | {"label": label}
             print(table_row(out["policies"][label]), file=sys.stderr)
             save(args.out, out)  # a later failure (a replica that does not restart) keeps what was measured
         if args.faults:
-            with replicas(root / "faults", (False, True, True), args.start_timeout, args.kv_budget) as reps:
+            with replicas(root / "faults", (False, True, True), args.start_timeout, args.kv_budget,
+                          reuse_flags(args)) as reps:
                 out["faults"] = run_policy("events", reps, plans, questions, direct, args, faults=True)
             print("faults:", out["faults"]["faults"], file=sys.stderr)
         if args.fleet:
@@ -618,6 +635,13 @@ def main() -> None:
                         for n in args.fleet.split(",")}
     save(args.out, out)
     print(report(out))
+
+
+def reuse_flags(args: argparse.Namespace) -> tuple[str, ...]:
+    """The ``serve`` flags of ``--reuse`` and ``--recompute`` (none for exact reuse, serve's default)."""
+    if args.reuse == "exact":
+        return ()
+    return ("--reuse", args.reuse, *(("--recompute", args.recompute) if args.recompute else ()))
 
 
 def labelled(policies: list[str]) -> list[tuple[str, str]]:

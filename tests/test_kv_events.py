@@ -294,3 +294,31 @@ def test_events_config_is_checked() -> None:
         EventsConfig("127.0.0.1:5557")
     with pytest.raises(ValueError, match="replay endpoint"):
         EventsConfig("ipc:///tmp/kv").replay()
+
+
+def test_a_blend_replica_is_priced_by_every_entry_it_holds() -> None:
+    """Under blend reuse a replica places each passage's entry (its segment right under the system
+    segment) wherever the passage stands: the view counts every entry of a request's passages, where
+    exact reuse counts only the path its plan walks."""
+    tree = KVTree.simulated(CacheConfig(device="cpu", host_bytes=10**6))
+    log = EventLog()
+    tree.subscribe(log.append)
+    sizes = {"a": 120, "b": 80, "c": 150}
+    for key, n in sizes.items():  # what a blend replica stores: the system segment and entries only
+        with tree.matching("model|system@1", [key]) as m:
+            tree.insert("model|system@1", [key], [S(45), S(n)][len(m.nodes):])
+    view = KVView()
+    for event in log.events:
+        view.apply(event)
+    asked = ["d", "b", "a"]
+    assert view.reusable(asked, "blend") == 45 + 80 + 120
+    assert view.reusable(asked) == view.plan(asked).cached_tokens == 45 + 120  # one step of the path
+    assert view.reusable(["d", "e"], "blend") == 45 and KVView().reusable(asked, "blend") == 0
+    tree.close()
+
+
+def test_events_config_names_the_reuse_its_events_are_read_by() -> None:
+    assert EventsConfig("tcp://127.0.0.1:5557").reuse == "exact"
+    assert EventsConfig("tcp://127.0.0.1:5557", reuse="blend").reuse == "blend"
+    with pytest.raises(ValueError, match="reuse"):
+        EventsConfig("tcp://127.0.0.1:5557", reuse="approximate")

@@ -276,3 +276,32 @@ def test_planned_rule_prices_unseen_chats() -> None:
     reps[0].in_flight, reps[0].waiting = 2, 1  # the two are the router's own after all: none unseen
     reps[0].report_load(chats=2, waiting=1)
     assert (reps[0].unseen, reps[0].unseen_waiting) == (0, 0)
+
+
+def test_planned_rule_prices_a_blend_replica_by_every_entry_it_holds() -> None:
+    """A replica that reuses by blend places each passage's entry wherever it stands: for a chat on
+    p3, p1 and p2 it saves p1 and p2 (600 tokens), more than the 450 of p3 on the other replica;
+    priced as exact reuse it would save only the path its plan walks (p1, 300)."""
+    from slimrag.route.kv_policy import choose_planned
+    from slimrag.route.planner import RoutePlan
+
+    reps = _followed({"p1": 300, "p2": 300}, {"p3": 450})
+    plan = RoutePlan(((1, 0.9), (2, 0.8), (3, 0.7)), ("p3", "p1", "p2"), (450, 300, 300))
+    config = RouterConfig()
+    assert choose_planned(reps, plan, "<user>q\n", config)[0] is reps[1]
+    reps[0].reuse = "blend"
+    chosen, reason, prefill = choose_planned(reps, plan, "<user>q\n", config)
+    assert (chosen, reason, prefill) == (reps[0], "kv", 40 + 1050 - 640)
+
+
+def test_the_router_reads_a_replicas_reuse_from_its_healthz(index: Index, smollm: weights.LoadedModel) -> None:
+    from slimrag.llm.kv.config import CacheConfig
+
+    blend = RAG(index, LocalGenerator(loaded=smollm, cache=CacheConfig(reuse="blend")), guards=Guards(floor=None))
+    app = create_app(blend, kv_events=EventsConfig("tcp://127.0.0.1:*", reuse="blend"), workers=1)
+    with running(app) as u0:
+        routed = create_router_app([u0], RouterConfig(health_interval_s=0.2), index=str(index.root))
+        router = routed.state.router
+        with running(routed), httpx.Client(base_url=u0, timeout=TIMEOUT) as direct:
+            assert direct.get("/healthz").json()["kv_events"]["reuse"] == "blend"
+            wait_for(lambda: router.replicas[0].exact() and router.replicas[0].reuse == "blend", "the blend view")

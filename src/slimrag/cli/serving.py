@@ -116,7 +116,7 @@ def serve(index: str, host: str, port: int, api_key: str | None, llm: str | None
 
         cache = replace(cache or CacheConfig(), host_bytes=kv_budget << 20, disk_bytes=0, persist=False)
     hosts = host_rule(host, allow_host, allow_origin)
-    events = _events_config(kv_events, llm)
+    events = _events_config(kv_events, llm, cache.reuse if cache is not None else "exact")
     sock = bind_port(host, port)  # before any model loads: a busy port is one line, at once
     if warning := bind_warning(host, api_key):
         click.echo(warning, err=True)
@@ -196,9 +196,10 @@ def route(replicas: tuple[str, ...], host: str, port: int, cache_threshold: floa
     run(app, sock, host, limits=connection_limits(max_connections, header_timeout))
 
 
-def _events_config(endpoint: str | None, llm: str | None) -> Any:
-    """The `EventsConfig` of ``--kv-events`` (None without it); usage errors for a bad address, an
-    ``--llm`` server (which keeps its own cache) or a missing ``route`` extra."""
+def _events_config(endpoint: str | None, llm: str | None, reuse: str = "exact") -> Any:
+    """The `EventsConfig` of ``--kv-events`` (None without it), naming the ``--reuse`` mode its
+    events are read by; usage errors for a bad address, an ``--llm`` server (which keeps its own
+    cache) or a missing ``route`` extra."""
     if endpoint is None:
         return None
     if llm is not None:
@@ -208,7 +209,7 @@ def _events_config(endpoint: str | None, llm: str | None) -> Any:
     except ImportError as e:
         raise click.UsageError(f"--kv-events needs pyzmq and msgpack: pip install 'slimrag[route]' ({e})") from e
     try:
-        config = EventsConfig(endpoint)
+        config = EventsConfig(endpoint, reuse=reuse)
         config.replay()
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--kv-events") from e

@@ -198,6 +198,7 @@ class Router:
 
             self.streams = EventStreams()
         replica.events = self.streams.watch(replica.url, info)
+        replica.reuse = "blend" if isinstance(info, dict) and info.get("reuse") == "blend" else "exact"
 
     async def plan(self, req: ChatRequest) -> RoutePlan | None:
         """The chat's passages when the router plans (``--index``), else None; a failed plan routes

@@ -30,7 +30,9 @@ in 1.
 
 - *Tokens it holds*: with an exact view (`KVView`, fed by its KV events), the replica's own
   planner replayed over the view (`KVView.plan`): the system segment plus the longest cached
-  path of the passages in the order the replica will put them. A replica without events, or whose
+  path of the passages in the order the replica will put them; for a replica that reuses by blend
+  (its ``/healthz`` says so), the system segment plus every passage entry it holds, in any order
+  (`KVView.reusable`). A replica without events, or whose
   view has a hole, is scored by its approximate tree instead: the matched share of the routing text
   times the prompt's tokens. When no replica in the pool has an exact view, this rule is not used
   at all and `choose` decides exactly as before.
@@ -82,7 +84,7 @@ def held_tokens(replica: Replica, plan: RoutePlan, key: str | None, total: int) 
     its approximate tree's match of the routing ``key``."""
     if replica.exact():
         assert replica.events is not None
-        return replica.events.view.plan(plan.keys).cached_tokens
+        return replica.events.view.reusable(plan.keys, replica.reuse)
     if not key:
         return 0
     return round(total * replica.tree.match(key) / len(key))

@@ -15,6 +15,12 @@ Planning against it
     under a node is ``chain_hash(node, key)``, so the walk costs one 16-byte BLAKE2b per candidate
     per level (a few microseconds for 4 passages).
 
+Blend reuse
+    A replica serving with ``--reuse blend`` places a passage's entry (its segment right under a
+    system segment) wherever the passage stands, so what it saves for a request is every entry it
+    holds of the request's passages, in any order (`KVView.reusable`; its ``/healthz`` says which
+    reuse it runs).
+
 Memory: about 200 bytes per held segment (a dict entry, a record, a set of media).
 Not thread-safe: the router's event loop owns it.
 """
@@ -129,6 +135,23 @@ class KVView:
             if best is None or plan.cached_tokens > best.cached_tokens:
                 best = plan
         return best or plan_passages(keys, None)
+
+
+    def reusable(self, keys: Sequence[str], reuse: str = "exact") -> int:
+        """The prompt tokens the replica serves from its cache for passage ``keys`` (relevance
+        order): under ``exact`` reuse what its plan reuses (`plan`: the system segment and the
+        longest cached path); under ``blend`` (`slimrag.llm.kv.blend`) the system segment and the
+        entry of every passage it holds one of, the segment right under that root, which it places
+        wherever the passage stands. The replica's recompute policy computes some placed tokens
+        again; counted here in full, as a router cannot tell which, alike for every replica."""
+        if reuse != "blend":
+            return self.plan(keys).cached_tokens
+        best = 0
+        for root in self.roots:
+            node = _as_bytes(root)
+            entries = (self.blocks.get(chain_hash(node, k)) for k in dict.fromkeys(keys))
+            best = max(best, self.blocks[root].tokens + sum(b.tokens for b in entries if b is not None))
+        return best
 
 
 def _as_bytes(h: BlockHash) -> bytes:

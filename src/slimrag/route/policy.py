@@ -141,6 +141,9 @@ class Replica:
     checked_ok: bool = True
     #: Its KV event stream, once its ``/healthz`` named one (`slimrag.route.events`).
     events: EventStream | None = None
+    #: How it reuses the segments its events name, as its ``/healthz`` says (``exact`` or ``blend``:
+    #: `slimrag.route.kv_view.KVView.reusable`).
+    reuse: str = "exact"
     #: Estimated prefill tokens routed here whose first byte has not come back yet.
     pending_prefill: int = 0
     #: Requests routed here that have not had their first byte back (the count behind ``pending_prefill``).

@@ -34,7 +34,8 @@ KV events and routed plans (issue 31)
     With ``kv_events`` (``slimrag serve --kv-events ENDPOINT``) the generator's knowledge tree
     publishes its changes on ZMQ as vLLM publishes its KV events (`slimrag.llm.kv.publish`,
     ``docs/kv-events.md``), and ``GET /healthz`` names the sockets (``kv_events``: ``endpoint``,
-    ``replay``, ``topic``): that is how ``slimrag route`` finds them. A chat that carries a router's
+    ``replay``, ``topic``, and ``reuse``, the ``--reuse`` mode the events are read by): that is how
+    ``slimrag route`` finds them. A chat that carries a router's
     ``X-Slimrag-Plan`` (`slimrag.api.plan_header`) is answered from those passages without a
     second search (`slimrag.serve.planned`). Without either, nothing changes.
     ``GET /healthz`` also reports the chats being answered (``load``: ``chats`` in flight, and
@@ -328,7 +329,8 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
         if publisher is None:
             return {"status": "ok", "model": model_name, "load": busy}
         return {"status": "ok", "model": model_name, "load": busy, "kv_events": {
-            "endpoint": publisher.endpoint, "replay": publisher.replay_endpoint, "topic": publisher.topic}}
+            "endpoint": publisher.endpoint, "replay": publisher.replay_endpoint, "topic": publisher.topic,
+            "reuse": kv_events.reuse}}
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics_text() -> PlainTextResponse:

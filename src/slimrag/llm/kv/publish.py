@@ -27,6 +27,10 @@ Knobs (`EventsConfig`)
     MB and cover a router that was away for thousands of requests. ``max_batch`` 1,024: most events
     in one message (what the queue holds when the thread wakes is sent together, up to this).
     ``layout`` ``map``: vLLM's current encoding (``array`` for readers of its earlier one).
+    ``reuse`` ``exact``: how the replica reuses what it publishes (`slimrag.llm.kv.config.REUSE_MODES`),
+    named in its ``/healthz`` beside the sockets: under ``exact`` a passage saves its prefill only
+    behind the passages it was computed behind, under ``blend`` its entry (the segment right under a
+    system segment) is placed wherever it stands, so a router prices a replica's segments by it.
 
 Threads: `EventPublisher.put` may be called from any thread (the tree calls it under its lock;
 it only queues); one thread owns both sockets.
@@ -43,6 +47,7 @@ from dataclasses import dataclass
 
 import zmq
 
+from slimrag.llm.kv.config import REUSE_MODES
 from slimrag.llm.kv.events import LAYOUTS, KVEvent, encode_batch
 
 log = logging.getLogger(__name__)
@@ -62,6 +67,7 @@ class EventsConfig:
     buffer_steps: int = 10_000
     max_batch: int = 1024
     layout: str = "map"
+    reuse: str = "exact"
 
     def __post_init__(self) -> None:
         for name in ("endpoint", "replay_endpoint"):
@@ -72,6 +78,8 @@ class EventsConfig:
             raise ValueError("buffer_steps and max_batch must be >= 1")
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if self.reuse not in REUSE_MODES:
+            raise ValueError(f"reuse must be one of {REUSE_MODES}, got {self.reuse!r}")
 
     def replay(self) -> str:
         """The replay address: as given, else the PUB host with its port + 1 (a free port for ``*``)."""

@@ -7,11 +7,14 @@ say "Currently the default protocol is 4", then "Changed in version 3.0: The def
 and "Changed in version 3.8: The default protocol is 4.". A sentence copied from the 3.0 note is backed,
 word for word, and is no longer so: the HTML folder set's free answer "The default pickle protocol is 3."
 was presented as backed (issue 29). `current` tells the verdict (`slimrag.rag.verdict`) whether some
-sentence backing an answer sentence still holds. Two forms of a note are read: a built HTML page's text
-("Changed in version 3.0: ...", "New in version ...") and reStructuredText's directive on the line
-before the note's body (".. versionchanged:: 3.8"). A later note counts when it holds every content
-word of the earlier one but its numbers (`superseded`); a note no later note restates still holds
-("Changed in version 1.5: The default block size is 512." alone).
+sentence backing an answer sentence still holds. Both forms of a Sphinx note are read: a built HTML
+page's paragraph that opens "Changed in version 3.0:" (every sentence of it), and reStructuredText's
+directive (".. versionchanged:: 3.8"), its body on the same line, on the next or after a blank line,
+every sentence indented under it (`version_of`). A note is no longer so when a later note after it, on
+the same documented object, restates its words with another number (`superseded`); a note no later
+note restates still holds ("Changed in version 1.5: The default block size is 512." alone), and so
+does one that states no number or fewer than two words ("Accepts a path-like object.", which other
+objects' notes repeat).
 
 Examples (`only_set`). A default is not a value an example sets: "The default precision of the decimal
 module is 9." was backed by the doctest ``>>> decimal.getcontext().prec = 9``, where the sentence before
@@ -25,41 +28,76 @@ import re
 from collections.abc import Sequence
 
 from slimrag.rag.sentences import content_words, key_terms, split_sentences
+from slimrag.rag.signatures import signature_of
 from slimrag.types import Evidence, Hit, Support
 
-#: A version note of reference docs, as built HTML writes it ("Changed in version 3.0: The default
-#: protocol is 3.") and as reStructuredText's line before its body does (".. versionchanged:: 3.8").
-_NOTE_INLINE = re.compile(r"^\W*(?:Changed|New) in version (\d+(?:\.\d+)*)\s*:")
-_NOTE_LINE = re.compile(r"\.\.\s+version(?:changed|added)::\s*(\d+(?:\.\d+)*)\s*$")
+#: A version note as a built HTML page writes it, opening its paragraph ("Changed in version 3.0: The
+#: default protocol is 3.", "Added in version ...", "Deprecated since version 3.3, will be ...: ...").
+_NOTE_HTML = re.compile(r"\W*(?:(?:Changed|New|Added) in|Deprecated since) version (\d+(?:\.\d+)*)\b[^:\n]*:")
+#: A reStructuredText version note's directive (".. versionchanged:: 3.8"), its body on the same line,
+#: on the next one or after a blank line, indented under it.
+_NOTE_RST = re.compile(r"[ \t]*\.\.[ \t]+(?:versionchanged|versionadded|deprecated)::[ \t]*(\d+(?:\.\d+)*)")
+#: A bare number ("is 3."), not one inside a name ("HAS_TLSv1_3", "utf-8") nor a version ("3.8").
+_NUMERAL = re.compile(r"(?<![\w.-])\d+(?![\w-]|\.\d)")
 
 
-def version_of(e: Evidence, hits: Sequence[Hit]) -> tuple[int, ...] | None:
-    """The version of the note ``e`` stands in (`_NOTE_INLINE`, `_NOTE_LINE`: the line before it in its
-    passage of ``hits``), None when it stands in none."""
-    m = _NOTE_INLINE.match(e.text)
+def version_of(text: str, start: int) -> tuple[int, ...] | None:
+    """The version of the note the sentence at offset ``start`` of passage ``text`` belongs to, None
+    when it belongs to none: the note's directive opens the sentence (its body on the same or the
+    next line) or is the nearest line above it indented less (reStructuredText, `_NOTE_RST`), or
+    the sentence's paragraph opens with a note (a built HTML page, `_NOTE_HTML`)."""
+    m = _NOTE_RST.match(text, start)
     if m is None:
-        passage = next((h.text for h in hits if h.label == e.label), "")
-        before = passage[:e.start].rstrip().rsplit("\n", 1)[-1]
-        m = _NOTE_LINE.search(before)
+        line_start = text.rfind("\n", 0, start) + 1
+        indent = _indent(text[line_start:text.find("\n", start) if "\n" in text[start:] else len(text)])
+        lines = text[:line_start].splitlines()
+        for i in range(len(lines) - 1, -1, -1):
+            if lines[i].strip() and _indent(lines[i]) < indent:
+                body = next((_indent(x) for x in lines[i + 1:] if x.strip()), indent)
+                # the body's own indentation, not the directive's: a chunk cut mid-line loses the
+                # directive's, and text indented less than the body is not the note's
+                m = _NOTE_RST.match(lines[i]) if indent >= body else None
+                break
+    if m is None:
+        paragraph = text.rfind("\n\n", 0, start)
+        m = _NOTE_HTML.match(text, paragraph + 2 if paragraph >= 0 else 0)
     return None if m is None else tuple(int(x) for x in m.group(1).split("."))
 
 
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _claim(sentence: str) -> str:
+    """``sentence`` less the note's opening ("Changed in version 3.0:", ".. versionchanged:: 3.0")."""
+    m = _NOTE_HTML.match(sentence) or _NOTE_RST.match(sentence)
+    return sentence[m.end():] if m else sentence
+
+
 def superseded(e: Evidence, hits: Sequence[Hit]) -> bool:
-    """Whether ``e`` states a value as of a version (`version_of`) that a later note of the passages
-    restates: "Changed in version 3.0: The default protocol is 3." under "Changed in version 3.8: The
-    default protocol is 4." is no longer so. A later note counts when it holds every word of ``e``'s
-    but its numbers."""
-    version = version_of(e, hits)
-    if version is None:
+    """Whether ``e`` states a number as of a version (`version_of`) that a later note after it in its
+    passage of ``hits``, on the same documented object (`slimrag.rag.signatures.signature_of`),
+    restates with another number: "Changed in version 3.0: The default protocol is 3." under
+    "Changed in version 3.8: The default protocol is 4." is no longer so. The later note holds every
+    content word of ``e``'s but its numbers, and ``e`` at least two: "Accepts a path-like object."
+    is restated by no other object's later note, and "Added." by none."""
+    h = next((h for h in hits if h.label == e.label), None)
+    if h is None or (version := version_of(h.text, e.start)) is None:
         return False
-    claim = {w for w in content_words(_NOTE_INLINE.sub("", e.text)) if not any(c.isdigit() for c in w)}
-    if not claim:
+    claim = _claim(e.text)
+    words = {w for w in content_words(claim) if not any(c.isdigit() for c in w)}
+    numbers = set(_NUMERAL.findall(claim))
+    if len(words) < 2 or not numbers:
         return False
-    for h in hits:
-        for x in split_sentences(h.text):
-            later = version_of(Evidence(x.text, h.label, h.chunk_id, x.start, x.end, 0.0), hits)
-            if later is not None and later > version and claim <= content_words(_NOTE_INLINE.sub("", x.text)):
-                return True
+    documents = signature_of(h.text, e.start, h.source)
+    for x in split_sentences(h.text):
+        if x.start <= e.start or (later := version_of(h.text, x.start)) is None or later <= version:
+            continue
+        said = _claim(x.text)
+        restated = set(_NUMERAL.findall(said))
+        if (restated and restated != numbers and words <= content_words(said)
+                and signature_of(h.text, x.start, h.source) == documents):
+            return True
     return False
 
 
@@ -67,7 +105,8 @@ def current(s: Support, hits: Sequence[Hit] = ()) -> bool:
     """Whether some sentence backing ``s`` still holds: not every one is a version note that a later
     note of ``hits`` restates (`superseded`). "The default pickle protocol is 3." is backed by
     "Changed in version 3.0: The default protocol is 3.", which the 3.8 note after it undoes. True for a
-    sentence with no backing sentence."""
+    sentence with no backing sentence. The verdict does not ask it of a question for a version or a
+    date: "In which version did the default protocol become 3?" is what the 3.0 note answers."""
     return not s.evidence or not all(superseded(e, hits) for e in s.evidence)
 
 

@@ -77,11 +77,11 @@ too ("Run `make demo`."; "The `date` class in Python is a built-in datetime obje
 returns the default timeout ...?", ``Question.code_verb``) by code whose backing says that verb
 (`does_what_asked`: `setdefaulttimeout`'s passage says "Set the default timeout"; under a backing signature
 line, the sentence that documents it says it: "provides ... key derivation" for "derives"). A light verb
-("How do I make a deep copy ...?") need not be said, but a means must be (`_MEANS`: "use", "call",
+("How do I make a deep copy ...?") need not be said, but a means must be (`slimrag.rag.ways.tells_a_means`: "use", "call",
 "by", or code): "A shallow copy constructs a new object with references to the original." describes, and
 tells no way. Nor is a way answered by a purpose clause alone ("To copy an entire
 directory tree rooted at *src* to a new location *dst*.", a span copied from the passage's docs:
-`_PURPOSE`): it restates the goal, unless a main clause ("..., use ...") or code follows.
+`slimrag.rag.ways.restates_the_goal`): it restates the goal, unless a main clause ("..., use ...") or code follows.
 
 What counts as flagged is what the reader sees: an answer is withheld (``not_backed``) or marked
 (``partial``, at least one `UNSUPPORTED_MARK` in what is shown) or neither (``supported``), and
@@ -100,7 +100,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from slimrag.rag.attribution import CONTEXT_BACK, Attribution, with_markers
-from slimrag.rag.code import CODE_SPAN, FENCE, identifiers
+from slimrag.rag.code import CODE_SPAN, FENCE
 from slimrag.rag.evidence import evidence_text
 from slimrag.rag.question import Question, has_type
 from slimrag.rag.sentences import (
@@ -114,6 +114,7 @@ from slimrag.rag.sentences import (
 )
 from slimrag.rag.signatures import documented, does_what_asked, names_what_is_documented, signature_line
 from slimrag.rag.stated import current, only_set
+from slimrag.rag.ways import new_code, restates_the_goal, tells_a_means
 from slimrag.types import Evidence, Hit, Support
 
 #: What a shell says in place of an answer that no passage backs.
@@ -154,40 +155,19 @@ _OPENED_FACE = re.compile(r"[:;]-?\(")
 #: sentence no passage backs, its subject is what no passage says, and it answers nothing.
 _REFERS = re.compile(r"(it|its|this|these|that|they|their)\b", re.I)
 
-_PURPOSE = re.compile(r"^\W*[Tt]o [a-z]+\b")
-"""A sentence opening with a purpose clause ("To copy a tree ..."): for a question asking a way, it
-restates the goal, and states the way only in a main clause after it ("..., use ..."; `_main_clause`)
-or by the code it names. For another question it may answer ("To monitor the carbon cycle ..." for
-"To monitor what event ...?")."""
-_MAIN_CLAUSE = re.compile(r",\s+(?:you|we|one|it|this|they|use|call|run|pass|set|simply|just)\b", re.I)
-"""A main clause after a purpose clause, as a way is told ("..., use ...", "..., you can ..."); one that
-opens with a name is `_NAMED_CLAUSE`'s."""
-_NAMED_CLAUSE = re.compile(r",\s+(?:(?:the|a|an)\s+)?(?P<subject>[\w.]+(?:\s+[\w.]+)?)\s+"
-                           r"(?:can|will|should|must|may|\w+s(?<!ss)(?<!us)(?<!is))\s+[\w`'\"(]", re.I)
-"""A main clause that opens with a name, one or two words that are no stop words ("the shutil module"),
-then a verb with something after it: a modal or one in the present ("..., shutil provides copytree.");
-"..., its files and links." has none (`_main_clause`), and a noun phrase that ends the sentence ("...,
-class attributes.", "..., ISO 8601 strings.") is no clause, though its last word looks like a verb
-(a plural noun's "s"). A plural subject with a plain verb ("..., scientists use ...") is not read."""
-
-
-def _main_clause(text: str) -> bool:
-    """Whether a main clause follows the purpose clause ``text`` opens with (`_MAIN_CLAUSE`, `_NAMED_CLAUSE`)."""
-    return _MAIN_CLAUSE.search(text) is not None or any(
-        not any(w.lower() in STOPWORDS for w in m.group("subject").split()) for m in _NAMED_CLAUSE.finditer(text))
-
-
 #: A citation in brackets ("[json.txt#3]").
 _CITED = re.compile(r"\[[^\[\]\n]*\]")
 
 
 #: A number that is part of a name: after a capitalised word that does not open the sentence ("the PEP 8
 #: standard", "Gospel Songs No. 2", "in Python 3.8"). It names something; it counts nothing.
-_NAMED_NUMBER = re.compile(r"(?<=\S\s|\s\()(?P<name>[A-Z][\w-]*\.?)\s+\d+(?:\.\d+)*\b")
-
-#: Words that tell a means ("use the ... module", "by calling ...", "call ...") for a way asked with a
-#: light verb ("How do I make a deep copy ...?"), whose verb asks for nothing (`answers`).
-_MEANS = frozenset(stem(w) for w in "use using call calling run running pass passing by via import".split())
+_NAMED_NUMBER = re.compile(r"(?:(?<=\w\s)|(?<=\w\s\())(?P<name>[A-Z][\w-]+\.?)\s+\d+(?:\.\d+)*\b"
+                           r"(?!\s*(?:%|percent|times)\b|\s*%)")
+#: A question that asks how many or how much, and what it counts: a number inside a name is no count
+#: (`_NAMED_NUMBER`) unless that follows it; for "What number did he wear?" it may be the answer ("No. 23").
+_COUNTS = re.compile(r"\bhow (?:many|much) (\w+)", re.I)
+#: A question that asks for a version, which a version note answers (`slimrag.rag.stated.current`).
+_ASKS_VERSION = re.compile(r"\bversions?\b", re.I)
 
 #: The verdicts, in order from best to worst.
 VERDICTS = ("supported", "partial", "not_backed")
@@ -231,17 +211,18 @@ def answers(question: str | Question, sentence: str, last_sentence: bool = True)
     new = (said - q.words - CHATTER_STEMS) | (named - q.terms - q.said)  # a lower-case question still names its names
     if not new:
         return False
-    if q.way and _PURPOSE.match(text) and not _main_clause(text) and not _new_code(q, sentence):
+    if restates_the_goal(q, text):
         return False  # "How do I copy a tree?" -- "To copy an entire directory tree rooted at src." restates the goal
-    counted = _NAMED_NUMBER.sub(r"\g<name>", sentence) if q.kind == "number" else sentence  # "PEP 8" counts nothing
+    counts = _COUNTS.search(q.text) if q.kind == "number" else None
+    counted = _not_counted(sentence, stem(counts.group(1).lower())) if counts else sentence
     typed = q.kind in TYPED and bool(has_type(q.kind, counted, q.terms | q.said))
     if text.endswith(":") and not (typed and q.kind in _LEAD_TYPED):
         # it introduces what follows (a list, code): it answers by the code it names, unless it already
         # states the date or number asked ("Stage 3 has 4 parts, as follows:")
-        return _new_code(q, sentence)
-    if q.way_verb is not None and q.way_verb not in said and not _new_code(q, sentence):
+        return new_code(q, sentence)
+    if q.way_verb is not None and q.way_verb not in said and not new_code(q, sentence):
         return False  # "How do I parse ...?" is not answered by "The `date` class is a built-in object."
-    if q.way and q.way_verb is None and not _MEANS & {stem(w.lower()) for w in words(text)} and not _new_code(q, sentence):
+    if q.way and q.way_verb is None and not tells_a_means(q, text):
         return False  # "How do I make a deep copy?" -- "A shallow copy constructs a new object ..." tells no means
     if q.kind not in TYPED or typed:
         return True
@@ -249,18 +230,20 @@ def answers(question: str | Question, sentence: str, last_sentence: bool = True)
         return False
     # a name is also code ("which function ...": `getrecursionlimit`), and "which"/"what" may ask for a
     # number ("which port ...": 8000); "who" and "where" never do
-    if _new_code(q, sentence):
+    if new_code(q, sentence):
         return True
     return not q.person and any(any(c.isdigit() for c in t) for t in named - q.terms)
 
 
-def _new_code(q: Question, sentence: str) -> bool:
-    """Whether ``sentence`` names code that question ``q`` does not: an identifier (`identifiers`), or
-    a code span with a word the question lacks (a shell command: "Run `make demo`." for "How do I
-    install slimrag?"; "`slimrag`" names nothing new there)."""
-    if any(i.lower() not in q.code and i.lower() not in q.said for i in identifiers(sentence)):
-        return True
-    return any({w.lower() for w in words(span)} - q.said for span in CODE_SPAN.findall(sentence))
+def _not_counted(sentence: str, counted: str) -> str:
+    """``sentence`` less the numbers inside names (`_NAMED_NUMBER`: "the PEP 8 standard"), unless the
+    word after one is what the question counts, ``counted`` (a stem: "Brazil has won the Cup 5 times",
+    "He gave Alice 3 apples" for "How many apples ...?")."""
+    def name_only(m: re.Match[str]) -> str:
+        after = words(sentence[m.end():m.end() + 40])
+        return m.group(0) if after and stem(after[0].lower()) == counted else m.group("name")
+
+    return _NAMED_NUMBER.sub(name_only, sentence)
 
 
 def on_topic(question: str | Question, s: Support, hits: Sequence[Hit]) -> bool:
@@ -388,7 +371,8 @@ def _responsive(q: Question, support: Sequence[Support], i: int, hits: Sequence[
         return False
     read = bool(s.evidence and hits and (q.qualifiers or _bare(q, s.sentence)))
     before = _sentences_before(s.evidence, hits) if read else []
-    return (on_question(q, s, hits, before) and qualified(q, s, hits, before) and current(s, hits)
+    dated = q.kind == "when" or _ASKS_VERSION.search(q.text) is not None  # a note's version answers it
+    return (on_question(q, s, hits, before) and qualified(q, s, hits, before) and (dated or current(s, hits))
             and does_what_asked(q, s, hits) and names_what_is_documented(q, s))
 
 

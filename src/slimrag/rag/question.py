@@ -24,6 +24,10 @@ What is read
                  determiner: "the first version", not "does the battery last")
     code         the code it names (`slimrag.rag.code.identifiers`), which an answer naming it again
                  does not answer
+    counts       what "how many <x>" or "how much <x>" counts, stemmed (`_COUNTS`: "spaces"), None for
+                 other questions: a number inside a name counts it only when <x> follows the number
+    dated        it asks a date ("when") or a version (`_VERSION`): a version note answers it even
+                 where a later note changed the value
     ============ ===================================================================================
 
 A bare "How to parse ...?" asks a way as "How do I parse ...?" does, for decoding and for the verdict
@@ -87,6 +91,11 @@ _HOW_TO = re.compile(r"^\W*how (?:(?:do|can|should|would|could) (?:i|you|we|one)
                      re.I)
 
 #: "Which function returns ...?": the verb after a kind of code is what the code must be documented doing.
+#: A question that counts something, and what: "How many spaces ...?", "How much indentation ...?".
+_COUNTS = re.compile(r"\bhow (?:many|much) (\w+)", re.I)
+#: A question that asks for a version ("In which version did ...?").
+_VERSION = re.compile(r"\bversions?\b", re.I)
+
 _WHICH_CODE = re.compile(r"\bwhich (?:[\w.-]+ ){0,2}?(function|method|class|module|exception|attribute|"
                          r"decorator|parameter|argument|flag|option|action|constant|variable)s? (\w+)", re.I)
 
@@ -194,6 +203,10 @@ class Question:
     #: the code it names, lower-cased (`slimrag.rag.code.identifiers`): no answer to it ("Which function
     #: does `json.loads` call?" is not answered by ``json.loads``)
     code: frozenset[str]
+    #: what a how-many or how-much question counts, stemmed (`_COUNTS`); None for other questions
+    counts: str | None
+    #: it asks a date or a version (`_VERSION`)
+    dated: bool
 
     @classmethod
     def read(cls, question: str | Question) -> Question:
@@ -202,12 +215,14 @@ class Question:
             return question
         way = _HOW_TO.search(question)
         code = _WHICH_CODE.search(question)
+        kind = answer_type(question)
+        counts = _COUNTS.search(question) if kind == "number" else None
         return cls(
             text=question,
             words=frozenset(content_words(question)),
             terms=frozenset(key_terms(question)),
             said=frozenset(w.lower() for w in words(question)),
-            kind=answer_type(question),
+            kind=kind,
             person=_PERSON.search(question) is not None,
             way=way is not None,
             way_verb=stem(way.group(1)) if way is not None and not light(way.group(1)) else None,
@@ -215,4 +230,6 @@ class Question:
             code_kind=code.group(1).lower() if code is not None else None,
             qualifiers=asked_qualifiers(question),
             code=frozenset(i.lower() for i in identifiers(question)),
+            counts=stem(counts.group(1).lower()) if counts is not None else None,
+            dated=kind == "when" or _VERSION.search(question) is not None,
         )

@@ -163,11 +163,6 @@ _CITED = re.compile(r"\[[^\[\]\n]*\]")
 #: standard", "Gospel Songs No. 2", "in Python 3.8"). It names something; it counts nothing.
 _NAMED_NUMBER = re.compile(r"(?:(?<=\w\s)|(?<=\w\s\())(?P<name>[A-Z][\w-]+\.?)\s+\d+(?:\.\d+)*\b"
                            r"(?!\s*(?:%|percent|times)\b|\s*%)")
-#: A question that asks how many or how much, and what it counts: a number inside a name is no count
-#: (`_NAMED_NUMBER`) unless that follows it; for "What number did he wear?" it may be the answer ("No. 23").
-_COUNTS = re.compile(r"\bhow (?:many|much) (\w+)", re.I)
-#: A question that asks for a version, which a version note answers (`slimrag.rag.stated.current`).
-_ASKS_VERSION = re.compile(r"\bversions?\b", re.I)
 
 #: The verdicts, in order from best to worst.
 VERDICTS = ("supported", "partial", "not_backed")
@@ -213,8 +208,7 @@ def answers(question: str | Question, sentence: str, last_sentence: bool = True)
         return False
     if restates_the_goal(q, text):
         return False  # "How do I copy a tree?" -- "To copy an entire directory tree rooted at src." restates the goal
-    counts = _COUNTS.search(q.text) if q.kind == "number" else None
-    counted = _not_counted(sentence, stem(counts.group(1).lower())) if counts else sentence
+    counted = _not_counted(sentence, q.counts) if q.counts is not None else sentence
     typed = q.kind in TYPED and bool(has_type(q.kind, counted, q.terms | q.said))
     if text.endswith(":") and not (typed and q.kind in _LEAD_TYPED):
         # it introduces what follows (a list, code): it answers by the code it names, unless it already
@@ -237,7 +231,7 @@ def answers(question: str | Question, sentence: str, last_sentence: bool = True)
 
 def _not_counted(sentence: str, counted: str) -> str:
     """``sentence`` less the numbers inside names (`_NAMED_NUMBER`: "the PEP 8 standard"), unless the
-    word after one is what the question counts, ``counted`` (a stem: "Brazil has won the Cup 5 times",
+    word after one is what the question counts, ``counted`` (`Question.counts`: "Brazil has won the Cup 5 times",
     "He gave Alice 3 apples" for "How many apples ...?")."""
     def name_only(m: re.Match[str]) -> str:
         after = words(sentence[m.end():m.end() + 40])
@@ -299,9 +293,8 @@ def _sentences_before(evidence: Sequence[Evidence], hits: Sequence[Hit]) -> list
     """The `CONTEXT_BACK` sentences before each of ``evidence``'s sentences in its passage (of ``hits``)."""
     out: list[str] = []
     for e in evidence:
-        for h in hits:
-            if h.label == e.label:
-                out += [x.text for x in split_sentences(h.text) if x.end <= e.start][-CONTEXT_BACK:]
+        if (h := e.passage(hits)) is not None:
+            out += [x.text for x in split_sentences(h.text) if x.end <= e.start][-CONTEXT_BACK:]
     return out
 
 
@@ -371,8 +364,7 @@ def _responsive(q: Question, support: Sequence[Support], i: int, hits: Sequence[
         return False
     read = bool(s.evidence and hits and (q.qualifiers or _bare(q, s.sentence)))
     before = _sentences_before(s.evidence, hits) if read else []
-    dated = q.kind == "when" or _ASKS_VERSION.search(q.text) is not None  # a note's version answers it
-    return (on_question(q, s, hits, before) and qualified(q, s, hits, before) and (dated or current(s, hits))
+    return (on_question(q, s, hits, before) and qualified(q, s, hits, before) and (q.dated or current(s, hits))
             and does_what_asked(q, s, hits) and names_what_is_documented(q, s))
 
 

@@ -5,7 +5,7 @@ They are frozen dataclasses so they can be shared between threads and compared i
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,6 +168,10 @@ class Evidence:
     def lead(self) -> str:
         """What is shown before the sentence: its signature ("`uuid4()`: "), or "" when it has none."""
         return f"`{self.signature}`: " if self.signature else ""
+
+    def passage(self, hits: Sequence[Hit]) -> Hit | None:
+        """The hit of ``hits`` this sentence was read from (by its label), None when none is."""
+        return next((h for h in hits if h.label == self.label), None)
 
     @property
     def quoted(self) -> str:

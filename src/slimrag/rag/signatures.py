@@ -375,14 +375,12 @@ def documented(signature: Evidence, hits: Sequence[Hit]) -> list[str]:
     """The sentences under evidence sentence ``signature`` (a signature line) in its passage of
     ``hits`` that it documents (`signature_of`: its indented body, to the first sentence it does not)."""
     names = signature_line(signature.text).strip()
+    h = signature.passage(hits)
     out: list[str] = []
-    for h in hits:
-        if h.label == signature.label:
-            for x in split_sentences(h.text):
-                if x.start < signature.end:
-                    continue
-                if names not in signature_of(h.text, x.start):
-                    break
-                out.append(x.text)
+    for x in split_sentences(h.text) if h is not None else ():
+        if x.start < signature.end:
+            continue
+        if names not in signature_of(h.text, x.start):
             break
+        out.append(x.text)
     return out

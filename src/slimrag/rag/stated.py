@@ -48,8 +48,8 @@ def version_of(text: str, start: int) -> tuple[int, ...] | None:
     the sentence's paragraph opens with a note (a built HTML page, `_NOTE_HTML`)."""
     m = _NOTE_RST.match(text, start)
     if m is None:
-        line_start = text.rfind("\n", 0, start) + 1
-        indent = _indent(text[line_start:text.find("\n", start) if "\n" in text[start:] else len(text)])
+        line_start, line_end = text.rfind("\n", 0, start) + 1, text.find("\n", start)
+        indent = _indent(text[line_start:line_end if line_end >= 0 else len(text)])
         lines = text[:line_start].splitlines()
         for i in range(len(lines) - 1, -1, -1):
             if lines[i].strip() and _indent(lines[i]) < indent:
@@ -81,7 +81,7 @@ def superseded(e: Evidence, hits: Sequence[Hit]) -> bool:
     "Changed in version 3.8: The default protocol is 4." is no longer so. The later note holds every
     content word of ``e``'s but its numbers, and ``e`` at least two: "Accepts a path-like object."
     is restated by no other object's later note, and "Added." by none."""
-    h = next((h for h in hits if h.label == e.label), None)
+    h = e.passage(hits)
     if h is None or (version := version_of(h.text, e.start)) is None:
         return False
     claim = _claim(e.text)
@@ -90,12 +90,13 @@ def superseded(e: Evidence, hits: Sequence[Hit]) -> bool:
     if len(words) < 2 or not numbers:
         return False
     documents = signature_of(h.text, e.start, h.source)
-    for x in split_sentences(h.text):
-        if x.start <= e.start or (later := version_of(h.text, x.start)) is None or later <= version:
+    for x in split_sentences(h.text):  # the cheap tests first: dating a sentence reads the lines above it
+        if x.start <= e.start:
             continue
         said = _claim(x.text)
         restated = set(_NUMERAL.findall(said))
         if (restated and restated != numbers and words <= content_words(said)
+                and (later := version_of(h.text, x.start)) is not None and later > version
                 and signature_of(h.text, x.start, h.source) == documents):
             return True
     return False

@@ -352,7 +352,7 @@ def run_policy(policy: str, reps: list[Replica], plans: dict[str, RoutePlan | No
     """The workload through ``policy`` over running ``reps``; per-request records and summary."""
     from slimrag.route.app import create_router_app
 
-    mirror = Mirror(reps, "blend" if "blend" in reps[0].reuse else "exact")
+    mirror = Mirror(reps, args.reuse)
     time.sleep(1.0)  # the mirror's first replays
     urls = [r.url for r in reps]
     kind, _, spread = policy.partition(":")  # "events:X": the events policy with spread_share X

@@ -10,6 +10,16 @@ text, inserted when a prefill ends); events + passages (`choose_planned` over `K
 trees' own events keep, as the replicas' events would). Arrivals are Poisson at ``sim_load`` times
 the fleet's capacity with nothing cached. The system segment is ``SYSTEM_TOKENS`` long (the
 embedded model's default system prompt).
+
+Blend reuse (``reuse="blend"``, as ``serve --reuse blend``; `slimrag.llm.kv.blend`): a replica
+matches the exact prefix, then places every later passage whose entry (its node right under the
+system segment) it holds, and computes the rest in context. Its tree keeps only the system
+segment and entries. The recompute policy's own ``select`` counts the placed tokens computed again
+(a policy that reads deviations is given zeros: the count is right, which tokens does not matter
+here); those and the unplaced passages are the uncached tokens. A passage seen first costs its
+entry's forward after the first token (``b × its tokens``, before the replica takes the next
+request), as the engine computes it in ``store``. Events + passages prices blend replicas with
+`KVView.reusable` (``Replica.reuse``), as the router does for a replica whose ``/healthz`` says blend.
 """
 
 from __future__ import annotations
@@ -22,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slimrag.llm.kv import CacheConfig, KVTree, SegmentKV
+from slimrag.llm.kv.blend import BlendReuse
+from slimrag.llm.kv.recompute import RecomputePolicy, Span, parse_recompute
 from slimrag.rag.plan import plan_passages
 from slimrag.route.kv_policy import choose_planned
 from slimrag.route.kv_view import KVView
@@ -50,6 +62,8 @@ class _Job:
     order: tuple[str, ...] = ()
     cached: int = 0
     match: Any = None
+    entries: Any = None  # blend: the entries placed
+    unseen: tuple[str, ...] = ()  # blend: passages computed in context, whose entries it then stores
 
 
 @dataclass
@@ -68,12 +82,50 @@ def _store(tree: KVTree, plan: RoutePlan, order: tuple[str, ...], match: Any) ->
     tree.release(match)
 
 
+def _place(tree: KVTree, plan: RoutePlan, job: _Job, policy: RecomputePolicy) -> None:
+    """A blend replica's prefill of ``job`` (module header): its exact prefix and the entries it
+    places, held in ``job`` until `_store_blend`; ``job.cached``: the tokens served and not recomputed."""
+    tokens = dict(zip(plan.keys, plan.tokens, strict=True))
+    job.match = tree.match(ROOT, job.order)
+    first = max(0, len(job.match.nodes) - 1)  # the first passage past the exact prefix
+    job.entries = tree.entries(ROOT, job.order[first:])
+    held = set(job.entries.path)
+    start, spans = SYSTEM_TOKENS + sum(tokens[k] for k in job.order[:first]), []
+    for key in job.order[first:]:
+        if key in held and start > SYSTEM_TOKENS:  # at the entry's own position it is exact
+            spans.append(Span(start, tokens[key]))
+        start += tokens[key]
+    zeros = [0.0] * sum(sp.tokens for sp in spans) if policy.needs_deviation else None
+    recomputed = len(policy.select(spans, zeros))
+    job.unseen = tuple(k for k in job.order[first:] if k not in held)
+    job.cached = job.match.tokens + sum(node.tokens for node in job.entries.nodes) - recomputed
+
+
+def _store_blend(tree: KVTree, plan: RoutePlan, job: _Job) -> int:
+    """What a blend replica stores after a prefill: a missing system segment and the entries of the
+    passages it saw first; releases the lease. Returns the tokens of the new entries (computed after
+    the first token)."""
+    tokens = dict(zip(plan.keys, plan.tokens, strict=True))
+    if not job.match.nodes:
+        tree.insert(ROOT, [], [SegmentKV.simulated(SYSTEM_TOKENS)])
+    for key in job.unseen:
+        tree.insert(ROOT, [key], [SegmentKV.simulated(tokens[key])])
+    tree.release(job.entries)
+    tree.release(job.match)
+    return sum(tokens[k] for k in job.unseen)
+
+
 def run_sim(policy: str, n: int, arrivals: list[tuple[float, str, RoutePlan]], costs: dict[str, float],
-            budget: int, config: RouterConfig | None = None) -> dict[str, Any]:
+            budget: int, config: RouterConfig | None = None, reuse: str = "exact",
+            recompute: str | None = None) -> dict[str, Any]:
+    """One policy over ``n`` simulated replicas that reuse by ``reuse`` (``exact`` or ``blend``,
+    with the ``recompute`` policy, default ``boundary:8``); the figures `bench.route` reports."""
     a, b, decode = costs["a_s"], costs["b_s_per_token"], costs["decode_s"]
     config = config or RouterConfig()
+    blend = reuse == "blend"
+    placing = parse_recompute(recompute or "boundary:8")
     servers = [_Server(KVTree.simulated(CacheConfig(device="cpu", host_bytes=budget))) for _ in range(n)]
-    reps = [Replica(f"http://sim-{i}:1", PrefixTree()) for i in range(n)]
+    reps = [Replica(f"http://sim-{i}:1", PrefixTree(), reuse=reuse) for i in range(n)]
     if policy == "events":
         for s, r in zip(servers, reps, strict=True):
             view = KVView()
@@ -98,8 +150,11 @@ def run_sim(policy: str, n: int, arrivals: list[tuple[float, str, RoutePlan]], c
         s.busy = True
         plan = plan_passages(job.plan.keys, s.tree, ROOT)
         job.order = plan.order
-        job.match = s.tree.match(ROOT, job.order)
-        job.cached = job.match.tokens
+        if blend:
+            _place(s.tree, job.plan, job, placing)
+        else:
+            job.match = s.tree.match(ROOT, job.order)
+            job.cached = job.match.tokens
         total = SYSTEM_TOKENS + sum(job.plan.tokens)
         push(now + a + b * (total - job.cached), "prefilled", i, job)
 
@@ -109,7 +164,8 @@ def run_sim(policy: str, n: int, arrivals: list[tuple[float, str, RoutePlan]], c
         now, _, kind, i, job = heapq.heappop(heap)
         last = now
         if kind == "arrive":
-            real = [plan_passages(job.plan.keys, s.tree, ROOT).cached_tokens for s in servers]
+            real = [BlendReuse(s.tree, "cpu", recompute).cached_tokens(ROOT, job.plan.keys) if blend
+                    else plan_passages(job.plan.keys, s.tree, ROOT).cached_tokens for s in servers]
             if policy == "rr":
                 i, arrived = arrived % n, arrived + 1
             elif policy == "approx":
@@ -126,21 +182,25 @@ def run_sim(policy: str, n: int, arrivals: list[tuple[float, str, RoutePlan]], c
             servers[i].queue.append(job)
             start(i, now)
         elif kind == "prefilled":
-            _store(servers[i].tree, job.plan, job.order, job.match)
+            entry_s = 0.0
+            if blend:
+                entry_s = b * _store_blend(servers[i].tree, job.plan, job)
+            else:
+                _store(servers[i].tree, job.plan, job.order, job.match)
             reps[i].pending_prefill -= job.estimate
             reps[i].tree.insert(job.key)
             total = SYSTEM_TOKENS + sum(job.plan.tokens)
             ttfts.append(now - job.arrival)
             prompt += total
             cached += job.cached
-            push(now + decode, "done", i, job)
+            push(now + decode + entry_s, "done", i, job)
         else:
             reps[i].in_flight -= 1
             servers[i].busy = False
             start(i, now)
     first = arrivals[0][0]
     ttfts.sort()
-    return {"policy": policy, "replicas": n, "requests": len(ttfts), "reused_share": round(cached / prompt, 3),
+    return {"policy": policy, "replicas": n, "reuse": reuse, "requests": len(ttfts), "reused_share": round(cached / prompt, 3),
             "ttft_p50_s": round(statistics.median(ttfts), 3), "ttft_p90_s": round(ttfts[int(0.9 * (len(ttfts) - 1))], 3),
             "req_per_s": round(len(ttfts) / (last - first), 3),
             "chose_longest_share": round(longest / judged, 3) if judged else None}
@@ -198,4 +258,6 @@ def simulate_fleet(n: int, questions: list[str], plans: dict[str, RoutePlan | No
         plan = plans[q]
         assert plan is not None
         arrivals.append((t, q, plan))
-    return [run_sim(policy, n, arrivals, costs, args.sim_budget) for policy in ("rr", "approx", "events")]
+    reuse, recompute = getattr(args, "reuse", "exact"), getattr(args, "recompute", None)
+    return [run_sim(policy, n, arrivals, costs, args.sim_budget, reuse=reuse, recompute=recompute)
+            for policy in ("rr", "approx", "events")]

@@ -85,3 +85,27 @@ def test_the_direct_clients_ttft_is_reported_beside_the_routed_chats() -> None:
     assert "0.90/4.00" in row
     none = summarize("approx", routed, [], wall=10.0)
     assert none["direct_ttft_p50_s"] is None and "-/-" in report({"policies": {"approx": none}})
+
+
+def test_the_fleet_simulation_places_held_entries_under_blend_reuse() -> None:
+    """A simulated blend replica places every passage entry it holds, paying the recompute policy's
+    tokens for each one placed away from its own position; an exact one reuses only the planned
+    path. One replica, requests far apart: (a), then (b), then (a, b)."""
+    from bench.route_sim import SYSTEM_TOKENS, run_sim
+    from slimrag.route.planner import RoutePlan
+
+    ta, tb = 100, 200
+    plans = [RoutePlan(((1, 0.9),), ("a",), (ta,)), RoutePlan(((2, 0.9),), ("b",), (tb,)),
+             RoutePlan(((1, 0.9), (2, 0.8)), ("a", "b"), (ta, tb))]
+    arrivals = [(100.0 * i, f"q{i}", p) for i, p in enumerate(plans)]
+    costs = {"a_s": 0.1, "b_s_per_token": 0.001, "decode_s": 0.1}
+    prompt = 3 * SYSTEM_TOKENS + 2 * ta + 2 * tb
+    blend = run_sim("rr", 1, arrivals, costs, 10_000, reuse="blend", recompute="boundary:8")
+    # the second request reuses the system segment; the third both entries, b (the longer) first and
+    # a placed behind it (8 tokens recomputed); exact reuse serves only b's path
+    assert blend["reused_share"] == round((SYSTEM_TOKENS + SYSTEM_TOKENS + ta + tb - 8) / prompt, 3)
+    exact = run_sim("rr", 1, arrivals, costs, 10_000)
+    assert exact["reused_share"] == round((SYSTEM_TOKENS + SYSTEM_TOKENS + tb) / prompt, 3)
+    # under events + passages two blend replicas are priced by the entries they hold
+    two = run_sim("events", 2, arrivals, costs, 10_000, reuse="blend", recompute="boundary:8")
+    assert two["reuse"] == "blend" and two["requests"] == 3

@@ -592,6 +592,8 @@ def main() -> None:
     ap.add_argument("--sim-budget", type=int, default=3000, help="KV tokens a simulated replica holds")
     ap.add_argument("--sim-load", type=float, default=0.8)
     ap.add_argument("--sim-requests", type=int, default=1000, help="Zipf arrivals drawn for the fleet (40 per replica used)")
+    ap.add_argument("--sim-passages", type=int, default=200, help="passages the fleet's Zipf draws from")
+    ap.add_argument("--sim-arrivals", type=int, default=40, help="arrivals a simulated replica")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--fleet-only", action="store_true", help="redo the fleet simulation from --out's costs")
@@ -601,7 +603,7 @@ def main() -> None:
         out = json.loads(args.out.read_text())
         for run in [*out["policies"].values(), *([out["faults"]] if "faults" in out else [])]:
             run.update(longest_share(run["records"]))
-        sim_questions = distinct_zipf(args.sim_requests, 200, args.zipf_s, args.seed + 2)
+        sim_questions = distinct_zipf(args.sim_requests, args.sim_passages, args.zipf_s, args.seed + 2)
         plans = plan_all(sim_questions, args)
         out["fleet"] = {n: simulate_fleet(int(n), sim_questions, plans, out["costs"], args) for n in args.fleet.split(",")}
         args.out.write_text(json.dumps(out, indent=1, default=str))
@@ -609,7 +611,7 @@ def main() -> None:
         return
     questions = distinct_zipf(args.requests, args.passages, args.zipf_s, args.seed)
     direct = distinct_zipf(args.direct, args.passages, args.zipf_s, args.seed + 1)
-    sim_questions = distinct_zipf(args.sim_requests, 200, args.zipf_s, args.seed + 2) if args.fleet else []
+    sim_questions = distinct_zipf(args.sim_requests, args.sim_passages, args.zipf_s, args.seed + 2) if args.fleet else []
     t = time.perf_counter()
     plans = plan_all(questions + direct + sim_questions, args)
     print(f"planned {len(plans)} questions in {time.perf_counter() - t:.1f}s (before the timing lock)", file=sys.stderr)

@@ -248,7 +248,8 @@ def simulate_fleet(n: int, questions: list[str], plans: dict[str, RoutePlan | No
     """The three policies over ``n`` simulated replicas (module header)."""
     rng = random.Random(args.seed)
     usable = [q for q in questions if plans.get(q) is not None]
-    usable = (usable * (1 + 40 * n // max(1, len(usable))))[: 40 * n]  # 40 arrivals per replica
+    arrivals_n = getattr(args, "sim_arrivals", 40) * n  # 40 a replica by default
+    usable = (usable * (1 + arrivals_n // max(1, len(usable))))[:arrivals_n]
     mean_tokens = statistics.mean(SYSTEM_TOKENS + sum(plans[q].tokens) for q in usable)  # type: ignore[union-attr]
     service = costs["a_s"] + costs["b_s_per_token"] * mean_tokens + costs["decode_s"]
     rate = args.sim_load * n / service

@@ -33,6 +33,7 @@ from typing import Any
 
 from slimrag.llm.kv import CacheConfig, KVTree, SegmentKV
 from slimrag.llm.kv.blend import BlendReuse
+from slimrag.llm.kv.config import BLEND
 from slimrag.llm.kv.recompute import RecomputePolicy, Span, parse_recompute
 from slimrag.rag.plan import plan_passages
 from slimrag.route.kv_policy import choose_planned
@@ -122,7 +123,7 @@ def run_sim(policy: str, n: int, arrivals: list[tuple[float, str, RoutePlan]], c
     with the ``recompute`` policy, default ``boundary:8``); the figures `bench.route` reports."""
     a, b, decode = costs["a_s"], costs["b_s_per_token"], costs["decode_s"]
     config = config or RouterConfig()
-    blend = reuse == "blend"
+    blend = reuse == BLEND
     placing = parse_recompute(recompute or "boundary:8")
     servers = [_Server(KVTree.simulated(CacheConfig(device="cpu", host_bytes=budget))) for _ in range(n)]
     reps = [Replica(f"http://sim-{i}:1", PrefixTree(), reuse=reuse) for i in range(n)]

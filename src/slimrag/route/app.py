@@ -197,8 +197,10 @@ class Router:
             from slimrag.route.events import EventStreams  # pyzmq: only when a replica publishes
 
             self.streams = EventStreams()
+        from slimrag.llm.kv.config import BLEND, EXACT  # the KV package: only when a replica publishes
+
         replica.events = self.streams.watch(replica.url, info)
-        replica.reuse = "blend" if isinstance(info, dict) and info.get("reuse") == "blend" else "exact"
+        replica.reuse = BLEND if isinstance(info, dict) and info.get("reuse") == BLEND else EXACT
 
     async def plan(self, req: ChatRequest) -> RoutePlan | None:
         """The chat's passages when the router plans (``--index``), else None; a failed plan routes

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from slimrag.llm.kv.config import BLEND, EXACT
 from slimrag.llm.kv.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, chain_hash
 from slimrag.prompt import CachedSegment
 from slimrag.rag.plan import Plan, plan_passages
@@ -137,14 +138,14 @@ class KVView:
         return best or plan_passages(keys, None)
 
 
-    def reusable(self, keys: Sequence[str], reuse: str = "exact") -> int:
+    def reusable(self, keys: Sequence[str], reuse: str = EXACT) -> int:
         """The prompt tokens the replica serves from its cache for passage ``keys`` (relevance
         order): under ``exact`` reuse what its plan reuses (`plan`: the system segment and the
         longest cached path); under ``blend`` (`slimrag.llm.kv.blend`) the system segment and the
         entry of every passage it holds one of, the segment right under that root, which it places
         wherever the passage stands. The replica's recompute policy computes some placed tokens
         again; counted here in full, as a router cannot tell which, alike for every replica."""
-        if reuse != "blend":
+        if reuse != BLEND:
             return self.plan(keys).cached_tokens
         best = 0
         for root in self.roots:

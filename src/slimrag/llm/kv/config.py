@@ -13,7 +13,8 @@ DEVICE, HOST, DISK = "device", "host", "disk"
 #: How passage KV is reused (``CacheConfig.reuse``): ``exact`` = the knowledge tree's exact
 #: prefixes only; ``blend`` = exact prefixes, then every later passage placed from its
 #: position-independent entry with a recompute policy (:mod:`slimrag.llm.kv.blend`).
-REUSE_MODES = ("exact", "blend")
+EXACT, BLEND = "exact", "blend"
+REUSE_MODES = (EXACT, BLEND)
 #: The default recompute policy of blend reuse: the cheapest measured setting with ≥ 90% of
 #: answers identical to exact mode. On SmolLM2-135M none of the measured cheaper ones got there
 #: (deviation:0.5: 71%; boundary:8+deviation:0.15: 25%; ``docs/bench_generation.md``), so it is

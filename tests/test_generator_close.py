@@ -65,3 +65,27 @@ def test_a_served_generator_that_takes_turns_keeps_its_answer_mode_and_closes() 
     assert served.default_answer_mode == "grounded"  # the wrapper read "free", the base's default
     served.close()
     assert inner.closes == 1
+
+
+def test_a_close_during_the_threads_load_returns_at_once_and_the_thread_closes_after_it() -> None:
+    """The owner's close never waits for the thread's load (`ask` closes its generator as it ends,
+    and the embedded model's close would wait for a load under way); the thread closes what the
+    load opened once the load ends, once."""
+    loading, release = threading.Event(), threading.Event()
+
+    class Slow(Counted):
+        def load(self) -> None:
+            loading.set()
+            release.wait(10)
+            super().load()
+
+    built = Slow()
+    d = Deferred(lambda: built, Declared())
+    assert loading.wait(10)
+    closer = threading.Thread(target=d.close)
+    closer.start()
+    closer.join(5)
+    assert not closer.is_alive() and built.closes == 0  # returned at once; nothing closed under the load
+    release.set()
+    d._thread.join(10)
+    assert built.loads == 1 and built.closes == 1

@@ -163,9 +163,10 @@ def answering(index: str, spec: dict[str, Any], max_tokens: int, mode: str | Non
     """What `ask` and `chat` share: a status line from the start ("loading", then the RAG's stages
     until the first token), the index and the generator loaded side by side, and the `RAG` of a
     `Session` over them (`slimrag.rag.session`, as ``serve`` and ``mcp`` hold one) that does not
-    wait for the generator's load (module header); the index is closed and the status line cleared
-    however the command ends. The generator is left to the process's exit: closing the embedded one
-    waits for a load still running on its thread, which the exit caps (`slimrag.llm.deferred`)."""
+    wait for the generator's load (module header); the index and the generator are closed and the
+    status line cleared however the command ends (a remote generator's HTTP connections with it; a
+    `slimrag.llm.deferred.Deferred` whose load still runs on its thread leaves the close to that
+    thread and returns at once, the exit capping the wait as before)."""
     from slimrag.rag.session import Session
 
     status = StatusLine()
@@ -178,6 +179,7 @@ def answering(index: str, spec: dict[str, Any], max_tokens: int, mode: str | Non
             yield session.rag(), status
         finally:
             session.close()
+            generator.close()
     finally:
         status.clear()
 

@@ -70,6 +70,7 @@ class Deferred(Generator):
         self._done = threading.Event()
         self._exiting = threading.Event()
         self._closed = False
+        self._loading = False  # the thread's load runs: an owner's close is left to the thread
         self._close_lock = threading.Lock()  # the owner's close and the build's end: one of them closes
         self._thread = threading.Thread(target=self._run, args=(build,), name="slimrag-deferred", daemon=True)
         self._thread.start()
@@ -92,19 +93,21 @@ class Deferred(Generator):
         with self._close_lock:
             self._built, self.name = built, built.name
             closed = self._closed
+            # the process is ending or the owner closed it: nothing will use the model
+            self._loading = not closed and not self._exiting.is_set()
         self._done.set()
         if closed:  # the owner closed it while it was being built
             built.close()
             return
-        if self._exiting.is_set():  # the process is ending or the owner closed it: nothing will use the model
+        if not self._loading:
             return
         try:
             built.load()
         except Exception as e:  # noqa: BLE001  (raised again by the answer's own load; module header)
             log.info("background load of %s failed (the answer's own load tries again): %s", built.name, e)
         with self._close_lock:
-            closed = self._closed
-        if closed:  # the owner closed it between the check above and the load: close what the load opened
+            closed, self._loading = self._closed, False
+        if closed:  # the owner closed it during the load: close what the load opened
             built.close()
 
     def generator(self) -> Generator:
@@ -137,11 +140,12 @@ class Deferred(Generator):
         return self.generator().stream(prompt, config)
 
     def close(self) -> None:
-        """Close the built generator; a build still under way starts no load and is closed when
-        it ends (the owner is done with it: nothing will use the model); a close that lands while the
-        thread's load runs is repeated after it, closing what the load opened (a close is idempotent)."""
+        """Close the built generator, never waiting for the thread: a build still under way starts
+        no load and is closed when it ends (the owner is done with it: nothing will use the model);
+        a close that lands while the thread's load runs is left to the thread, which closes what
+        the load opened once it ends (closing the embedded model during its load would wait for it)."""
         self._exiting.set()
         with self._close_lock:
-            self._closed, built = True, self._built
-        if built is not None:
+            self._closed, built, loading = True, self._built, self._loading
+        if built is not None and not loading:
             built.close()

@@ -21,9 +21,11 @@
   size (the docx's styles part compresses well), their largest member is 438 KiB; an Office
   document of text runs 3-25x, far from 100x. A member of pictures is stored compressed
   already and is not parsed, so only the total bounds it.
-- Text is recognised without a suffix: no NUL byte in the first `SNIFF_BYTES` and valid UTF-8
-  there, or a declared charset (XML declaration, HTML ``<meta charset>``, an Emacs/Vim/PEP 263
-  ``coding:`` line) that Python knows.
+- Text is recognised without a suffix: a UTF-16 or UTF-32 byte-order mark (`bom_codec`, looked
+  for first: such text is full of NUL bytes) followed by text of that encoding without NUL
+  characters; else no NUL byte in the first `SNIFF_BYTES` and valid UTF-8 there, or a declared
+  charset (XML declaration, HTML ``<meta charset>``, an Emacs/Vim/PEP 263 ``coding:`` line) that
+  Python knows. UTF-16 without a mark is not guessed at: its NUL bytes read as binary.
 
 Every refusal raises `SkipFile` with its reason from `slimrag.ingest.outcome`.
 """
@@ -222,10 +224,29 @@ def declared_charset(head: bytes) -> str | None:
     return name
 
 
+#: byte-order marks of the wide Unicode encodings, UTF-32's first (its little-endian mark begins
+#: with UTF-16's), and the codec that reads the mark, drops it and decodes the rest by it
+_WIDE_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+              (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+def bom_codec(head: bytes) -> str | None:
+    """``"utf-16"`` or ``"utf-32"`` when ``head`` starts with that encoding's byte-order mark (what
+    Windows Notepad writes as "Unicode"), else None. UTF-8's mark is read on the UTF-8 path."""
+    return next((codec for bom, codec in _WIDE_BOMS if head.startswith(bom)), None)
+
+
 def looks_like_text(head: bytes) -> bool:
-    """True when the first bytes of a file are text: no NUL, and valid UTF-8 (a character cut at
-    the end of ``head`` is allowed) or decodable in the charset the file declares."""
+    """True when the first bytes of a file are text: UTF-16/32 behind its byte-order mark without
+    NUL characters; else no NUL, and valid UTF-8 (a character cut at the end of ``head`` is
+    allowed) or decodable in the charset the file declares."""
     head = head[:SNIFF_BYTES]
+    wide = bom_codec(head)
+    if wide is not None:
+        try:
+            return "\x00" not in codecs.getincrementaldecoder(wide)().decode(head, final=False)
+        except UnicodeDecodeError:
+            return False
     if b"\x00" in head:
         return False
     try:

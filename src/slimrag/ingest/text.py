@@ -10,10 +10,12 @@ Kept apart from `slimrag.ingest.readers` so the readers of container formats (of
 notebook, mail, tables), which the registry in `readers` imports, can use them without an import
 cycle.
 
-Decoding: strict UTF-8 first (a BOM is honoured), so every UTF-8 file reads exactly as before;
-when that fails, the charset the file declares (XML declaration, HTML ``<meta charset>``,
-``coding:`` line) is used, so a Latin-1 page that says so is read, not refused. NUL bytes in the
-first 8 KB mean binary data: refused rather than guessed at.
+Decoding: a UTF-16 or UTF-32 byte-order mark first (Windows Notepad's "Unicode" is UTF-16 LE with
+its mark), the text decoded by it; then strict UTF-8 (a BOM is honoured), so every UTF-8 file reads
+exactly as before; when that fails, the charset the file declares (XML declaration, HTML
+``<meta charset>``, ``coding:`` line) is used, so a Latin-1 page that says so is read, not refused.
+NUL bytes in the first 8 KB (NUL characters, behind a wide mark) mean binary data: refused rather
+than guessed at, which is also where UTF-16 without a mark ends.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import json
 from dataclasses import dataclass
 
 from slimrag.ingest.outcome import BINARY, ENCODING, PARSE_ERROR, SkipFile
-from slimrag.ingest.rawfile import SNIFF_BYTES, declared_charset
+from slimrag.ingest.rawfile import SNIFF_BYTES, bom_codec, declared_charset
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +37,11 @@ class Section:
 
 
 def decode(data: bytes) -> str:
-    """Strict UTF-8 (with BOM), else the charset the file declares; raises `SkipFile` for binary
-    data (NUL bytes) and for bytes valid in neither."""
+    """UTF-16/32 behind its byte-order mark, else strict UTF-8 (with BOM), else the charset the
+    file declares; raises `SkipFile` for binary data (NUL bytes) and for bytes valid in none."""
+    wide = bom_codec(data)
+    if wide is not None:
+        return _decode_wide(data, wide)
     if b"\x00" in data[:SNIFF_BYTES]:
         raise SkipFile(BINARY, f"NUL bytes in the first {SNIFF_BYTES // 1024} KB")
     try:
@@ -50,6 +55,19 @@ def decode(data: bytes) -> str:
             return data.decode(charset)
         except UnicodeDecodeError as e2:
             raise SkipFile(ENCODING, f"not valid UTF-8, nor {charset} as declared (byte {e2.start})") from e2
+
+
+def _decode_wide(data: bytes, codec: str) -> str:
+    """``data`` decoded by the UTF-16/32 ``codec`` its byte-order mark names (the mark dropped)."""
+    name = codec.upper()
+    try:
+        text = data.decode(codec)
+    except UnicodeDecodeError as e:
+        raise SkipFile(ENCODING, f"starts with a {name} byte-order mark but is not valid {name} "
+                                 f"(byte {e.start}); convert it to UTF-8 to include it") from e
+    if "\x00" in text[:SNIFF_BYTES]:
+        raise SkipFile(BINARY, f"NUL characters in the first {SNIFF_BYTES // 1024} K characters of {name} text")
+    return text
 
 
 def md_heading(line: str) -> str | None:

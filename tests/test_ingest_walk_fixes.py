@@ -1,0 +1,50 @@
+"""Fixes from a new user's walkthrough: Notepad's "Unicode" (UTF-16 with a byte-order mark) read
+as text, a chunk size over the embedder's window warned about, whole sentences in parse errors,
+and counts pluralised in the add/build/remove summaries."""
+
+from __future__ import annotations
+
+import codecs
+from pathlib import Path
+
+import pytest
+from conftest import write_tree
+
+from slimrag.index.core import Index
+from slimrag.ingest.outcome import BINARY
+
+#: text with CRLF line ends (what Notepad writes) and characters outside Latin-1 and the BMP
+WIDE_TEXT = "Lighthouse log\r\nThe keeper wrote: fog at dawn, \u00e9t\u00e9 \u2014 \u6771\u4eac, \U0001f30a.\r\n"
+
+
+def _stored(idx: Index, source: str) -> str:
+    """The text of the one chunk stored for ``source``."""
+    doc = next(d for d in idx.documents() if d.source == source)
+    chunks = [c for c in idx.chunks(range(200)).values() if c.doc_id == doc.doc_id]
+    assert len(chunks) == 1
+    return chunks[0].text
+
+
+def test_utf16_and_utf32_with_a_byte_order_mark_are_read_as_text(tmp_path: Path, embedder) -> None:  # noqa: ANN001
+    root = write_tree(tmp_path / "docs", {
+        "le.txt": codecs.BOM_UTF16_LE + WIDE_TEXT.replace("keeper", "lekeeper").encode("utf-16-le"),
+        "be.txt": codecs.BOM_UTF16_BE + WIDE_TEXT.replace("keeper", "bekeeper").encode("utf-16-be"),
+        "wide32.txt": codecs.BOM_UTF32_LE + WIDE_TEXT.replace("keeper", "widekeeper").encode("utf-32-le"),
+        "NOTES": codecs.BOM_UTF16_LE + WIDE_TEXT.replace("keeper", "notekeeper").encode("utf-16-le"),  # no suffix
+        "nobom.txt": WIDE_TEXT.encode("utf-16-le"),  # no mark: not guessed at
+        "fake.txt": codecs.BOM_UTF16_LE + "x".encode("utf-16-le") + bytes(64),  # a mark, then NULs: binary
+        "u8.txt": WIDE_TEXT.replace("keeper", "u8keeper").encode("utf-8"),  # what the others must match
+    })
+    with Index.build(root, tmp_path / "s.slimrag", embedder=embedder) as idx:
+        report = idx.last_report
+        assert sorted(d.source for d in idx.documents()) == ["NOTES", "be.txt", "le.txt", "u8.txt", "wide32.txt"]
+        for source, word in [("le.txt", "lekeeper"), ("be.txt", "bekeeper"), ("wide32.txt", "widekeeper"),
+                             ("NOTES", "notekeeper")]:
+            expected = _stored(idx, "u8.txt").replace("u8keeper", word)
+            assert "\u6771\u4eac, \U0001f30a" in expected and "\ufeff" not in _stored(idx, source)
+            assert _stored(idx, source) == expected  # as the same text in UTF-8: the mark dropped
+            hits = idx.search(word, k=1, mode="keyword")
+            assert [h.source for h in hits] == [source] and hits[0].text == expected
+    skipped = {s.source: s for s in report.skipped}
+    assert skipped["nobom.txt"].kind == BINARY and skipped["nobom.txt"].reason == "binary: NUL bytes in the first 8 KB"
+    assert skipped["fake.txt"].kind == BINARY and "NUL characters" in skipped["fake.txt"].reason

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 from conftest import write_tree
 
+from slimrag.errors import IngestError
 from slimrag.index.core import Index
 from slimrag.ingest.outcome import BINARY
+from slimrag.ingest.readers import read_file
 
 #: text with CRLF line ends (what Notepad writes) and characters outside Latin-1 and the BMP
 WIDE_TEXT = "Lighthouse log\r\nThe keeper wrote: fog at dawn, \u00e9t\u00e9 \u2014 \u6771\u4eac, \U0001f30a.\r\n"
@@ -48,3 +50,17 @@ def test_utf16_and_utf32_with_a_byte_order_mark_are_read_as_text(tmp_path: Path,
     skipped = {s.source: s for s in report.skipped}
     assert skipped["nobom.txt"].kind == BINARY and skipped["nobom.txt"].reason == "binary: NUL bytes in the first 8 KB"
     assert skipped["fake.txt"].kind == BINARY and "NUL characters" in skipped["fake.txt"].reason
+
+
+@pytest.mark.parametrize("name,data,message", [
+    ("cut.json", b'{"a": "no end', "invalid JSON at line 1: Unterminated string starting at column 7"),
+    ("gap.json", b'{"a": 1,\n  "b": }', "invalid JSON at line 2: Expecting value at column 8"),
+    ("rows.jsonl", b'{"a": 1}\n{"a": "x\n', "invalid JSON on line 2: Unterminated string starting at column 7"),
+])
+def test_a_broken_json_file_is_skipped_with_a_whole_sentence(tmp_path: Path, name: str, data: bytes,
+                                                              message: str) -> None:
+    p = tmp_path / name
+    p.write_bytes(data)
+    with pytest.raises(IngestError) as caught:
+        read_file(p)
+    assert str(caught.value).endswith(message)

@@ -117,6 +117,9 @@ def load_json(text: str, line: int | None = None) -> object:
         return json.loads(text, parse_int=_parse_int)
     except json.JSONDecodeError as e:
         where = f"at line {e.lineno}" if line is None else f"on line {line}"
-        raise SkipFile(PARSE_ERROR, f"invalid JSON {where}: {e.msg}") from e
+        # json's own messages end with " at" ("Unterminated string starting at") where it appends
+        # the position; finish the sentence with the column
+        at = "" if e.msg.endswith(" at") else " at"
+        raise SkipFile(PARSE_ERROR, f"invalid JSON {where}: {e.msg}{at} column {e.colno}") from e
     except RecursionError as e:
         raise SkipFile(PARSE_ERROR, "JSON nested too deeply to read") from e

@@ -104,21 +104,21 @@ def test_remove_accepts_paths_as_typed(built: Path, docs_dir: Path, monkeypatch:
     monkeypatch.chdir(docs_dir.parent)  # the user stands beside the indexed folder
     runner = CliRunner()
     r = runner.invoke(cli, ["remove", str(built), "docs/guide/cats.md"])  # relative to here
-    assert r.exit_code == 0 and r.stdout.startswith("removed 1 documents"), r.output
+    assert r.exit_code == 0 and r.stdout.startswith("removed 1 document ("), r.output
     r = runner.invoke(cli, ["remove", str(built), str(docs_dir / "code" / "fib.py")])  # absolute
-    assert r.exit_code == 0 and "removed 1 documents" in r.stdout
+    assert r.exit_code == 0 and "removed 1 document (" in r.stdout
     r = runner.invoke(cli, ["remove", str(built), "notes/weather.txt"])  # as stored (relative to the folder)
-    assert r.exit_code == 0 and "removed 1 documents" in r.stdout
+    assert r.exit_code == 0 and "removed 1 document (" in r.stdout
     r = runner.invoke(cli, ["remove", str(built), "data/*.json*"])  # a glob
     assert r.exit_code == 0 and "removed 2 documents" in r.stdout
     r = runner.invoke(cli, ["remove", str(built), "docs/site"])  # a folder, relative to here
-    assert r.exit_code == 0 and "removed 1 documents" in r.stdout
+    assert r.exit_code == 0 and "removed 1 document (" in r.stdout
     assert documents(built) == ["guide/install.md", "notes/recipes.rst"]
 
 
 def test_remove_warns_and_fails_when_nothing_matched(built: Path) -> None:
     r = CliRunner().invoke(cli, ["remove", str(built), "upd/pg.txt", "guide/cats.md"])
-    assert r.exit_code == 1 and "removed 1 documents" in r.stdout
+    assert r.exit_code == 1 and "removed 1 document (" in r.stdout
     assert "warning: nothing in" in r.stderr and "'upd/pg.txt'" in r.stderr and "stored names look like" in r.stderr
     assert "guide/cats.md" not in documents(built)
 

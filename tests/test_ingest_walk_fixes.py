@@ -12,7 +12,7 @@ from conftest import write_tree
 
 from slimrag.errors import IngestError
 from slimrag.index.core import Index
-from slimrag.ingest.outcome import BINARY
+from slimrag.ingest.outcome import BINARY, counted
 from slimrag.ingest.readers import read_file
 
 #: text with CRLF line ends (what Notepad writes) and characters outside Latin-1 and the BMP
@@ -64,3 +64,27 @@ def test_a_broken_json_file_is_skipped_with_a_whole_sentence(tmp_path: Path, nam
     with pytest.raises(IngestError) as caught:
         read_file(p)
     assert str(caught.value).endswith(message)
+
+
+def test_counts_in_summaries_are_pluralised(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from slimrag.cli import cli
+    from slimrag.index.report import AddReport
+
+    assert [counted(n, "chunk") for n in (0, 1, 2)] == ["0 chunks", "1 chunk", "2 chunks"]
+    assert counted(20_582, "chunk", ",") == "20,582 chunks"
+    assert AddReport(added=1, chunks=1).summary().startswith("1 added, 0 updated, 0 unchanged, 1 chunk, 0 skipped")
+
+    root = write_tree(tmp_path / "small", {"lamp.txt": "The keeper lit the lamp at dusk.\n"})
+    out = tmp_path / "s.slimrag"
+    runner = CliRunner()
+    r = runner.invoke(cli, ["build", str(root), "-o", str(out)])
+    assert r.exit_code == 0 and r.stdout.startswith("1 added, 0 updated, 0 unchanged, 1 chunk, 0 skipped"), r.output
+    assert ", 1 chunk searchable, 1 embedded" in r.stderr.splitlines()[-1], r.stderr
+    r = runner.invoke(cli, ["info", str(out)])
+    assert r.exit_code == 0 and "  1 document, 1 chunk, 1 live vector, 100% embedded" in r.stdout, r.output
+    r = runner.invoke(cli, ["remove", str(out), "lamp.txt"])
+    assert r.exit_code == 0 and r.stdout == "removed 1 document (1 chunk)\n", r.output
+    r = runner.invoke(cli, ["check", str(out)])
+    assert r.exit_code == 0 and r.stdout.startswith(f"{out}: 0 chunks, 1 vector row (1 of removed chunks"), r.output

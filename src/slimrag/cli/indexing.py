@@ -30,6 +30,7 @@ from slimrag.cli.options import config_error, url_option_check
 from slimrag.cli.progress import show_progress
 from slimrag.cli.sources import example_names
 from slimrag.config import DTYPES, STORAGES, IndexConfig
+from slimrag.ingest.outcome import counted
 
 #: IndexConfig field -> the build flag that sets it (for error messages).
 BUILD_FLAGS = {"storage": "--storage", "chunk_tokens": "--chunk-tokens", "chunk_overlap": "--chunk-overlap",
@@ -187,7 +188,7 @@ def remove(ctx: click.Context, index: str, paths: tuple[str, ...]) -> None:
     for arg in removal.nothing:
         click.echo(f"warning: nothing in {index} matches {arg!r}; stored names look like "
                    f"{example_names(names)} (see `slimrag info {index} --docs`)", err=True)
-    click.echo(f"removed {len(removal.sources)} documents ({removal.chunks} chunks)")
+    click.echo(f"removed {counted(len(removal.sources), 'document')} ({counted(removal.chunks, 'chunk')})")
     if removal.nothing:
         ctx.exit(1)
 
@@ -240,7 +241,8 @@ def info(index: str | None, docs: bool, show_llm: bool, as_json: bool) -> None:
             click.echo(f"  slim: {s['slim_bytes']['per_vector']:.1f} B/vector + "
                        f"{s['slim_bytes']['fixed']:,.0f} B fixed (codebooks)")
         cov = s["coverage"]
-        click.echo(f"  {c['documents']} documents, {c['chunks']} chunks, {c['live_vectors']} live vectors, "
+        click.echo(f"  {counted(c['documents'], 'document')}, {counted(c['chunks'], 'chunk')}, "
+                   f"{counted(c['live_vectors'], 'live vector')}, "
                    f"{cov['share']:.0%} embedded" + (f" ({cov['awaiting']:,} awaiting vectors: "
                                                      "`slimrag build --resume` or `add` embeds them)"
                                                      if cov["awaiting"] else ""))

@@ -13,6 +13,7 @@ from dataclasses import asdict
 import click
 
 from slimrag.cli.base import cli
+from slimrag.ingest.outcome import counted
 
 _WAIT_HELP = "Seconds to wait for another writer of the index before giving up  [default: $SLIMRAG_WAIT or 300]"
 
@@ -38,7 +39,7 @@ def check(index: str, repair: bool, wait: float | None, as_json: bool) -> None:
     else:
         for name in rep.rolled_back:
             click.echo(f"recovered: rolled back {name}, written by an interrupted add")
-        click.echo(f"{index}: {rep.chunks} chunks, {rep.vector_rows} vector rows"
+        click.echo(f"{index}: {counted(rep.chunks, 'chunk')}, {counted(rep.vector_rows, 'vector row')}"
                    + (f" ({rep.tombstoned} of removed chunks, dropped at the next compaction)"
                       if rep.tombstoned else ""))
         if rep.awaiting:

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from typing import IO
 
 from slimrag.index.progress import AddProgress, reporting
+from slimrag.ingest.outcome import counted
 
 #: seconds between two redraws of the terminal bar
 BAR_EVERY_S = 0.1
@@ -57,7 +58,7 @@ def describe(p: AddProgress) -> str:
     expected = p.chunks_expected
     embedded = (f"{p.chunks_done:,}/{expected:,} embedded" if expected and not p.final and p.chunks_done < expected
                 else f"{p.chunks_done:,} embedded")
-    parts = [files, f"{p.chunks_stored:,} chunks searchable", embedded]
+    parts = [files, f"{counted(p.chunks_stored, 'chunk', ',')} searchable", embedded]
     if p.chunks_done:
         parts.append(f"{p.rate:.1f} chunks/s")
     if p.final:

@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from slimrag.ingest.outcome import ADDED, SKIP_REASONS, UNCHANGED, UPDATED, Skipped
+from slimrag.ingest.outcome import ADDED, SKIP_REASONS, UNCHANGED, UPDATED, Skipped, counted
 
 log = logging.getLogger("slimrag.index")
 
@@ -73,7 +73,7 @@ class AddReport:
         """One line: ``3 added, 0 updated, 1 unchanged, 12 chunks, 4 skipped (2 ignored, 1 binary,
         1 too large) in 1.2s``."""
         reasons = ", ".join(f"{n} {k}" for k, n in self.skipped_by_reason().items())
-        return (f"{self.added} added, {self.updated} updated, {self.unchanged} unchanged, {self.chunks} chunks, "
+        return (f"{self.added} added, {self.updated} updated, {self.unchanged} unchanged, {counted(self.chunks, 'chunk')}, "
                 f"{len(self.skipped)} skipped{f' ({reasons})' if reasons else ''} in {self.seconds:.1f}s")
 
     def listing(self) -> dict[str, list[str]]:

@@ -69,7 +69,7 @@ from slimrag.index.progress import current_tracker
 from slimrag.index.report import AddReport
 from slimrag.ingest.crawl import IGNORE_FILES, MAX_IGNORE_FILE_BYTES
 from slimrag.ingest.ignore import IgnoreRules
-from slimrag.ingest.outcome import ADDED, OUTSIDE, UNCHANGED, UPDATED, SkipFile, Skipped, message
+from slimrag.ingest.outcome import ADDED, OUTSIDE, UNCHANGED, UPDATED, SkipFile, Skipped, counted, message
 from slimrag.ingest.rawfile import read_bounded
 from slimrag.ingest.source import InputItem, PreparedDoc, iter_inputs, prepare, source_name
 
@@ -105,7 +105,7 @@ class SyncReport(AddReport):
         (1 ignored) in 0.3s``."""
         reasons = ", ".join(f"{n} {k}" for k, n in self.skipped_by_reason().items())
         return (f"{self.added} added, {self.updated} updated, {self.removed} removed, {self.unchanged} unchanged "
-                f"({self.read} read), {self.chunks} chunks, {len(self.skipped)} skipped"
+                f"({self.read} read), {counted(self.chunks, 'chunk')}, {len(self.skipped)} skipped"
                 f"{f' ({reasons})' if reasons else ''} in {self.seconds:.1f}s")
 
     def listing(self) -> dict[str, list[str]]:

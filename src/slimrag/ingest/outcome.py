@@ -53,6 +53,12 @@ def kind_of(reason: str) -> str:
     return PARSE_ERROR
 
 
+def counted(n: int, noun: str, grouping: str = "") -> str:
+    """``n`` and the noun, plural unless ``n`` is 1: ``1 chunk``, ``0 chunks``, ``2 documents``;
+    ``grouping=","`` writes ``20,582 chunks``. For the counts of reports and summaries."""
+    return f"{n:{grouping}} {noun if n == 1 else noun + 's'}"
+
+
 def message(kind: str, detail: str = "") -> str:
     """The one-line skip message: the reason, then the detail when there is one."""
     if kind not in SKIP_REASONS:

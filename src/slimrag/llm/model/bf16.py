@@ -47,6 +47,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from slimrag.cpu import bf16_units
@@ -122,22 +123,31 @@ class Copy:
 
 
 def copy(w: torch.Tensor | QuantLinear, like: Copy | None = None) -> Copy:
-    """``w`` as a prepacked bfloat16 :class:`Copy` (a quantized one dequantized one stored part at
-    a time, never held in float32), allowed :data:`CHUNK`-row calls only, or the call sizes of
-    ``like`` (the same product of layer 0, already checked: :func:`sizes`)."""
-    if isinstance(w, torch.Tensor):
-        plain = w.to(torch.bfloat16).contiguous()
-    else:
-        plain = torch.cat([_dequantized(p).to(torch.bfloat16) for p in w.parts])
+    """``w`` as a prepacked bfloat16 :class:`Copy` (a quantized one dequantized into one float32
+    matrix of this product's rows, never the whole model in float32), allowed :data:`CHUNK`-row
+    calls only, or the call sizes of ``like`` (the same product of layer 0, already checked: :func:`sizes`)."""
+    plain = (w if isinstance(w, torch.Tensor) else _matrix(w)).to(torch.bfloat16).contiguous()
     packed = torch.ops.mkldnn._reorder_linear_weight(plain, CHUNK)
     return Copy(packed) if like is None else replace(like, packed=packed)
 
 
-def _dequantized(part: QuantPart) -> torch.Tensor:
+def _matrix(w: QuantLinear) -> torch.Tensor:
+    """``w``'s float32 weights: its stored parts dequantized in numpy straight into their rows of
+    one matrix, with no per-part tensors to join and no torch call per part (torch's threads
+    stall behind a busy core: ``docs/benchmarks.md``, "The bfloat16 copy's build")."""
+    out = np.empty(tuple(w.shape), np.float32)
+    start = 0
+    for part in w.parts:
+        _dequantized(part, out[start : start + part.rows])
+        start += part.rows
+    return torch.from_numpy(out)
+
+
+def _dequantized(part: QuantPart, out: np.ndarray | None = None) -> torch.Tensor:
     """``part``'s float32 weights (:func:`slimrag.llm.model.gguf.dequantize_rows`: Q4_1 and Q8_0,
     the embedded model's types, by the fast dequantizers, bitwise ``gguf``'s values; other types by
-    ``gguf.quants``)."""
-    return torch.from_numpy(dequantize_rows(part.raw, part.ggml_type))
+    ``gguf.quants``), written into ``out`` (its rows of a product's matrix) when given."""
+    return torch.from_numpy(dequantize_rows(part.raw, part.ggml_type, out))
 
 
 def calls(n: int, w: Copy) -> list[int]:

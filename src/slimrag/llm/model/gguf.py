@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import mmap
 import struct
-import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -38,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from slimrag.llm.model.qlinear import Q4_1, Q8_0, SIZES
 
@@ -63,33 +61,43 @@ _TOP_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.wei
               "output.weight": "lm_head.weight"}
 
 
-def _blocks(raw: np.ndarray, size: int) -> torch.Tensor:
-    with warnings.catch_warnings():  # a read-only view of the map; it is only read
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.from_numpy(raw).reshape(-1, size)
+def _blocks_out(out: np.ndarray | None, blocks: int) -> np.ndarray:
+    """``out`` (C-contiguous float32, checked by :func:`dequantize_rows`) as ``[blocks, 32]``, or a new such array."""
+    return np.empty((blocks, 32), np.float32) if out is None else out.reshape(blocks, 32)
 
 
-def _q4_1(raw: np.ndarray) -> np.ndarray:
+def _q4_1(raw: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Q4_1: blocks of 32 weights as (f16 scale d, f16 minimum m, 16 bytes of 4-bit q); w = d*q + m,
-    the low nibbles first."""
-    b = _blocks(raw, 20)
-    d = b[:, 0:2].contiguous().view(torch.float16).float()
-    m = b[:, 2:4].contiguous().view(torch.float16).float()
-    q = torch.cat([b[:, 4:] & 0x0F, b[:, 4:] >> 4], dim=1).float()
-    return (d * q + m).reshape(raw.shape[0], -1).numpy()
+    the low nibbles first. One numpy pass per step over the whole tensor, written into ``out``
+    when given. ``d * q`` is exact in float32 (11 bits of mantissa times 4), so the one rounding
+    is the addition's, as in ``gguf.quants``."""
+    b = raw.reshape(-1, 20)
+    dm = b[:, :4].copy().view(np.float16).astype(np.float32)  # [blocks, 2]: d, m
+    w = _blocks_out(out, b.shape[0])
+    np.bitwise_and(b[:, 4:], 0x0F, out=w[:, :16], casting="unsafe")
+    np.right_shift(b[:, 4:], 4, out=w[:, 16:], casting="unsafe")
+    w *= dm[:, :1]
+    w += dm[:, 1:]
+    return w.reshape(raw.shape[0], -1)
 
 
-def _q8_0(raw: np.ndarray) -> np.ndarray:
-    """Q8_0: blocks of 32 weights as (f16 scale d, 32 int8 q); w = d*q. In numpy: the embedding
-    lookup dequantizes a prompt's rows with it, faster than torch's threads for so few blocks."""
-    b = raw.reshape(raw.shape[0], -1, 34)
-    d = b[..., :2].copy().view(np.float16).astype(np.float32)
-    return (d * b[..., 2:].view(np.int8).astype(np.float32)).reshape(raw.shape[0], -1)
+def _q8_0(raw: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Q8_0: blocks of 32 weights as (f16 scale d, 32 int8 q); w = d*q, written into ``out`` when
+    given. In numpy: the embedding lookup dequantizes a prompt's rows with it, a few blocks."""
+    b = raw.reshape(-1, 34)
+    d = b[:, :2].copy().view(np.float16).astype(np.float32)
+    w = _blocks_out(out, b.shape[0])
+    np.multiply(d, b[:, 2:].view(np.int8), out=w, casting="unsafe")
+    return w.reshape(raw.shape[0], -1)
 
 
-def _f32(raw: np.ndarray) -> np.ndarray:
-    """F32: the stored floats, copied out of the read-only map."""
-    return raw.view(np.float32).copy()
+def _f32(raw: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """F32: the stored floats, copied out of the read-only map (into ``out`` when given)."""
+    floats = raw.view(np.float32)
+    if out is None:
+        return floats.copy()
+    np.copyto(out, floats)
+    return out
 
 
 #: ggml type id -> a dequantizer bitwise equal to ``gguf.quants`` (see the module header); F32 (the
@@ -209,21 +217,31 @@ class GGUFFile:
         self._map.close()
 
 
-def dequantize_rows(raw: np.ndarray, ggml_type: int) -> np.ndarray:
+def dequantize_rows(raw: np.ndarray, ggml_type: int, out: np.ndarray | None = None) -> np.ndarray:
     """Stored rows ``uint8 [n, row_bytes]`` of ``ggml_type`` as float32 ``[n, cols]`` (a new,
-    writable array). Block by block, so any subset of a tensor's rows dequantizes to exactly
-    those rows of the whole (:class:`slimrag.llm.model.embedding.BlockTable` relies on it)."""
+    writable array, or ``out``, C-contiguous float32 ``[n, cols]``, written and returned: a
+    product's rows stacked without a copy). Block by block, so any subset of a tensor's rows
+    dequantizes to exactly those rows of the whole (:class:`slimrag.llm.model.embedding.BlockTable`
+    relies on it)."""
+    if out is not None and (out.dtype != np.float32 or not out.flags.c_contiguous or not out.flags.writeable
+                            or out.ndim != 2 or out.shape[0] != raw.shape[0]):
+        raise ValueError(f"out must be writable C-contiguous float32 [{raw.shape[0]}, cols], not "
+                         f"{out.dtype} {list(out.shape)}")
     fast = FAST_DEQUANT.get(ggml_type)
     if fast is not None:
-        out = fast(raw)
+        got = fast(raw, out)  # out, when given, written in place
     else:
         from gguf.constants import GGMLQuantizationType
         from gguf.quants import dequantize
 
-        out = dequantize(raw, GGMLQuantizationType(ggml_type))
-    if out.dtype != np.float32 or not out.flags.writeable:  # F32/F16 come back as views of the map
-        out = out.astype(np.float32)
-    return out.reshape(raw.shape[0], -1)
+        got = dequantize(raw, GGMLQuantizationType(ggml_type))
+        if out is not None:
+            np.copyto(out, got.reshape(out.shape))
+    if out is not None:
+        return out
+    if got.dtype != np.float32 or not got.flags.writeable:  # F32/F16 come back as views of the map
+        got = got.astype(np.float32)
+    return got.reshape(raw.shape[0], -1)
 
 
 def hf_name(name: str) -> str | None:

@@ -5,6 +5,7 @@ and counts pluralised in the add/build/remove summaries."""
 from __future__ import annotations
 
 import codecs
+import logging
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,32 @@ def test_counts_in_summaries_are_pluralised(tmp_path: Path) -> None:
     assert r.exit_code == 0 and r.stdout == "removed 1 document (1 chunk)\n", r.output
     r = runner.invoke(cli, ["check", str(out)])
     assert r.exit_code == 0 and r.stdout.startswith(f"{out}: 0 chunks, 1 vector row (1 of removed chunks"), r.output
+
+
+def test_chunks_over_the_embedders_window_warn_once_at_build(tmp_path: Path, embedder,  # noqa: ANN001
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    from openai_server import OpenAIServer
+
+    from slimrag.config import IndexConfig
+    from slimrag.embed.remote import RemoteEmbedder
+
+    root = write_tree(tmp_path / "small", {"lamp.txt": "The keeper lit the lamp at dusk. " * 200})
+    assert embedder.max_tokens == 256  # MiniLM's max_seq_length, read from its folder
+
+    def window_warnings(config: IndexConfig, emb, out: str) -> list[str]:  # noqa: ANN001
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="slimrag"):
+            Index.build(root, tmp_path / out, embedder=emb, config=config).close()
+        return [r.getMessage() for r in caplog.records if "input window" in r.getMessage()]
+
+    over = window_warnings(IndexConfig(chunk_tokens=100_000), embedder, "over.slimrag")
+    assert over == ["chunk_tokens 100000 is over the 256-token input window of the embedder "
+                    "sentence-transformers/all-MiniLM-L6-v2: only the first 256 tokens of each chunk (its heading "
+                    "included) reach vector search, the rest is found by keyword search alone; use --chunk-tokens "
+                    "256 or less (the default 200 leaves room for headings)"]
+    assert window_warnings(IndexConfig(), embedder, "default.slimrag") == []
+    assert window_warnings(IndexConfig(chunk_tokens=256), embedder, "edge.slimrag") == []
+    with OpenAIServer(dim=64) as server:  # a remote window is not known here: no warning, no refusal
+        remote = RemoteEmbedder(server.base_url, "test-model", dim=64, timeout=10)
+        assert remote.max_tokens is None
+        assert window_warnings(IndexConfig(chunk_tokens=100_000), remote, "remote.slimrag") == []

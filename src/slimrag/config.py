@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 STORAGES = ("flat", "slim", "auto")
 SEARCH_MODES = ("vector", "keyword", "hybrid")
 DTYPES = ("float32", "float16")
+#: `IndexConfig.chunk_tokens`' default: MiniLM's 256-token window less room for a heading
+DEFAULT_CHUNK_TOKENS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,7 +20,10 @@ class IndexConfig:
 
     chunk_tokens / chunk_overlap: chunk length and overlap in embedder tokens. 200 tokens keeps a
     passage inside MiniLM's 256-token window with room for the heading prefix; overlap 40 keeps a
-    sentence cut at a boundary findable from either side.
+    sentence cut at a boundary findable from either side. A longer chunk is allowed (it is stored
+    whole and keyword search reads all of it) but its vector sees only the embedder's window, so
+    creating an index warns when ``chunk_tokens`` is over it (`window_warning`); there is no
+    upper bound, because a remote embedder's window may be far larger and is not known here.
     max_file_bytes: larger files are skipped with a warning (they are almost never prose).
     embed_batch: texts per embedder call; larger batches are faster until memory runs out.
     dtype: storage type of the flat matrix; float16 halves the bytes, changes scores by ~1e-3.
@@ -30,7 +35,7 @@ class IndexConfig:
     """
 
     storage: str = "flat"
-    chunk_tokens: int = 200
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS
     chunk_overlap: int = 40
     max_file_bytes: int = 20 * 1024 * 1024
     embed_batch: int = 64
@@ -49,6 +54,17 @@ class IndexConfig:
             raise ValueError("chunk_overlap must be >= 0 and smaller than chunk_tokens")
         if self.max_file_bytes <= 0 or self.embed_batch <= 0:
             raise ValueError("max_file_bytes and embed_batch must be positive")
+
+    def window_warning(self, model_id: str, max_tokens: int | None) -> str | None:
+        """The one-line warning for chunks longer than the embedder reads of a text
+        (``max_tokens``, its input window; None when unknown, as for a remote embedder: no
+        warning), else None."""
+        if max_tokens is None or self.chunk_tokens <= max_tokens:
+            return None
+        return (f"chunk_tokens {self.chunk_tokens} is over the {max_tokens}-token input window of the embedder "
+                f"{model_id}: only the first {max_tokens} tokens of each chunk (its heading included) reach vector "
+                f"search, the rest is found by keyword search alone; use --chunk-tokens {max_tokens} or less "
+                f"(the default {DEFAULT_CHUNK_TOKENS} leaves room for headings)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,9 @@ class Embedder(ABC):
     #: ``batch_size`` a caller asks for (a caller's batch size is tuned for memory, this for speed);
     #: None: no cap
     batch_cap: int | None = None
+    #: the most tokens of one text the model reads (its input window; the rest is cut off), or
+    #: None when unknown (a remote model): `IndexConfig.window_warning` checks chunk sizes against it
+    max_tokens: int | None = None
 
     @abstractmethod
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:

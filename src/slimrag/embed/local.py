@@ -179,6 +179,13 @@ class LocalEmbedder(Embedder):
         return RUNTIME_BATCH[self.runtime]
 
     @property
+    def max_tokens(self) -> int:  # type: ignore[override]
+        """The folder's input window (``max_seq_length``: 256 for MiniLM), read when first asked."""
+        from slimrag.embed.onnx import max_seq_length
+
+        return max_seq_length(self.model_dir)
+
+    @property
     def runtime(self) -> str:
         """The runtime this embedder uses ("auto" resolved on first access)."""
         if self._runtime == "auto":

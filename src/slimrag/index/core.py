@@ -29,6 +29,7 @@ manifest.
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -61,6 +62,8 @@ from slimrag.index.writer import IndexWriter
 from slimrag.ingest.chunker import Chunker
 from slimrag.ingest.source import Inputs, PreparedDoc
 from slimrag.types import Chunk, Document, Excerpt, Hits
+
+log = logging.getLogger("slimrag.index")
 
 
 class Index:
@@ -121,6 +124,8 @@ class Index:
         """An empty index in ``out``, a folder that does not exist or is empty."""
         config = config or IndexConfig()
         embedder = embedder or default_embedder()
+        if (warning := config.window_warning(embedder.model_id, embedder.max_tokens)) is not None:
+            log.warning(warning)
         if not embedder.dim:
             embedder.embed_batch(["dimension probe"])
         out.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ and real `Generator` subclasses that stream a fixed reply and record their promp
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,12 +15,12 @@ from slimrag.embed.local import LocalEmbedder
 from slimrag.index.core import Index
 from slimrag.llm.base import Delta, Generator
 from slimrag.prompt import Prompt
-from slimrag.rag.attribution import UNSUPPORTED_MARK, attribute
+from slimrag.rag.attribution import OFF_QUESTION_MARK, UNSUPPORTED_MARK, attribute
 from slimrag.rag.code import identifiers
 from slimrag.rag.grounded import IN_SHORT, LEAD
 from slimrag.rag.pipeline import RAG
-from slimrag.rag.verdict import NOT_BACKED, answers
-from slimrag.types import Answer, Usage
+from slimrag.rag.verdict import NOT_BACKED, OFF_QUESTION, QUOTED, answers
+from slimrag.types import FINISH_NOTICES, GROUNDED_CUT, Answer, Usage
 
 DOCS = {
     "store/crates.md": "# Crates\n\nCrate 1 holds 3 gears. Crate 2 holds 17 gears. Crate 3 is empty.\n",
@@ -205,3 +206,24 @@ def test_the_answer_stream_is_text_then_the_checked_answer(idx: Index) -> None:
     assert wire["verdict"] == "supported" and wire["backed"] and wire["mode"] == "free"
     assert wire["sources"][0]["label"] == ans.sources[0].label and wire["used"] == ["store/crates.md#0"]
     assert wire["support"][0]["supported"] and wire["usage"]["completion_tokens"] == 5
+
+
+def test_a_backed_sentence_that_answers_nothing_asked_is_said_so_not_marked_unbacked(idx: Index) -> None:
+    """Copied from a passage but answering another question ("Crate 2 holds gears.": the question said again):
+    free, the notice says it repeats the passages and the sources used are those quoted in its
+    place; grounded, the sentence keeps its label and the mark says it does not answer."""
+    free = RAG(idx, Fixed("Crate 2 holds gears."), answer="free").ask(CRATE)
+    assert free.verdict == "not_backed" and free.shown.startswith(OFF_QUESTION)
+    assert free.used and set(free.used) <= {e.label for e in free.evidence[:QUOTED]}
+    pieces = list(RAG(idx, Fixed("Crate 2 holds gears.", answer_mode="grounded")).stream_answer(CRATE, 4))
+    ans = pieces[-1]
+    assert isinstance(ans, Answer) and ans.verdict == "not_backed" and ans.shown.startswith(OFF_QUESTION)
+    assert pieces[-2] == f" [store/crates.md#0] {OFF_QUESTION_MARK}" and UNSUPPORTED_MARK not in ans.text
+    unbacked = RAG(idx, Fixed("Crate 9 holds 40 gears.", answer_mode="grounded")).ask(CRATE)
+    assert unbacked.shown.startswith(NOT_BACKED) and unbacked.text.endswith(UNSUPPORTED_MARK)
+
+
+def test_a_grounded_cut_says_its_limit_is_fixed() -> None:
+    cut = Answer("x", [], Usage(), finish_reason="length", mode="grounded", verdict="supported")
+    assert cut.notice == GROUNDED_CUT and "more tokens" not in cut.notice
+    assert replace(cut, mode="free").notice == FINISH_NOTICES["length"]

@@ -31,6 +31,7 @@ from slimrag.llm.base import Delta, Generator
 from slimrag.llm.remote import RemoteGenerator
 from slimrag.prompt import Prompt
 from slimrag.rag.pipeline import RAG
+from slimrag.rag.verdict import NOT_BACKED
 from slimrag.serve.app import create_app
 from slimrag.types import Usage
 
@@ -75,11 +76,13 @@ def sse(response: httpx.Response) -> list[Any]:
 def test_completion_has_text_sources_and_usage(client: httpx.Client) -> None:
     body = chat(client).json()
     assert body["object"] == "chat.completion" and body["model"] == "slimrag"
-    choice = body["choices"][0]
-    assert choice["message"] == {"role": "assistant", "content": f"echo: Question: {CAT_Q}"}
-    assert choice["finish_reason"] == "stop"
+    choice, ext = body["choices"][0], body["slimrag"]
+    assert ext["text"] == f"echo: Question: {CAT_Q}" and choice["finish_reason"] == "stop"
+    # no passage backs the echo: the content a client reads is the notice and the passages, not the text
+    assert ext["verdict"] == "not_backed" and choice["message"] == {"role": "assistant", "content": ext["shown"]}
+    assert ext["shown"].startswith(NOT_BACKED) and "[guide/cats.md#0]" in ext["shown"]
     usage = body["usage"]
-    assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] == len(choice["message"]["content"].split())
+    assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] == len(ext["text"].split())
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
     assert isinstance(usage["prompt_tokens_details"]["cached_tokens"], int)
     sources = body["slimrag"]["sources"]
@@ -94,8 +97,7 @@ def test_history_sampling_and_limits_reach_the_model(client: httpx.Client, echo:
     r = client.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 2, "temperature": 0.5,
                                                   "top_p": 0.9, "stop": ["zzz"], "k": 2, "model": "any"})
     body = r.json()
-    assert body["choices"][0] == {"index": 0, "message": {"role": "assistant", "content": "echo: Question:"},
-                                  "logprobs": None, "finish_reason": "length"}
+    assert body["slimrag"]["text"] == "echo: Question:" and body["choices"][0]["finish_reason"] == "length"
     assert len(body["slimrag"]["sources"]) == 2
     sent = echo.requests_to("chat/completions")[-1]["body"]
     assert [m["role"] for m in sent["messages"]] == ["system", "user", "assistant", "user"]
@@ -103,7 +105,7 @@ def test_history_sampling_and_limits_reach_the_model(client: httpx.Client, echo:
     assert (sent["max_tokens"], sent["temperature"], sent["top_p"], sent["stop"]) == (2, 0.5, 0.9, ["zzz"])
     # max_completion_tokens wins over max_tokens, and a stop string ends the answer
     r = chat(client, max_tokens=50, max_completion_tokens=3, stop="Question")
-    assert r.json()["choices"][0]["message"]["content"] == "echo:"
+    assert r.json()["slimrag"]["text"] == "echo:"
 
 
 def test_stream_matches_completion_and_ends_with_usage(client: httpx.Client) -> None:
@@ -114,7 +116,7 @@ def test_stream_matches_completion_and_ends_with_usage(client: httpx.Client) -> 
     assert all(c["object"] == "chat.completion.chunk" and c["id"] == chunks[0]["id"] for c in chunks)
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
-    assert text.strip() == whole["choices"][0]["message"]["content"]
+    assert text.strip() == whole["slimrag"]["text"]
     assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
     last = chunks[-1]
     assert last["choices"] == [] and last["usage"]["completion_tokens"] == whole["usage"]["completion_tokens"]
@@ -149,7 +151,7 @@ def test_concurrent_requests_each_get_their_own_answer(client: httpx.Client) -> 
         q, stream = job
         if not stream:
             body = chat(client, q, k=1).json()
-            return body["choices"][0]["message"]["content"], body["slimrag"]["sources"]
+            return body["slimrag"]["text"], body["slimrag"]["sources"]
         chunks = [c for c in sse(chat(client, q, k=1, stream=True)) if c != "[DONE]"]
         text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
         return text, chunks[-1]["slimrag"]["sources"]
@@ -181,7 +183,7 @@ def test_generator_that_is_not_thread_safe_runs_one_at_a_time(index: Index) -> N
     gen = _OneAtATime()
     with running(create_app(RAG(index, gen))) as url, httpx.Client(base_url=url, timeout=TIMEOUT) as c:
         with ThreadPoolExecutor(4) as pool:
-            texts = list(pool.map(lambda q: chat(c, q).json()["choices"][0]["message"]["content"], [CAT_Q, "When is rain expected?", "How do I bake bread?"]))
+            texts = list(pool.map(lambda q: chat(c, q).json()["slimrag"]["text"], [CAT_Q, "When is rain expected?", "How do I bake bread?"]))
     assert texts == ["one two"] * 3 and gen.most == 1
 
 

@@ -141,6 +141,10 @@ FINISH_NOTICES: dict[str, str] = {
     "length": "[The answer was cut off at the token limit; ask for more tokens to get the rest.]",
     "loop": "[Generation was stopped because the answer started repeating itself.]",
 }
+#: The "length" notice of a grounded answer, whose one sentence has a fixed limit that more tokens
+#: do not lift (`slimrag.rag.grounded.MAX_TOKENS`).
+GROUNDED_CUT = ("[The model's one sentence was cut off at the grounded answer's limit; "
+                "the free answer mode writes longer answers.]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +246,10 @@ class Answer:
     def notice(self) -> str | None:
         """A line to show after the text when the reader should know how it ended (cut at the
         token limit, stopped in a loop), else None. Kept out of ``text`` so the answer stays what
-        the model wrote (an OpenAI client gets the same through ``finish_reason``)."""
+        the model wrote (an OpenAI client gets the same through ``finish_reason``). A grounded
+        answer's cut says that its limit is fixed (`GROUNDED_CUT`): more tokens do not lift it."""
+        if self.mode == "grounded" and self.finish_reason == "length":
+            return GROUNDED_CUT
         return FINISH_NOTICES.get(self.finish_reason)
 
     @property

@@ -101,7 +101,9 @@ def print_verdict(answer: Any) -> None:
         return
     click.echo()
     if answer.mode == "grounded":
-        click.echo(click.style("The model's sentence is not backed by the passages; the sentences above, "
+        said = ("repeats the passages but does not answer the question" if answer.support
+                and all(s.supported for s in answer.support) else "is not backed by the passages")
+        click.echo(click.style(f"The model's sentence {said}; the sentences above, "
                                "with their labels, are what the passages say.", fg="yellow"))
         return
     click.echo(click.style(answer.shown, fg="yellow"))

@@ -142,6 +142,9 @@ _CITATION = re.compile(r"\s*\[[^\[\]\n]*#\d+[^\[\]\n]*\]")
 _LIST_MARK = re.compile(r"\s*(?:\d{1,3}|[A-Za-z])[.)]\s*")
 #: What marks an unsupported sentence where it stands (`with_markers`).
 UNSUPPORTED_MARK = "[not in the passages]"
+#: After a grounded answer's sentence that the passages back but that does not answer the question
+#: (`slimrag.rag.verdict`): it is the passages' own words, so `UNSUPPORTED_MARK` would be false.
+OFF_QUESTION_MARK = "[does not answer the question]"
 
 
 @dataclass(frozen=True, slots=True)

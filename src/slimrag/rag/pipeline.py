@@ -57,7 +57,7 @@ from slimrag.llm.backends import make_generator
 from slimrag.llm.base import Delta, Generator
 from slimrag.llm.engine.decoding import LoopGuard
 from slimrag.prompt import DEFAULT_SYSTEM, Passage, Prompt
-from slimrag.rag.attribution import UNSUPPORTED_MARK, Attribution, attribute, with_markers
+from slimrag.rag.attribution import OFF_QUESTION_MARK, UNSUPPORTED_MARK, Attribution, attribute, with_markers
 from slimrag.rag.condense import CONDENSERS
 from slimrag.rag.evidence import EvidenceConfig, Memo, evidence_answer, rank_sentences
 from slimrag.rag.grounded import CONTEXT, IN_SHORT, LEAD, MAX_TOKENS, context_prompt, copy_texts, lead_text
@@ -66,7 +66,7 @@ from slimrag.rag.plan import PlanningCache, plan_prompt
 from slimrag.rag.shadow import ShadowCache
 from slimrag.rag.stream import AnswerStream
 from slimrag.rag.turn import Turn
-from slimrag.rag.verdict import judge
+from slimrag.rag.verdict import QUOTED, judge
 from slimrag.rag.vocabulary import Vocabulary
 from slimrag.types import Answer, Hit, Hits, Usage
 
@@ -341,11 +341,13 @@ class RAG:
     def _tail(said: str, attribution: Attribution, kind: str) -> str:
         """What follows the model's streamed sentence in grounded mode: the label backing it when it
         cites none itself, and `UNSUPPORTED_MARK` when any of it is not backed (the mark in place
-        is in `Answer.shown`)."""
+        is in `Answer.shown`); a sentence the passages back that answers nothing asked keeps its
+        label and gets `OFF_QUESTION_MARK` (it is in the passages: the other mark would be false)."""
+        off_question = kind == "not_backed" and bool(attribution.support) and not attribution.unsupported
         labels = [] if _CITED.search(said) else [lab for s in attribution.support if s.supported for lab in s.labels[:1]]
-        tail = "".join(f" [{lab}]" for lab in dict.fromkeys(labels)) if kind != "not_backed" else ""
+        tail = "".join(f" [{lab}]" for lab in dict.fromkeys(labels)) if kind != "not_backed" or off_question else ""
         if kind != "supported":
-            tail += f" {UNSUPPORTED_MARK}"
+            tail += f" {OFF_QUESTION_MARK if off_question else UNSUPPORTED_MARK}"
         return tail
 
     def checked(self, answer: Answer, question: str) -> Answer:
@@ -360,7 +362,9 @@ class RAG:
             return replace(answer, evidence=evidence)
         check = attribute(question, answer.text, answer.sources, embedder, common=self.vocabulary.common)
         verdict = judge(question, answer.text, check, evidence, answer.sources, ended=answer.finish_reason == "stop")
-        return replace(answer, evidence=evidence, support=check.support, used=check.used,
+        # withheld, the answer shown is the quoted evidence: its sources are the ones used
+        used = check.used if verdict.kind != "not_backed" else tuple(dict.fromkeys(e.label for e in evidence[:QUOTED]))
+        return replace(answer, evidence=evidence, support=check.support, used=used,
                        marked=with_markers(answer.text, check), verdict=verdict.kind, shown=verdict.shown)
 
     def evidence_answer(self, question: str, k: int = 4, *, source: str | None = None) -> Answer:

@@ -117,8 +117,13 @@ from slimrag.rag.stated import current, only_set
 from slimrag.rag.ways import new_code, restates_the_goal, tells_a_means
 from slimrag.types import Evidence, Hit, Support
 
-#: What a shell says in place of an answer that no passage backs.
-NOT_BACKED = "The model's answer is not backed by the passages, so it is not shown as the answer. The passages say:"
+#: What a shell says in place of an answer that no passage backs ("not the answer": true whether the
+#: model's text was streamed above it or is replaced by it, as in a completion that is not streamed).
+NOT_BACKED = "The model's answer is not backed by the passages, so it is not the answer. The passages say:"
+#: The same for an answer whose every claim a passage backs, none of them answering the question: its
+#: sentences are the passages' own, and they say something else.
+OFF_QUESTION = ("The model's answer repeats the passages but does not answer the question, so it is not the answer. "
+                "The passages say:")
 
 #: Evidence sentences quoted under `NOT_BACKED`.
 QUOTED = 3
@@ -371,10 +376,12 @@ def _responsive(q: Question, support: Sequence[Support], i: int, hits: Sequence[
 def judge(question: str, text: str, check: Attribution, evidence: Sequence[Evidence],
           hits: Sequence[Hit] = (), ended: bool = False) -> Verdict:
     """The verdict on ``text`` and what to show: ``text`` with citations and marks when it is backed,
-    else `NOT_BACKED` and the first `QUOTED` evidence sentences, each with its label. ``ended``: the
-    generation stopped by itself, not at its token limit (`kind_of`)."""
+    else `NOT_BACKED` (`OFF_QUESTION` when every claim is backed and none answers) and the first
+    `QUOTED` evidence sentences, each with its label. ``ended``: the generation stopped by itself,
+    not at its token limit (`kind_of`)."""
     kind = kind_of(question, check.support, hits, ended, text)
     if kind != "not_backed":
         return Verdict(kind, with_markers(text, check))
     quoted = evidence_text(evidence[:QUOTED]) if evidence else "(no sentence of the passages answers it)"
-    return Verdict(kind, f"{NOT_BACKED}\n{quoted}")
+    why = OFF_QUESTION if check.support and not check.unsupported else NOT_BACKED
+    return Verdict(kind, f"{why}\n{quoted}")

@@ -267,7 +267,8 @@ def create_app(rag: RAG, *, api_key: str | None = None, model_name: str = "slimr
         finally:
             load.chats -= not streamed
         metrics.usage(final.usage)
-        message = {"role": "assistant", "content": final.text}
+        # a withheld answer is not sent as the answer: its content is the notice and the passages
+        message = {"role": "assistant", "content": final.shown if final.verdict == "not_backed" else final.text}
         return JSONResponse({**head, "object": "chat.completion",
                              "choices": [{"index": 0, "message": message, "logprobs": None,
                                           "finish_reason": final.finish_reason}],

@@ -29,15 +29,18 @@ Finish reasons
     that writes a completion or a chunk gets the mapping without knowing of it.
 
 The ``slimrag`` extension field
-    The completion, or the last chunk before ``[DONE]``, carries ``slimrag: {"sources": [...],
+    The completion, or the last chunk before ``[DONE]``, carries ``slimrag: {"text", "sources": [...],
     "mode", "verdict", "shown", "marked", "used", "evidence", "support", "ttft_s", "total_s",
-    "finish_reason"}``: the passages retrieved, by relevance, with at most `SNIPPET_CHARS` of their
+    "finish_reason"}``: the model's text as written, the passages retrieved, by relevance, with at most `SNIPPET_CHARS` of their
     text; what the check decided and found, as every shell sends it (`slimrag.rag.wire.checked_json`:
     the verdict and the text to show, the text with a ``[label]`` after each supported sentence that
     cited nothing, the labels of the sources that back the answer, the evidence sentences with their
     offsets in their passage's full text, which a page highlights, and each answer sentence's
     support); the streamed ``content`` is the model's text as written; the end-to-end timings and
-    slimrag's own finish reason.
+    slimrag's own finish reason. A completion that is not streamed and whose answer the check
+    withheld (verdict ``not_backed``) has ``shown`` as its ``content``, the notice and the passages'
+    sentences, cited: a client that reads only ``content`` never takes the unbacked text for the
+    answer (streamed, the text is out before the verdict; the page shows ``shown`` after it).
 
 Usage
     ``usage.prompt_tokens_details`` holds ``cached_tokens`` (OpenAI's), ``recomputed_tokens`` and
@@ -112,7 +115,7 @@ def extension(answer: Answer) -> dict[str, Any]:
     sends them (`slimrag.rag.wire`), the timings and slimrag's own finish reason."""
     u = answer.usage
     reason = answer.slimrag_finish_reason if isinstance(answer, WireAnswer) else answer.finish_reason
-    return {"sources": [hit_json(h, SNIPPET_CHARS) for h in answer.sources], **checked_json(answer),
+    return {"text": answer.text, "sources": [hit_json(h, SNIPPET_CHARS) for h in answer.sources], **checked_json(answer),
             "ttft_s": round(u.ttft_s, 4), "total_s": round(u.total_s, 4), "finish_reason": reason}
 
 

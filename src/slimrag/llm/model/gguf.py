@@ -11,10 +11,13 @@ use: each is a ``numpy`` view of the map, dequantized by ``gguf.quants.dequantiz
 reference dequantizers that llama.cpp's Python tools and transformers use, so the float32 values
 are the same numbers) and turned into a torch tensor, one tensor at a time. The two block types
 of the embedded model, Q4_1 and Q8_0, are dequantized by :data:`FAST_DEQUANT` instead: the same
-float32 arithmetic (``d * q + m``; Q4_1 in torch, 1.9x ``gguf.quants`` on a saturated core, Q8_0 in
-numpy, which also serves the embedding lookup's few rows without torch's thread start), bitwise equal
-to ``gguf.quants`` on every tensor of the embedded file, so peak memory is the model in the target
-dtype plus one tensor. Tensors are dequantized on a thread pool (numpy
+float32 arithmetic (``d * q + m``), in numpy over whole tensors, one pass per step and into a
+caller's buffer where given (``out``: a product's rows stacked without a copy), bitwise equal to
+``gguf.quants`` on every tensor of the embedded file, so peak memory is the model in the target
+dtype plus one tensor. Not in torch: its two threads stall behind a core another process keeps
+busy, which made the bfloat16 copy's build at ``serve``'s start ~14x slower than numpy under load
+(``docs/benchmarks.md``, "The bfloat16 copy's build"); numpy also serves the embedding lookup's few
+rows without torch's thread start. Tensors are dequantized on a thread pool (numpy
 releases the GIL).
 
 Names. llama.cpp's names map to HF's (``blk.3.attn_q.weight`` -> ``model.layers.3.self_attn.q_proj.weight``).

@@ -161,7 +161,7 @@ class OpenAIClient:
         """The `BackendError` for a failure below HTTP: refused, timed out, connection dropped."""
         if isinstance(exc, httpx.ConnectError):
             return BackendError(f"cannot connect to {url} ({exc}); is the server running? "
-                                "Start it, or fix base_url")
+                                "Start it, or fix the URL (--llm or --embedder-url on the command line)")
         if isinstance(exc, httpx.TimeoutException):
             return BackendError(f"no answer from {url} within {self.timeout:g} s; the server may be "
                                 "loading a model or overloaded: retry, or pass a larger timeout=")

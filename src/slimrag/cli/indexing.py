@@ -34,7 +34,9 @@ from slimrag.ingest.outcome import counted
 
 #: IndexConfig field -> the build flag that sets it (for error messages).
 BUILD_FLAGS = {"storage": "--storage", "chunk_tokens": "--chunk-tokens", "chunk_overlap": "--chunk-overlap",
-               "dtype": "--dtype", "ignore": "--ignore"}
+               "dtype": "--dtype", "ignore": "--ignore", "max_file_bytes": "--max-file-mb"}
+#: Bytes in the MiB of ``--max-file-mb``.
+MIB = 1 << 20
 
 
 def check_out(out: str, source: str, force: bool) -> None:
@@ -79,6 +81,9 @@ def check_out(out: str, source: str, force: bool) -> None:
 @click.option("--chunk-overlap", default=IDX["chunk_overlap"], show_default=True)
 @click.option("--dtype", type=click.Choice(DTYPES), default=IDX["dtype"], show_default=True)
 @click.option("--ignore", multiple=True, help="Extra gitignore-style pattern (repeatable).")
+@click.option("--max-file-mb", type=click.IntRange(min=1), default=IDX["max_file_bytes"] // (1 << 20), show_default=True,
+              help="Files larger than this (MiB; decompressed, for .gz) are skipped with a warning; the index "
+                   "keeps the limit for add, sync and watch.")
 @click.option("--embedder-url", callback=url_option_check,
               help="Use a remote OpenAI-compatible /v1/embeddings endpoint.")
 @click.option("--embedder-model", help="Model name for --embedder-url.")
@@ -93,7 +98,7 @@ def check_out(out: str, source: str, force: bool) -> None:
                    "unread, chunks awaiting vectors embedded; the index keeps its own settings.")
 @click.option("--json", "as_json", is_flag=True)
 def build(source: str, out: str, storage: str, chunk_tokens: int, chunk_overlap: int, dtype: str,
-          ignore: tuple[str, ...], embedder_url: str | None, embedder_model: str | None, force: bool,
+          ignore: tuple[str, ...], max_file_mb: int, embedder_url: str | None, embedder_model: str | None, force: bool,
           use_ray: bool, ray_address: str | None, resume: bool, as_json: bool) -> None:
     """Build an index from a folder or file.
 
@@ -111,7 +116,7 @@ def build(source: str, out: str, storage: str, chunk_tokens: int, chunk_overlap:
 
     try:
         cfg = IndexConfig(storage=storage, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap, dtype=dtype,
-                          ignore=ignore)
+                          ignore=ignore, max_file_bytes=max_file_mb * MIB)
     except ValueError as e:
         raise config_error(e, BUILD_FLAGS) from e
     if embedder_model and not embedder_url:

@@ -81,7 +81,7 @@ def mib(n: int) -> str:
 def too_large(size: int, max_bytes: int, what: str = "") -> SkipFile:
     """The skip for a file over the limit, saying how to include it."""
     return SkipFile(TOO_LARGE, f"{what}{mib(size)} is over the {mib(max_bytes)} limit "
-                               "(raise IndexConfig.max_file_bytes to include it)")
+                               "(build the index with a larger --max-file-mb, IndexConfig.max_file_bytes in Python, to include it)")
 
 
 def not_regular(mode: int) -> SkipFile | None:

@@ -256,7 +256,7 @@ def info(index: str | None, docs: bool, show_llm: bool, as_json: bool) -> None:
         click.echo(f"  bytes: catalog {t['catalog_bytes']:,} (text {cp['text']:,}, keyword index {cp['keyword']:,}, "
                    f"documents {cp['documents']:,}, other {cp['other'] + cp['free']:,}), vectors {b['generation']:,}, "
                    f"delta {b['delta']:,}, total {t['folder_bytes']:,}")
-        click.echo(f"  text: {t['bytes']:,} bytes from the documents; the folder is {t['ratio']:.2f}x that"
+        click.echo(f"  text: {t['bytes']:,} bytes from the documents; the index folder is {t['ratio']:.2f}x that"
                    + ("" if t["compact"] else " (catalog built before the compact text store: `slimrag compact` "
                       "converts it)"))
         for d in out.get("documents", []):

@@ -64,8 +64,9 @@ def reference_chunks(tok: Any, sections: list[Section], size: int, overlap: int)
             pending.append((sec, len(spans)))
             continue
         flush()
-        for start in range(0, len(spans), size - overlap):
-            end = min(start + size, len(spans))
+        grid = start = 0  # ends on the grid of size - overlap, starts at word starts
+        while True:
+            end = min(grid + size, len(spans))
             lo = spans[start][0]
             text = sec.text[lo: spans[end - 1][1]].strip()
             if text:
@@ -75,6 +76,13 @@ def reference_chunks(tok: Any, sections: list[Section], size: int, overlap: int)
                 out.append(ChunkText(text, meta))
             if end == len(spans):
                 break
+            grid += size - overlap
+            ahead = [t for t in range(max(grid, start + 1), end + 1) if starts_word(sec.text, spans, t)]
+            back = [t for t in range(start + 1, grid) if starts_word(sec.text, spans, t)]
+            if ahead:
+                start = ahead[0]
+            else:
+                grid = start = back[-1] if back else max(grid, start + 1)
     flush()
     cap, cut = size * MAX_CHARS_PER_TOKEN, []
     for c in out:
@@ -90,6 +98,11 @@ def reference_chunks(tok: Any, sections: list[Section], size: int, overlap: int)
                     meta["char_start"] += i
                 cut.append(ChunkText(piece, meta))
     return cut
+
+
+def starts_word(text: str, spans: list[tuple[int, int]], t: int) -> bool:
+    """Whether token ``t`` starts a word: token 0, or one after a space, tab, newline or CR."""
+    return t == 0 or any(c in " \t\n\r" for c in text[spans[t - 1][1]: spans[t][0]])
 
 
 def hostile_text(rng: random.Random, words: int) -> str:

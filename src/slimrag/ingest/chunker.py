@@ -13,6 +13,20 @@ become a hundred three-word chunks; a long section is cut
 into windows of ``size`` tokens that overlap by ``overlap`` tokens, so a sentence split at a
 boundary is still whole in one of the two neighbours.
 
+Windows start at word starts: a window after a section's first begins at a token that follows a
+space, tab, newline or carriage return, never inside a word (a word of several word pieces,
+``nu ##mp ##y``, or of punctuation, ``<jukka@iki.fi>``, would otherwise give a passage beginning
+"mpy version" or "iki.fi>" that a reader takes for the author's text). The window's end stays
+where the ``step = size - overlap`` grid puts it and its start moves forward to the next word
+start up to the previous window's end, so the windows and their count are those of the grid, each
+at most ``size`` tokens, the overlap short by the rest of the word (a token or two in prose). Only
+past a word longer than that (no word start between the grid point and the previous window's
+end) does the window move back to the start of that word, and the grid with it (one more window,
+at most, for each such word). A word that cannot start a window is cut inside as before: one
+longer than a window, a run without a word start (one line of minified code, CJK without spaces;
+any text, for a tokenizer whose tokens hold the space before a word), and, with an overlap over
+half the size, a word of more than ``size - overlap`` tokens a window was moved forward to.
+
 Linear work and bounded memory on huge sections (a 50 MB file of one line): a section longer than
 ``piece_chars`` (default `PIECE_CHARS`, 64 Ki characters) is tokenized in pieces cut just before a
 whitespace character, and the token offsets are kept as one int64 array (16 bytes a token instead
@@ -72,6 +86,8 @@ COUNT_CHARS_PER_TOKEN = 8
 SPAN_CHARS = 1 << 19
 #: the characters `Chunker.offsets` cuts pieces before
 _CUT = re.compile(r"[ \n\t]")
+#: the characters a word starts after (header); no MiniLM token crosses one (`slimrag.ingest.wordcount`)
+_WORD_GAP = re.compile(r"[ \t\n\r]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,15 +217,18 @@ class Chunker:
                 len(text) <= self.piece_chars
                 or max(map(len, _CUT.split(text))) < self.piece_chars - self.piece_chars // 2):
             return self.words.spans(text)
-        return OffsetSpans(self.offsets(text))
+        return OffsetSpans(self.offsets(text), text)
 
     def _windows(self, sec: Section, offsets: TokenSpans) -> list[ChunkText]:
+        """The windows of a long section: ends on the grid of ``size - overlap``, starts at word
+        starts (header)."""
         step = self.size - self.overlap
         heading = head_of(sec.heading, HEADING_CHARS)
         chunks = []
         n = len(offsets)
-        for start in range(0, n, step):
-            end = min(start + self.size, n)
+        grid = start = 0  # where the grid puts this window, and where it starts
+        while True:
+            end = min(grid + self.size, n)
             lo, hi = offsets.start(start), offsets.end(end - 1)
             # Extend the slice to the end of the last word piece's word (offsets are exact already)
             text = sec.text[lo:hi].strip()
@@ -220,14 +239,21 @@ class Chunker:
                 chunks.append(ChunkText(text, meta))
             if end == n:
                 break
+            grid += step
+            ahead = offsets.word_after(max(grid, start + 1), end)  # the end stays on the grid
+            if ahead is not None:
+                start = ahead
+            else:  # a word longer than the rest of the overlap: back to its start, the grid with it
+                back = offsets.word_before(grid - 1, start + 1)
+                grid = start = max(grid, start + 1) if back is None else back
         return chunks
 
 
 class OffsetSpans:
-    """Token spans from `Chunker.offsets`: every token's, in one array."""
+    """Token spans from `Chunker.offsets`: every token's, in one array, of ``text``."""
 
-    def __init__(self, offsets: np.ndarray) -> None:
-        self.offsets = offsets
+    def __init__(self, offsets: np.ndarray, text: str) -> None:
+        self.offsets, self.text = offsets, text
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -239,6 +265,21 @@ class OffsetSpans:
     def end(self, t: int) -> int:
         """The character after token ``t``."""
         return int(self.offsets[t, 1])
+
+    def word_after(self, t: int, hi: int) -> int | None:
+        """The first token in ``[t, hi]`` that starts a word (header: token 0, or one after a
+        space, tab, newline or carriage return), or None."""
+        return next(filter(self._starts_word, range(t, min(hi, len(self.offsets) - 1) + 1)), None)
+
+    def word_before(self, t: int, lo: int) -> int | None:
+        """The last token in ``[lo, t]`` that starts a word, or None."""
+        return next(filter(self._starts_word, range(t, max(lo, 0) - 1, -1)), None)
+
+    def _starts_word(self, t: int) -> bool:
+        if t == 0:
+            return True
+        a, b = int(self.offsets[t - 1, 1]), int(self.offsets[t, 0])
+        return a < b and _WORD_GAP.search(self.text, a, b) is not None
 
 
 TokenSpans = OffsetSpans | RunSpans

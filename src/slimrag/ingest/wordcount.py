@@ -27,9 +27,11 @@ estimates.
 `WordCounts.spans`, `RunSpans`: a chunk window needs the spans of two tokens, its first and its
 last, not all of them. A text is split into runs with their positions and counted by the table;
 the run holding a token is found from the running counts (bisect), and only that run is
-tokenized, its offsets shifted by where it starts. A section of 1,000 tokens costs a table
-lookup per word and about a dozen calls on one word, instead of one call that builds 1,000
-offset pairs. Memory is a few objects per run: the chunker passes only texts of at most
+tokenized, its offsets shifted by where it starts. Where words start is in the running counts
+too (`RunSpans.word_after`, `word_before`: a run's first token), and the chunker starts its
+windows there (a run of printable ASCII then needs no tokenizer call for its first token at
+all). A section of 1,000 tokens costs a table lookup per word and about a dozen calls on one
+word, instead of one call that builds 1,000 offset pairs. Memory is a few objects per run: the chunker passes only texts of at most
 ``piece_chars`` characters.
 
 Threads: a `WordCounts` may be shared (the chunker of a process is); a table emptied by one
@@ -193,6 +195,17 @@ class RunSpans:
         if t == self.before[i + 1] - 1 and _tiled(self.runs[i]):
             return self.starts[i] + len(self.runs[i])
         return self._span(i, t)[1]
+
+    def word_after(self, t: int, hi: int) -> int | None:
+        """The first token in ``[t, hi]`` that starts a run (a word, for the chunker), or None."""
+        i = bisect.bisect_right(self.before, t) - 1  # the run holding token t; the next one's first
+        w = t if self.before[i] == t else self.before[i + 1]
+        return w if w <= hi and w < len(self) else None
+
+    def word_before(self, t: int, lo: int) -> int | None:
+        """The last token in ``[lo, t]`` that starts a run, or None."""
+        w = self.before[bisect.bisect_right(self.before, t) - 1]
+        return w if w >= lo else None
 
     def _span(self, i: int, t: int) -> tuple[int, int]:
         """Token ``t``'s span from run ``i``'s own offsets. The last two runs are kept: a window's

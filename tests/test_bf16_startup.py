@@ -32,6 +32,11 @@ def _torch_q4_1(raw: np.ndarray) -> np.ndarray:
     return (d * q + m).reshape(raw.shape[0], -1).numpy()
 
 
+def _torch_plain(w: QuantLinear) -> torch.Tensor:
+    """The previous build of a product's bfloat16 matrix: each part alone, rounded, then joined."""
+    return torch.cat([torch.from_numpy(_torch_q4_1(p.raw)).to(torch.bfloat16) for p in w.parts])
+
+
 def _bits(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float32).view(np.int32)
 
@@ -79,11 +84,10 @@ def test_the_bf16_copy_equals_the_per_part_torch_build_on_every_product(smollm: 
     for layer in smollm.model.layers:
         for w in (layer.attn.qkv, layer.attn.o, layer.gate_up, layer.down):
             assert isinstance(w, QuantLinear)
-            old = torch.cat([torch.from_numpy(_torch_q4_1(p.raw)).to(torch.bfloat16) for p in w.parts])
             new = bf16._matrix(w).to(torch.bfloat16)
-            assert torch.equal(new.view(torch.int16), old.view(torch.int16))
+            assert torch.equal(new.view(torch.int16), _torch_plain(w).view(torch.int16))
             checked += 1
     assert checked == 4 * smollm.model.config.num_layers
-    packed = bf16.copy(smollm.model.layers[0].gate_up)  # and what the prefill multiplies by
-    old = torch.cat([torch.from_numpy(_torch_q4_1(p.raw)).to(torch.bfloat16) for p in smollm.model.layers[0].gate_up.parts])
-    assert torch.equal(packed.dense().view(torch.int16), old.view(torch.int16))
+    gate_up = smollm.model.layers[0].gate_up  # and the packed copy the prefill multiplies by
+    assert isinstance(gate_up, QuantLinear)
+    assert torch.equal(bf16.copy(gate_up).dense().view(torch.int16), _torch_plain(gate_up).view(torch.int16))

@@ -45,7 +45,10 @@ closed block or only chatter ends it, no
 stop after a last word that ends nothing, "... with methods like `", as an answer stopped at its token
 limit ends; a list item before it, "- Python 3.10 and above", is whole, and so is the last one when
 the generator stopped by itself, `judge`'s ``ended``) answers nothing: the folder
-set's free answer whose only backed sentence was such a fragment was presented as backed. A "when"
+set's free answer whose only backed sentence was such a fragment was presented as backed. An HTML tag states
+no claim (`_MARKUP`: a README's badge, ``<img src=... alt="Package version">``, copied by grounded
+decoding, answered "Which Python version ...?" backed and cited); a sentence is read without its
+tags, code spans aside. A "when"
 answer may name a period instead of a date ("During the Roman Empire.", "during the reign of Augustus":
 `slimrag.rag.question.has_type`). A bare value (all the
 sentence adds is names: "Harrison Ford.", "The answer is: Tony Jeffries.") counts for `on_question` the
@@ -160,6 +163,11 @@ _OPENED_FACE = re.compile(r"[:;]-?\(")
 #: sentence no passage backs, its subject is what no passage says, and it answers nothing.
 _REFERS = re.compile(r"(it|its|this|these|that|they|their)\b", re.I)
 
+#: An HTML tag outside code spans (``<img src="..." alt="Package version">``, copied from a README's
+#: badge) states no claim; `answers` reads the sentence without it. A bare URL may answer ("Where is
+#: the documentation?"), so it stays.
+_MARKUP = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?/?>")
+
 #: A citation in brackets ("[json.txt#3]").
 _CITED = re.compile(r"\[[^\[\]\n]*\]")
 
@@ -204,6 +212,7 @@ def answers(question: str | Question, sentence: str, last_sentence: bool = True)
     """Whether ``sentence`` states something ``question`` asks for (module header); ``last_sentence``:
     whether it ends the answer (`unfinished`)."""
     q = Question.read(question)
+    sentence = _without_markup(sentence)
     text = _FENCE_OPEN.sub("", sentence).rstrip()
     if text.endswith("?") or unfinished(text, last_sentence):  # a question asked back, a cut-off phrase: nothing answered
         return False
@@ -232,6 +241,17 @@ def answers(question: str | Question, sentence: str, last_sentence: bool = True)
     if new_code(q, sentence):
         return True
     return not q.person and any(any(c.isdigit() for c in t) for t in named - q.terms)
+
+
+def _without_markup(sentence: str) -> str:
+    """``sentence`` less its HTML tags (`_MARKUP`), code spans kept whole: a badge
+    copied from a README ("<img src=... alt=\"Package version\">") names nothing asked."""
+    out, at = [], 0
+    for m in CODE_SPAN.finditer(sentence):
+        out += [_MARKUP.sub(" ", sentence[at:m.start()]), m.group(0)]
+        at = m.end()
+    out.append(_MARKUP.sub(" ", sentence[at:]))
+    return "".join(out)
 
 
 def _not_counted(sentence: str, counted: str) -> str:

@@ -338,7 +338,7 @@ def recheck(path: Path, labels: dict[str, Any] | None = None) -> dict[str, Any]:
                 view = rec.get(m)
                 if view is None or view["abstained"]:
                     continue
-                said = view["model"].replace(" [not in the passages]", "").strip()
+                said = view["model"].replace(" [not in the passages]", "").replace(" [does not answer the question]", "").strip()
                 if m == "grounded":  # the recorded sentence ends with the run's citation or mark
                     said = said.rsplit(" [", 1)[0] if said.endswith("]") else said
                 check = attribute(rec["question"], said, hits, memo, common=common)

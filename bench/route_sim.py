@@ -18,7 +18,8 @@ segment and entries. The recompute policy's own ``select`` counts the placed tok
 (a policy that reads deviations is given zeros: the count is right, which tokens does not matter
 here); those and the unplaced passages are the uncached tokens. A passage seen first costs its
 entry's forward after the first token (``b × its tokens``, before the replica takes the next
-request), as the engine computes it in ``store``. Events + passages prices blend replicas with
+request), as the engine computes it in ``store``; that forward's fixed cost and the deviation
+policy's partial forward are not charged, so blend's figures here lean optimistic. Events + passages prices blend replicas with
 `KVView.reusable` (``Replica.reuse``), as the router does for a replica whose ``/healthz`` says blend.
 """
 
@@ -33,7 +34,7 @@ from typing import Any
 
 from slimrag.llm.kv import CacheConfig, KVTree, SegmentKV
 from slimrag.llm.kv.blend import BlendReuse
-from slimrag.llm.kv.config import BLEND
+from slimrag.llm.kv.config import BLEND, DEFAULT_RECOMPUTE
 from slimrag.llm.kv.recompute import RecomputePolicy, Span, parse_recompute
 from slimrag.rag.plan import plan_passages
 from slimrag.route.kv_policy import choose_planned
@@ -120,11 +121,12 @@ def run_sim(policy: str, n: int, arrivals: list[tuple[float, str, RoutePlan]], c
             budget: int, config: RouterConfig | None = None, reuse: str = "exact",
             recompute: str | None = None) -> dict[str, Any]:
     """One policy over ``n`` simulated replicas that reuse by ``reuse`` (``exact`` or ``blend``,
-    with the ``recompute`` policy, default ``boundary:8``); the figures `bench.route` reports."""
+    with the ``recompute`` policy, default the engine's, as ``serve --reuse blend`` has it); the
+    figures `bench.route` reports."""
     a, b, decode = costs["a_s"], costs["b_s_per_token"], costs["decode_s"]
     config = config or RouterConfig()
     blend = reuse == BLEND
-    placing = parse_recompute(recompute or "boundary:8")
+    placing = parse_recompute(recompute or DEFAULT_RECOMPUTE)  # serve --reuse blend's own default
     servers = [_Server(KVTree.simulated(CacheConfig(device="cpu", host_bytes=budget))) for _ in range(n)]
     reps = [Replica(f"http://sim-{i}:1", PrefixTree(), reuse=reuse) for i in range(n)]
     if policy == "events":

@@ -221,6 +221,7 @@ def test_a_backed_sentence_that_answers_nothing_asked_is_said_so_not_marked_unba
     assert pieces[-2] == f" [store/crates.md#0] {OFF_QUESTION_MARK}" and UNSUPPORTED_MARK not in ans.text
     unbacked = RAG(idx, Fixed("Crate 9 holds 40 gears.", answer_mode="grounded")).ask(CRATE)
     assert unbacked.shown.startswith(NOT_BACKED) and unbacked.text.endswith(UNSUPPORTED_MARK)
+    assert set(unbacked.used) == {e.label for e in unbacked.evidence[:LEAD]}  # the lead's sources alone
 
 
 def test_a_grounded_cut_says_its_limit_is_fixed() -> None:

@@ -143,8 +143,8 @@ FINISH_NOTICES: dict[str, str] = {
 }
 #: The "length" notice of a grounded answer, whose one sentence has a fixed limit that more tokens
 #: do not lift (`slimrag.rag.grounded.MAX_TOKENS`).
-GROUNDED_CUT = ("[The model's one sentence was cut off at the grounded answer's limit; "
-                "the free answer mode writes longer answers.]")
+GROUNDED_CUT = ("[The model's one sentence was cut off at its token limit, which the grounded answer "
+                "keeps short; the free answer mode writes longer answers.]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +247,7 @@ class Answer:
         """A line to show after the text when the reader should know how it ended (cut at the
         token limit, stopped in a loop), else None. Kept out of ``text`` so the answer stays what
         the model wrote (an OpenAI client gets the same through ``finish_reason``). A grounded
-        answer's cut says that its limit is fixed (`GROUNDED_CUT`): more tokens do not lift it."""
+        answer's cut says that its mode keeps it short (`GROUNDED_CUT`): past 48 tokens, more do not lift it."""
         if self.mode == "grounded" and self.finish_reason == "length":
             return GROUNDED_CUT
         return FINISH_NOTICES.get(self.finish_reason)

@@ -101,10 +101,11 @@ class Deferred(Generator):
             return
         if not self._loading:
             return
-        try:
-            built.load()
-        except Exception as e:  # noqa: BLE001  (raised again by the answer's own load; module header)
-            log.info("background load of %s failed (the answer's own load tries again): %s", built.name, e)
+        if not self._exiting.is_set():  # a close that landed since the lock above: no load for nothing
+            try:
+                built.load()
+            except Exception as e:  # noqa: BLE001  (raised again by the answer's own load; module header)
+                log.info("background load of %s failed (the answer's own load tries again): %s", built.name, e)
         with self._close_lock:
             closed, self._loading = self._closed, False
         if closed:  # the owner closed it during the load: close what the load opened

@@ -19,8 +19,9 @@ does well, choosing and shortening:
    words, and constrained to a span it wrote "To parse" for the demo's JSON question;
 4. that sentence is checked like any answer (`slimrag.rag.attribution` against the whole passages,
    then `slimrag.rag.verdict`) and is followed by its citation when backed, or by
-   `slimrag.rag.attribution.UNSUPPORTED_MARK` when not: the last thing streamed is never an
-   unmarked unsupported claim.
+   `slimrag.rag.attribution.UNSUPPORTED_MARK` when not (by its citation and
+   `slimrag.rag.attribution.OFF_QUESTION_MARK` when backed but answering nothing asked): the last
+   thing streamed is never an unmarked unsupported claim.
 
 The candidates measured against it (`bench.answers`, figures in docs/benchmarks.md, "Grounded
 answers"): the free-form answer over the passages (the baseline), extract-then-phrase (the model's

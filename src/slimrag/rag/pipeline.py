@@ -331,7 +331,10 @@ class RAG:
             yield tail
         text = (lead + (IN_SHORT + said + tail if said else "")).strip()
         shown = (lead + IN_SHORT + with_markers(said, attribution)).strip() if verdict.kind != "not_backed" else verdict.shown
-        used = tuple(dict.fromkeys([*quoted, *attribution.used]))
+        # withheld, only the lead is the passages' answer (and the model's sentence, labelled, when
+        # every part of it is backed but answers something else: `_tail`)
+        off_question = verdict.kind == "not_backed" and bool(attribution.support) and not attribution.unsupported
+        used = tuple(dict.fromkeys([*quoted, *(attribution.used if verdict.kind != "not_backed" or off_question else ())]))
         end = time.perf_counter()
         yield Answer(text, turn.hits, replace(usage, ttft_s=first - turn.t0, total_s=end - turn.t0), reason,
                      tuple(check.unknown), evidence=ranked, support=attribution.support, used=used, marked=text,

@@ -10,8 +10,8 @@ it is presented"):
 ``partial``     at least one backed sentence answers the question, others are not backed: the answer
                 is shown, each unbacked sentence marked where it stands (`UNSUPPORTED_MARK`)
 ``not_backed``  no backed sentence answers the question (all unbacked, or nothing claimed, or only the
-                question restated): the model's text is not shown as the answer; `NOT_BACKED` and
-                the passages' best sentences, cited, are
+                question restated): the model's text is not the answer; `NOT_BACKED` (`OFF_QUESTION`
+                when every sentence is backed) and the passages' best sentences, cited, are shown
 =============== ========================================================================================
 
 A backed sentence *answers* the question (`answers`) when it states something the question does not

@@ -1,6 +1,7 @@
 """``slimrag build --max-file-mb`` (a new user's report: the too-large warning named
 ``IndexConfig.max_file_bytes``, which no command line can set): the limit is a build flag, the
-warning names it, and the index keeps it for a later ``add``."""
+warning names it, and the index keeps it for a later ``add``; an ``add`` that skips every file
+exits 1."""
 
 from __future__ import annotations
 
@@ -43,3 +44,17 @@ def test_the_file_size_limit_is_a_build_flag_kept_by_the_index(tmp_path: Path, c
     assert config["max_file_bytes"] == 3 * MIB
     bad = runner.invoke(cli, ["build", str(folder), "-o", str(tmp_path / "bad.slimrag"), "--max-file-mb", "0"])
     assert bad.exit_code == 2 and "--max-file-mb" in bad.output
+
+
+def test_an_add_that_skips_every_file_exits_1(tmp_path: Path) -> None:
+    """A new user's report: ``add INDEX binary.txt`` said "0 added ... 1 skipped" and exited 0."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("Otters hold hands while they sleep.\n")
+    (tmp_path / "binary.txt").write_bytes(b"\x7fELF\x00\x00\x01" * 100)
+    runner = CliRunner()
+    assert runner.invoke(cli, ["build", str(folder), "-o", str(tmp_path / "i.slimrag")]).exit_code == 0
+    skipped = runner.invoke(cli, ["add", str(tmp_path / "i.slimrag"), str(tmp_path / "binary.txt")])
+    assert skipped.exit_code == 1 and "nothing was added" in skipped.output
+    again = runner.invoke(cli, ["add", str(tmp_path / "i.slimrag"), str(folder / "a.md"), str(tmp_path / "binary.txt")])
+    assert again.exit_code == 0, again.output  # one file unchanged: not every one skipped

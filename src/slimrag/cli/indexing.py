@@ -157,9 +157,12 @@ def build(source: str, out: str, storage: str, chunk_tokens: int, chunk_overlap:
 @click.option("--embed-actors", type=click.IntRange(min=1), default=RAY["num_embed_actors"],
               help="Embedding actors with --ray  [default: half the cluster's CPUs]")
 @click.option("--json", "as_json", is_flag=True)
-def add(index: str, paths: tuple[str, ...], use_ray: bool, ray_address: str | None, embed_actors: int | None,
-        as_json: bool) -> None:
-    """Add or update files or folders in an index.
+@click.pass_context
+def add(ctx: click.Context, index: str, paths: tuple[str, ...], use_ray: bool, ray_address: str | None,
+        embed_actors: int | None, as_json: bool) -> None:
+    """Add or update files or folders in an index. Exits 1 when every file it met was skipped
+    (binary, unreadable, too large: the warnings say which), as `remove` does for a path that
+    matched nothing, so a script notices.
 
     Stored names: a file inside the folder the index was built from is named by its path relative
     to that folder (guide/cats.md); any other file, from another folder, drive or mount, by its
@@ -177,6 +180,10 @@ def add(index: str, paths: tuple[str, ...], use_ray: bool, ray_address: str | No
             else:
                 rep = idx.add(list(paths))
         print_report(rep, as_json)
+    if rep.skipped and not (rep.added or rep.updated or rep.unchanged):
+        if not as_json:
+            click.echo(f"warning: nothing was added: {counted(len(rep.skipped), 'file')} met, every one skipped", err=True)
+        ctx.exit(1)
 
 
 @cli.command()

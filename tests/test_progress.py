@@ -158,4 +158,13 @@ def test_eta_from_the_chunks_per_file_so_far() -> None:
     p = AddProgress(10, 10, 50, 40, 12.0, chunks_stored=50, chunks_to_embed=80, embed_elapsed=4.0)
     assert (p.rate, p.chunks_expected, p.eta, p.searchable_share, p.embedded_share) == (10.0, 80, 4.0, 0.625, 0.5)
     assert AddProgress(0, None, 0, 0, 1.0).eta is None  # nothing to estimate from yet
+
+
+def test_an_estimated_chunk_total_is_marked_until_every_file_is_read() -> None:
+    """A new user's report: "0/64,171 embedded" shrank to "0/9,411": the total is an estimate
+    from the bytes read so far, and says so while files remain."""
+    reading = describe(AddProgress(files_done=5, files_total=10, chunks_seen=50, chunks_done=25, elapsed=5.0))
+    assert "25/~100 embedded" in reading
+    done = describe(AddProgress(10, 10, 50, 40, 12.0, chunks_stored=50, chunks_to_embed=80, embed_elapsed=4.0))
+    assert "40/80 embedded" in done and "~" not in done
     assert AddProgress(3, 3, 9, 9, 2.0, final=True).eta == 0.0

@@ -51,12 +51,15 @@ def duration(seconds: float) -> str:
 def describe(p: AddProgress) -> str:
     """The words both displays print: ``files 1098/1098 (100%), 5,120 chunks searchable, 1,024/5,120
     embedded, 84.2 chunks/s, ETA 48s``: chunks searchable have their text stored (keyword search and
-    evidence answers find them); embedded ones are found by vector search too."""
+    evidence answers find them); embedded ones are found by vector search too. The chunk total is
+    marked ``~`` while it is an estimate (files still unread: ``1,024/~64,171 embedded``)."""
     files = f"files {p.files_done}/{p.files_total}" if p.files_total is not None else f"files {p.files_done}"
     if p.files_total:
         files += f" ({100 * p.files_done // p.files_total}%)"
     expected = p.chunks_expected
-    embedded = (f"{p.chunks_done:,}/{expected:,} embedded" if expected and not p.final and p.chunks_done < expected
+    # while files are still being read the total is estimated from their bytes: "~" says so
+    about = "~" if p.files_total is None or p.files_done < p.files_total else ""
+    embedded = (f"{p.chunks_done:,}/{about}{expected:,} embedded" if expected and not p.final and p.chunks_done < expected
                 else f"{p.chunks_done:,} embedded")
     parts = [files, f"{counted(p.chunks_stored, 'chunk', ',')} searchable", embedded]
     if p.chunks_done:

@@ -118,3 +118,14 @@ def test_chunks_over_the_embedders_window_warn_once_at_build(tmp_path: Path, emb
         remote = RemoteEmbedder(server.base_url, "test-model", dim=64, timeout=10)
         assert remote.max_tokens is None
         assert window_warnings(IndexConfig(chunk_tokens=100_000), remote, "remote.slimrag") == []
+
+
+def test_the_summary_names_chunks_an_earlier_run_left_that_this_one_embedded() -> None:
+    """A new user's report: a sync after an interrupted build embedded 8,384 waiting chunks for
+    minutes and summed up "0 added, 0 updated, 0 unchanged, 0 chunks"."""
+    from slimrag.index.report import AddReport
+
+    left = AddReport(embedded=8384)
+    assert "8,384 chunks left by an earlier run embedded" in left.summary()
+    own = AddReport(added=1, chunks=3, embedded=3)  # its own chunks only: the line as before
+    assert own.summary().startswith("1 added, 0 updated, 0 unchanged, 3 chunks, 0 skipped in ")

@@ -71,10 +71,14 @@ class AddReport:
 
     def summary(self) -> str:
         """One line: ``3 added, 0 updated, 1 unchanged, 12 chunks, 4 skipped (2 ignored, 1 binary,
-        1 too large) in 1.2s``."""
+        1 too large) in 1.2s``, naming the chunks an earlier, interrupted run left that this one
+        embedded (``0 chunks, 8,384 chunks left by an earlier run embedded, ...``)."""
         reasons = ", ".join(f"{n} {k}" for k, n in self.skipped_by_reason().items())
+        # chunks an earlier, interrupted run left awaiting vectors, embedded now: the run's work too
+        left = self.embedded - self.chunks
+        earlier = f"{counted(left, 'chunk', ',')} left by an earlier run embedded, " if left > 0 else ""
         return (f"{self.added} added, {self.updated} updated, {self.unchanged} unchanged, {counted(self.chunks, 'chunk')}, "
-                f"{len(self.skipped)} skipped{f' ({reasons})' if reasons else ''} in {self.seconds:.1f}s")
+                f"{earlier}{len(self.skipped)} skipped{f' ({reasons})' if reasons else ''} in {self.seconds:.1f}s")
 
     def listing(self) -> dict[str, list[str]]:
         """The sources behind each count: outcome or skip reason → sources (empty ones left out)."""

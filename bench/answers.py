@@ -317,7 +317,7 @@ def recheck(path: Path, labels: dict[str, Any] | None = None) -> dict[str, Any]:
     from slimrag.embed.local import LocalEmbedder
     from slimrag.rag.attribution import attribute, with_markers
     from slimrag.rag.evidence import EvidenceConfig, Memo, rank_sentences
-    from slimrag.rag.grounded import CONTEXT, IN_SHORT, LEAD, lead_text
+    from slimrag.rag.grounded import CONTEXT, IN_SHORT, LEAD, lead_of, lead_text
     from slimrag.rag.verdict import judge
     from slimrag.rag.vocabulary import Vocabulary
     from slimrag.types import Hit
@@ -345,7 +345,7 @@ def recheck(path: Path, labels: dict[str, Any] | None = None) -> dict[str, Any]:
                 verdict = judge(rec["question"], said, check, evidence, hits)
                 marked_gold = gold in normalize(_flagged_text(verdict.kind, said, check.support))
                 if m == "grounded":
-                    lead = lead_text(evidence)
+                    lead = lead_text(lead_of(evidence, hits))
                     shown = (lead + IN_SHORT + with_markers(said, check)) if verdict.kind != "not_backed" else verdict.shown
                     phrase = with_markers(said, check) if verdict.kind != "not_backed" else verdict.shown
                     rec["phrase"].update(verdict=verdict.kind, shown=phrase, shown_gold=gold in normalize(phrase),

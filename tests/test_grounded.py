@@ -228,3 +228,18 @@ def test_a_grounded_cut_says_its_limit_is_fixed() -> None:
     cut = Answer("x", [], Usage(), finish_reason="length", mode="grounded", verdict="supported")
     assert cut.notice == GROUNDED_CUT and "more tokens" not in cut.notice
     assert replace(cut, mode="free").notice == FINISH_NOTICES["length"]
+
+
+def test_a_lead_sentence_from_a_passage_far_below_the_best_is_left_out() -> None:
+    """`lead_of`: the first sentence always leads; a later one whose passage scores under
+    `LEAD_FLOOR` of the best hit is left out (a new user saw an unrelated package's changelog line
+    at 0.164 quoted and listed as used)."""
+    from slimrag.rag.grounded import LEAD_FLOOR, lead_of
+    from slimrag.types import Evidence, Hit
+
+    hits = [Hit(1, 0.6, "a", "a.md", {"ordinal": 0}), Hit(2, 0.5, "b", "b.md", {"ordinal": 0}),
+            Hit(3, 0.6 * LEAD_FLOOR - 0.01, "c", "c.md", {"ordinal": 0})]
+    ev = [Evidence("c", hits[2].label, 3, 0, 1, 0.9), Evidence("a", hits[0].label, 1, 0, 1, 0.8),
+          Evidence("c2", hits[2].label, 3, 0, 1, 0.7), Evidence("b", hits[1].label, 2, 0, 1, 0.6)]
+    assert [e.text for e in lead_of(ev, hits)] == ["c", "a"]  # the first stays; c2 (same low passage) goes
+    assert [e.text for e in lead_of(ev, hits[:2])] == ["c", "a", "c2"]  # a passage not among the hits: kept

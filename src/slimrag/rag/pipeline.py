@@ -60,7 +60,16 @@ from slimrag.prompt import DEFAULT_SYSTEM, Passage, Prompt
 from slimrag.rag.attribution import OFF_QUESTION_MARK, UNSUPPORTED_MARK, Attribution, attribute, with_markers
 from slimrag.rag.condense import CONDENSERS
 from slimrag.rag.evidence import EvidenceConfig, Memo, evidence_answer, rank_sentences
-from slimrag.rag.grounded import CONTEXT, IN_SHORT, LEAD, MAX_TOKENS, context_prompt, copy_texts, lead_text
+from slimrag.rag.grounded import (
+    CONTEXT,
+    IN_SHORT,
+    LEAD,
+    MAX_TOKENS,
+    context_prompt,
+    copy_texts,
+    lead_of,
+    lead_text,
+)
 from slimrag.rag.guards import NO_ANSWER, CitationCheck, Guards, answerable
 from slimrag.rag.plan import PlanningCache, plan_prompt
 from slimrag.rag.shadow import ShadowCache
@@ -286,7 +295,8 @@ class RAG:
         embedder = Memo(self.index.embedder)
         evidence = rank_sentences(turn.question, turn.hits, embedder,
                                   replace(self.evidence, top=max(self.evidence.top, CONTEXT, LEAD)))
-        lead = lead_text(evidence)
+        leading = lead_of(evidence, turn.hits)
+        lead = lead_text(leading)
         first = time.perf_counter()
         yield lead
         self._stage("prefilling")
@@ -316,7 +326,7 @@ class RAG:
             yield rest
         said = "".join(parts).strip()
         ranked = tuple(evidence[: self.evidence.top])
-        quoted = [e.label for e in evidence[:LEAD]]
+        quoted = [e.label for e in leading]
         if not self.attribution:
             text = lead + (IN_SHORT + said if said else "")
             end = time.perf_counter()

@@ -46,7 +46,6 @@ guard has no token counts (the generator's final piece never came), only the tim
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -57,7 +56,8 @@ from slimrag.llm.backends import make_generator
 from slimrag.llm.base import Delta, Generator
 from slimrag.llm.engine.decoding import LoopGuard
 from slimrag.prompt import DEFAULT_SYSTEM, Passage, Prompt
-from slimrag.rag.attribution import OFF_QUESTION_MARK, UNSUPPORTED_MARK, Attribution, attribute, with_markers
+from slimrag.rag import grounded
+from slimrag.rag.attribution import attribute, with_markers
 from slimrag.rag.condense import CONDENSERS
 from slimrag.rag.evidence import EvidenceConfig, Memo, evidence_answer, rank_sentences
 from slimrag.rag.grounded import (
@@ -67,8 +67,7 @@ from slimrag.rag.grounded import (
     MAX_TOKENS,
     context_prompt,
     copy_texts,
-    lead_of,
-    lead_text,
+    grounded_tail,
 )
 from slimrag.rag.guards import NO_ANSWER, CitationCheck, Guards, answerable
 from slimrag.rag.plan import PlanningCache, plan_prompt
@@ -82,8 +81,6 @@ from slimrag.types import Answer, Hit, Hits, Usage
 if TYPE_CHECKING:
     from slimrag.index.core import Index
     from slimrag.rag.chat import Chat
-
-_CITED = re.compile(r"\[[^\[\]\n]*#\d+[^\[\]\n]*\]")
 
 #: Called with the name of each stage before it starts (see the module header).
 Progress = Callable[[str], None]
@@ -295,8 +292,8 @@ class RAG:
         embedder = Memo(self.index.embedder)
         evidence = rank_sentences(turn.question, turn.hits, embedder,
                                   replace(self.evidence, top=max(self.evidence.top, CONTEXT, LEAD)))
-        leading = lead_of(evidence, turn.hits)
-        lead = lead_text(leading)
+        leading = grounded.lead_of(evidence, turn.hits)
+        lead = grounded.lead_text(leading)
         first = time.perf_counter()
         yield lead
         self._stage("prefilling")
@@ -336,32 +333,18 @@ class RAG:
             return
         attribution = attribute(turn.question, said, turn.hits, embedder, common=self.vocabulary.common)
         verdict = judge(turn.question, said, attribution, evidence, turn.hits, ended=reason == "stop")
-        tail = self._tail(said, attribution, verdict.kind)
+        tail = grounded_tail(said, attribution, verdict.kind)
         if said:
             yield tail
         text = (lead + (IN_SHORT + said + tail if said else "")).strip()
         shown = (lead + IN_SHORT + with_markers(said, attribution)).strip() if verdict.kind != "not_backed" else verdict.shown
-        # withheld, only the lead is the passages' answer (and the model's sentence, labelled, when
-        # every part of it is backed but answers something else: `_tail`)
-        off_question = verdict.kind == "not_backed" and bool(attribution.support) and not attribution.unsupported
-        used = tuple(dict.fromkeys([*quoted, *(attribution.used if verdict.kind != "not_backed" or off_question else ())]))
+        # withheld, only the lead is the passages' answer (and the model's sentence when labelled: `off_question`)
+        cited = verdict.kind != "not_backed" or grounded.off_question(attribution, verdict.kind)
+        used = tuple(dict.fromkeys([*quoted, *(attribution.used if cited else ())]))
         end = time.perf_counter()
         yield Answer(text, turn.hits, replace(usage, ttft_s=first - turn.t0, total_s=end - turn.t0), reason,
                      tuple(check.unknown), evidence=ranked, support=attribution.support, used=used, marked=text,
                      mode="grounded", verdict=verdict.kind, shown=shown)
-
-    @staticmethod
-    def _tail(said: str, attribution: Attribution, kind: str) -> str:
-        """What follows the model's streamed sentence in grounded mode: the label backing it when it
-        cites none itself, and `UNSUPPORTED_MARK` when any of it is not backed (the mark in place
-        is in `Answer.shown`); a sentence the passages back that answers nothing asked keeps its
-        label and gets `OFF_QUESTION_MARK` (it is in the passages: the other mark would be false)."""
-        off_question = kind == "not_backed" and bool(attribution.support) and not attribution.unsupported
-        labels = [] if _CITED.search(said) else [lab for s in attribution.support if s.supported for lab in s.labels[:1]]
-        tail = "".join(f" [{lab}]" for lab in dict.fromkeys(labels)) if kind != "not_backed" or off_question else ""
-        if kind != "supported":
-            tail += f" {OFF_QUESTION_MARK if off_question else UNSUPPORTED_MARK}"
-        return tail
 
     def checked(self, answer: Answer, question: str) -> Answer:
         """``answer`` with its evidence (the passage sentences that best answer ``question``) and,

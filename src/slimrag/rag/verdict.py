@@ -156,6 +156,10 @@ _FENCE_OPEN = re.compile(r"\s*```\w*\s*$")
 #: word that ends nothing ("... with methods like `", "... defined by").
 _TRAILING = re.compile(r"(\w+)\W*$")
 
+#: Words no phrase ends on, as written (lower case: "Vitamin A" ends whole): a sentence ending on one
+#: without a stop was cut (`unfinished`).
+_DANGLING = frozenset({"the", "a", "an", "of"})
+
 #: A face written with a bracket (":(", ";-("): no bracket left open.
 _OPENED_FACE = re.compile(r"[:;]-?\(")
 
@@ -194,18 +198,23 @@ def unfinished(sentence: str, last_sentence: bool = True) -> bool:
     backticks), or, the answer's last sentence (``last_sentence``), it leaves a bracket open (a code
     block cut inside a call) or ends without a stop on a stop word ("... defined by"), where an answer
     stopped at its token limit ends. Earlier in an answer such
-    an ending is a list item or a line ("- Python 3.10 and above"), whole. A cut-off sentence states no
+    an ending is a list item or a line ("- Python 3.10 and above"), whole; but none ends on an article
+    or "of" (`_DANGLING`), wherever it stands and however the generator stopped (a grounded sentence
+    whose copied span ran out: "... or other modification of the"). A cut-off sentence states no
     whole claim, so it answers nothing (module header)."""
     text = sentence.rstrip()
     if text.count("`") % 2:
         return True
+    last = _TRAILING.search(text)
+    ends_open = bool(text) and text[-1] not in ".!?:;)]\"'`*" and last is not None
+    if ends_open and last.group(1) in _DANGLING:  # type: ignore[union-attr]  (as written: "plan A" ends whole)
+        return True  # "... or other modification of the": no phrase ends there, however it stopped
     if not last_sentence:
         return False
     bare = _OPENED_FACE.sub("", CODE_SPAN.sub("", text))  # a bracket in a code span or a face opens nothing
     if bare.count("(") > bare.count(")"):
         return True  # an open bracket: cut inside a call or an aside ("isinstance(obj, zlib.Z")
-    last = _TRAILING.search(text)
-    return bool(text) and text[-1] not in ".!?:;)]\"'`*" and last is not None and last.group(1).lower() in STOPWORDS
+    return ends_open and last.group(1).lower() in STOPWORDS  # type: ignore[union-attr]
 
 
 def answers(question: str | Question, sentence: str, last_sentence: bool = True) -> bool:

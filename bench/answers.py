@@ -315,7 +315,7 @@ def recheck(path: Path, labels: dict[str, Any] | None = None) -> dict[str, Any]:
     text (greedy, so what the model writes again) is attributed and judged again against its
     recorded passages (`slimrag.rag.attribution`, `slimrag.rag.verdict`); timings stay the run's."""
     from slimrag.embed.local import LocalEmbedder
-    from slimrag.rag.attribution import attribute, with_markers
+    from slimrag.rag.attribution import OFF_QUESTION_MARK, UNSUPPORTED_MARK, attribute, with_markers
     from slimrag.rag.evidence import EvidenceConfig, Memo, rank_sentences
     from slimrag.rag.grounded import CONTEXT, IN_SHORT, LEAD, lead_of, lead_text
     from slimrag.rag.verdict import judge
@@ -338,7 +338,7 @@ def recheck(path: Path, labels: dict[str, Any] | None = None) -> dict[str, Any]:
                 view = rec.get(m)
                 if view is None or view["abstained"]:
                     continue
-                said = view["model"].replace(" [not in the passages]", "").replace(" [does not answer the question]", "").strip()
+                said = view["model"].replace(f" {UNSUPPORTED_MARK}", "").replace(f" {OFF_QUESTION_MARK}", "").strip()
                 if m == "grounded":  # the recorded sentence ends with the run's citation or mark
                     said = said.rsplit(" [", 1)[0] if said.endswith("]") else said
                 check = attribute(rec["question"], said, hits, memo, common=common)

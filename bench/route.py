@@ -110,6 +110,7 @@ from bench.qa_workload import INDEX, passages_and_questions, zipf
 from bench.route_sim import reuse_bound, simulate_fleet, working_set
 from slimrag.api.schemas import ChatRequest
 from slimrag.files import slimrag_home
+from slimrag.llm.kv.config import EXACT, REUSE_MODES
 from slimrag.route.events import EventStream
 from slimrag.route.planner import RoutePlan, RoutePlanner
 from slimrag.route.policy import RouterConfig
@@ -273,7 +274,7 @@ def serving(app: Any, timeout: float = 30.0) -> Iterator[str]:
 class Mirror:
     """The bench's own view of every replica's tree, from their events, on a loop thread."""
 
-    def __init__(self, reps: list[Replica], reuse: str = "exact") -> None:
+    def __init__(self, reps: list[Replica], reuse: str = EXACT) -> None:
         self.reuse = reuse
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -583,7 +584,7 @@ def main() -> None:
                     help="RouterConfig.spread_share of the events policy (slimrag.route.kv_policy)")
     ap.add_argument("--kv-budget", type=int, metavar="MIB",
                     help="each replica's KV budget (serve --kv-budget; memory only, no disk tier); default: unbounded")
-    ap.add_argument("--reuse", choices=("exact", "blend"), default="exact",
+    ap.add_argument("--reuse", choices=REUSE_MODES, default=EXACT,
                     help="the replicas' serve --reuse; blend: a passage's KV placed wherever it stands")
     ap.add_argument("--recompute", help="the replicas' serve --recompute (with --reuse blend)")
     ap.add_argument("--faults", action=argparse.BooleanOptionalAction, default=True)
@@ -641,7 +642,7 @@ def main() -> None:
 
 def reuse_flags(args: argparse.Namespace) -> tuple[str, ...]:
     """The ``serve`` flags of ``--reuse`` and ``--recompute`` (none for exact reuse, serve's default)."""
-    if args.reuse == "exact":
+    if args.reuse == EXACT:
         return ()
     return ("--reuse", args.reuse, *(("--recompute", args.recompute) if args.recompute else ()))
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from slimrag.llm.kv import CacheConfig, KVTree, SegmentKV
 from slimrag.llm.kv.blend import BlendReuse
-from slimrag.llm.kv.config import BLEND, DEFAULT_RECOMPUTE
+from slimrag.llm.kv.config import BLEND, DEFAULT_RECOMPUTE, EXACT
 from slimrag.llm.kv.recompute import RecomputePolicy, Span, parse_recompute
 from slimrag.rag.plan import plan_passages
 from slimrag.route.kv_policy import choose_planned
@@ -118,7 +118,7 @@ def _store_blend(tree: KVTree, plan: RoutePlan, job: _Job) -> int:
 
 
 def run_sim(policy: str, n: int, arrivals: list[tuple[float, str, RoutePlan]], costs: dict[str, float],
-            budget: int, config: RouterConfig | None = None, reuse: str = "exact",
+            budget: int, config: RouterConfig | None = None, reuse: str = EXACT,
             recompute: str | None = None) -> dict[str, Any]:
     """One policy over ``n`` simulated replicas that reuse by ``reuse`` (``exact`` or ``blend``,
     with the ``recompute`` policy, default the engine's, as ``serve --reuse blend`` has it); the
@@ -129,6 +129,7 @@ def run_sim(policy: str, n: int, arrivals: list[tuple[float, str, RoutePlan]], c
     placing = parse_recompute(recompute or DEFAULT_RECOMPUTE)  # serve --reuse blend's own default
     servers = [_Server(KVTree.simulated(CacheConfig(device="cpu", host_bytes=budget))) for _ in range(n)]
     reps = [Replica(f"http://sim-{i}:1", PrefixTree(), reuse=reuse) for i in range(n)]
+    peeks = [BlendReuse(s.tree, "cpu", recompute) for s in servers] if blend else []  # what each holds, for "chose the longest"
     if policy == "events":
         for s, r in zip(servers, reps, strict=True):
             view = KVView()
@@ -167,8 +168,8 @@ def run_sim(policy: str, n: int, arrivals: list[tuple[float, str, RoutePlan]], c
         now, _, kind, i, job = heapq.heappop(heap)
         last = now
         if kind == "arrive":
-            real = [BlendReuse(s.tree, "cpu", recompute).cached_tokens(ROOT, job.plan.keys) if blend
-                    else plan_passages(job.plan.keys, s.tree, ROOT).cached_tokens for s in servers]
+            real = [peek.cached_tokens(ROOT, job.plan.keys) for peek in peeks] if blend else \
+                [plan_passages(job.plan.keys, s.tree, ROOT).cached_tokens for s in servers]
             if policy == "rr":
                 i, arrived = arrived % n, arrived + 1
             elif policy == "approx":
@@ -262,6 +263,6 @@ def simulate_fleet(n: int, questions: list[str], plans: dict[str, RoutePlan | No
         plan = plans[q]
         assert plan is not None
         arrivals.append((t, q, plan))
-    reuse, recompute = getattr(args, "reuse", "exact"), getattr(args, "recompute", None)
+    reuse, recompute = getattr(args, "reuse", EXACT), getattr(args, "recompute", None)
     return [run_sim(policy, n, arrivals, costs, args.sim_budget, reuse=reuse, recompute=recompute)
             for policy in ("rr", "approx", "events")]

@@ -101,8 +101,10 @@ def print_verdict(answer: Any) -> None:
         return
     click.echo()
     if answer.mode == "grounded":
-        said = ("repeats the passages but does not answer the question" if answer.support
-                and all(s.supported for s in answer.support) else "is not backed by the passages")
+        from slimrag.rag.verdict import off_question
+
+        said = ("repeats the passages but does not answer the question" if off_question(answer.support, answer.verdict)
+                else "is not backed by the passages")
         click.echo(click.style(f"The model's sentence {said}; the sentences above, "
                                "with their labels, are what the passages say.", fg="yellow"))
         return

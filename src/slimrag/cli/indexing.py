@@ -81,7 +81,7 @@ def check_out(out: str, source: str, force: bool) -> None:
 @click.option("--chunk-overlap", default=IDX["chunk_overlap"], show_default=True)
 @click.option("--dtype", type=click.Choice(DTYPES), default=IDX["dtype"], show_default=True)
 @click.option("--ignore", multiple=True, help="Extra gitignore-style pattern (repeatable).")
-@click.option("--max-file-mb", type=click.IntRange(min=1), default=IDX["max_file_bytes"] // (1 << 20), show_default=True,
+@click.option("--max-file-mb", type=click.IntRange(min=1), default=IDX["max_file_bytes"] // MIB, show_default=True,
               help="Files larger than this (MiB; decompressed, for .gz) are skipped with a warning; the index "
                    "keeps the limit for add, sync and watch.")
 @click.option("--embedder-url", callback=url_option_check,

@@ -52,6 +52,7 @@ from collections.abc import Sequence
 from slimrag.prompt import Passage, Prompt
 from slimrag.rag.attribution import OFF_QUESTION_MARK, UNSUPPORTED_MARK, Attribution
 from slimrag.rag.question import asks_a_way
+from slimrag.rag.verdict import off_question
 from slimrag.types import Evidence, Hit
 
 #: The grounded mode's system prompt: one short sentence from the sentences given.
@@ -119,18 +120,12 @@ def lead_text(lead: Sequence[Evidence]) -> str:
 _CITED = re.compile(r"\[[^\[\]\n]*#\d+[^\[\]\n]*\]")
 
 
-def off_question(attribution: Attribution, kind: str) -> bool:
-    """Whether a withheld sentence is the passages' own words answering nothing asked: every claim
-    backed, verdict ``not_backed`` (`slimrag.rag.verdict`)."""
-    return kind == "not_backed" and bool(attribution.support) and not attribution.unsupported
-
-
 def grounded_tail(said: str, attribution: Attribution, kind: str) -> str:
     """What follows the model's streamed sentence: the label backing it when it cites none itself,
     and `UNSUPPORTED_MARK` when any of it is not backed (the mark in place is in `Answer.shown`); a
     sentence the passages back that answers nothing asked keeps its label and gets
     `OFF_QUESTION_MARK` (it is in the passages: the other mark would be false)."""
-    off = off_question(attribution, kind)
+    off = off_question(attribution.support, kind)
     labels = [] if _CITED.search(said) else [lab for s in attribution.support if s.supported for lab in s.labels[:1]]
     tail = "".join(f" [{lab}]" for lab in dict.fromkeys(labels)) if kind != "not_backed" or off else ""
     if kind != "supported":

@@ -74,7 +74,7 @@ from slimrag.rag.plan import PlanningCache, plan_prompt
 from slimrag.rag.shadow import ShadowCache
 from slimrag.rag.stream import AnswerStream
 from slimrag.rag.turn import Turn
-from slimrag.rag.verdict import QUOTED, judge
+from slimrag.rag.verdict import judge, off_question
 from slimrag.rag.vocabulary import Vocabulary
 from slimrag.types import Answer, Hit, Hits, Usage
 
@@ -339,7 +339,7 @@ class RAG:
         text = (lead + (IN_SHORT + said + tail if said else "")).strip()
         shown = (lead + IN_SHORT + with_markers(said, attribution)).strip() if verdict.kind != "not_backed" else verdict.shown
         # withheld, only the lead is the passages' answer (and the model's sentence when labelled: `off_question`)
-        cited = verdict.kind != "not_backed" or grounded.off_question(attribution, verdict.kind)
+        cited = verdict.kind != "not_backed" or off_question(attribution.support, verdict.kind)
         used = tuple(dict.fromkeys([*quoted, *(attribution.used if cited else ())]))
         end = time.perf_counter()
         yield Answer(text, turn.hits, replace(usage, ttft_s=first - turn.t0, total_s=end - turn.t0), reason,
@@ -359,7 +359,7 @@ class RAG:
         check = attribute(question, answer.text, answer.sources, embedder, common=self.vocabulary.common)
         verdict = judge(question, answer.text, check, evidence, answer.sources, ended=answer.finish_reason == "stop")
         # withheld, the answer shown is the quoted evidence: its sources are the ones used
-        used = check.used if verdict.kind != "not_backed" else tuple(dict.fromkeys(e.label for e in evidence[:QUOTED]))
+        used = check.used if verdict.kind != "not_backed" else verdict.quoted
         return replace(answer, evidence=evidence, support=check.support, used=used,
                        marked=with_markers(answer.text, check), verdict=verdict.kind, shown=verdict.shown)
 

@@ -156,8 +156,7 @@ _FENCE_OPEN = re.compile(r"\s*```\w*\s*$")
 #: word that ends nothing ("... with methods like `", "... defined by").
 _TRAILING = re.compile(r"(\w+)\W*$")
 
-#: Words no phrase ends on, as written (lower case: "Vitamin A" ends whole): a sentence ending on one
-#: without a stop was cut (`unfinished`).
+#: Words no phrase ends on, lower case as written ("Vitamin A" ends whole): `unfinished`.
 _DANGLING = frozenset({"the", "a", "an", "of"})
 
 #: A face written with a bracket (":(", ";-("): no bracket left open.
@@ -167,9 +166,8 @@ _OPENED_FACE = re.compile(r"[:;]-?\(")
 #: sentence no passage backs, its subject is what no passage says, and it answers nothing.
 _REFERS = re.compile(r"(it|its|this|these|that|they|their)\b", re.I)
 
-#: An HTML tag outside code spans (``<img src="..." alt="Package version">``, copied from a README's
-#: badge) states no claim; `answers` reads the sentence without it. A bare URL may answer ("Where is
-#: the documentation?"), so it stays.
+#: An HTML tag outside code spans (a README badge, ``<img src=... alt="Package version">``) states no
+#: claim; `answers` reads a sentence without it. A bare URL may answer ("Where is ...?"): it stays.
 _MARKUP = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?/?>")
 
 #: A citation in brackets ("[json.txt#3]").
@@ -187,10 +185,16 @@ VERDICTS = ("supported", "partial", "not_backed")
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """The check's decision (module header) and the text to present with it."""
+    """The check's decision (module header), the text to present, the labels quoted when withheld."""
 
     kind: str
     shown: str
+    quoted: tuple[str, ...] = ()
+
+
+def off_question(support: Sequence[Support], kind: str) -> bool:
+    """Whether a withheld answer (``kind``) is the passages' own words, every sentence backed."""
+    return kind == "not_backed" and bool(support) and all(s.supported for s in support)
 
 
 def unfinished(sentence: str, last_sentence: bool = True) -> bool:
@@ -412,5 +416,5 @@ def judge(question: str, text: str, check: Attribution, evidence: Sequence[Evide
     if kind != "not_backed":
         return Verdict(kind, with_markers(text, check))
     quoted = evidence_text(evidence[:QUOTED]) if evidence else "(no sentence of the passages answers it)"
-    why = OFF_QUESTION if check.support and not check.unsupported else NOT_BACKED
-    return Verdict(kind, f"{why}\n{quoted}")
+    why = OFF_QUESTION if off_question(check.support, kind) else NOT_BACKED
+    return Verdict(kind, f"{why}\n{quoted}", tuple(dict.fromkeys(e.label for e in evidence[:QUOTED])))
